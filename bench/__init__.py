@@ -1,0 +1,18 @@
+"""Benchmark suite for bundlefs (issue 4).
+
+Run with ``python -m bench.run`` (``make bench``) or ``python -m bench.run --quick``
+(``make bench-quick``). The modules are:
+
+- ``datasets``: deterministic, seeded generation of the small / large / source-tree datasets.
+- ``systems``: one small adapter per system under test (raw directory, squashfuse_ll,
+  ratarmount, bundlefs) with ``pack`` / ``mount`` / ``unmount``.
+- ``reader``: the worker process that does the timed open/read/close loops.
+- ``measure``: the timed experiments (pack, mount-ready, find, du, random and sequential reads,
+  daemon RSS, Python API reads).
+- ``targets``: the issue-4 targets and how each is evaluated.
+- ``report``: medians, ratios, ``docs/benchmarks.md``, ``docs/benchmarks.png`` and the JSON.
+- ``run``: the command line entry point tying it together.
+
+This package deliberately imports nothing heavy at import time: ``bench.reader`` is started
+many times as a subprocess and its start-up must stay cheap.
+"""

@@ -1,0 +1,327 @@
+"""The timed experiments.
+
+Every experiment appends raw samples to a ``Samples`` store keyed by dataset, system and metric;
+medians and ratios are computed later by ``bench.report``. Systems are interleaved inside each
+round (and their order rotated between rounds) so that a noisy neighbour on this shared machine
+slows every system alike instead of one system's whole series.
+
+"Cold" means a fresh mount (a new daemon with empty caches) after ``echo 3 >
+/proc/sys/vm/drop_caches``; "warm" means the same files read again on the same mount.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.datasets import Dataset
+from bench.systems import Mounted, PackInfo, System, vm_hwm_bytes
+
+MB = 1_000_000
+Log = Callable[[str], None]
+
+# A reader that takes longer than this has hung (e.g. a wedged FUSE daemon); give up on it.
+READER_TIMEOUT_S = 900.0
+BENCH_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Samples:
+    """samples[dataset][system][metric] -> list of values, plus notes and errors."""
+
+    data: dict[str, dict[str, dict[str, list[float]]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    )
+    errors: list[str] = field(default_factory=list)
+
+    def add(self, dataset: str, system: str, metric: str, value: float) -> None:
+        self.data[dataset][system][metric].append(value)
+
+    def to_json(self) -> dict[str, dict[str, dict[str, list[float]]]]:
+        return json.loads(json.dumps(self.data))
+
+
+def drop_caches() -> None:
+    """Write back dirty pages, then drop page cache, dentries and inodes (needs root)."""
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+@dataclass
+class ReadResult:
+    seconds: float
+    files: int
+    bytes: int
+
+    @property
+    def files_per_s(self) -> float:
+        return self.files / self.seconds if self.seconds > 0 else float("inf")
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes / MB / self.seconds if self.seconds > 0 else float("inf")
+
+
+def run_readers(root: Path, list_path: Path, readers: int, mode: str = "fs") -> ReadResult:
+    """Run ``readers`` worker processes over the list (interleaved shares), all started together."""
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        for i in range(readers):
+            cmd = [sys.executable, "-m", "bench.reader", "--mode", mode, "--root", str(root)]
+            cmd += ["--list", str(list_path), "--start", str(i), "--step", str(readers)]
+            procs.append(
+                subprocess.Popen(
+                    cmd,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    cwd=BENCH_ROOT,
+                )
+            )
+        # Wait until every worker has started up (imports, opening the bundle) before any of
+        # them begins: start-up is not what we measure.
+        for p in procs:
+            assert p.stdout is not None
+            line = p.stdout.readline()
+            if line.strip() != "ready":
+                p.wait(timeout=30)
+                raise RuntimeError(f"reader failed to start: {p.stderr.read() if p.stderr else ''}")
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        outs = []
+        for p in procs:
+            out, err = p.communicate(timeout=READER_TIMEOUT_S)
+            if p.returncode != 0:
+                raise RuntimeError(f"reader failed ({p.returncode}): {err[-2000:]}")
+            outs.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    t0 = min(o["t0"] for o in outs)
+    t1 = max(o["t1"] for o in outs)
+    return ReadResult(t1 - t0, sum(o["files"] for o in outs), sum(o["bytes"] for o in outs))
+
+
+def timed_cmd(cmd: list[str]) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=READER_TIMEOUT_S)
+    seconds = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise RuntimeError(f"{cmd[0]} failed ({r.returncode}): {r.stderr[-1000:]}")
+    return seconds, r.stdout
+
+
+@contextmanager
+def mounted(system: System, archive: Path, mnt: Path) -> Iterator[Mounted]:
+    """Mount for the duration of the block; always unmount (even on errors or Ctrl-C)."""
+    m = system.mount(archive, mnt)
+    try:
+        yield m
+    finally:
+        system.unmount(m)
+
+
+class Bench:
+    """Shared state of one run: where things go, the samples, and the logger."""
+
+    def __init__(self, workdir: Path, samples: Samples, log: Log, cache_bytes: int) -> None:
+        self.workdir = workdir
+        self.samples = samples
+        self.log = log
+        self.cache_bytes = cache_bytes
+        self.packs: dict[str, dict[str, PackInfo]] = defaultdict(dict)
+
+    def mnt(self, system: System, dataset: Dataset) -> Path:
+        return self.workdir / "mnt" / f"{dataset.name}-{system.name}"
+
+    def dest(self, system: System, dataset: Dataset) -> Path:
+        return self.workdir / "archives" / dataset.name / system.name
+
+    def list_file(self, dataset: Dataset, name: str, rels: list[str]) -> Path:
+        p = self.workdir / "lists" / f"{dataset.name}-{name}.txt"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("".join(r + "\n" for r in rels))
+        return p
+
+    def _fail(self, what: str, system: System, dataset: Dataset, e: BaseException) -> None:
+        msg = f"{dataset.name}/{system.name}: {what} failed: {e}"
+        self.samples.errors.append(msg)
+        self.log("ERROR " + msg)
+
+    # ---------------------------------------------------------------- pack
+
+    def pack(self, systems: list[System], dataset: Dataset, rounds: int) -> list[System]:
+        """Pack ``rounds`` times per system (interleaved); returns the systems that packed."""
+        ok = list(systems)
+        for r in range(rounds):
+            for system in rotate(ok, r):
+                if system not in ok:
+                    continue
+                drop_caches()  # every packer starts from a cold source tree
+                try:
+                    info = system.pack(dataset.root, self.dest(system, dataset))
+                except Exception as e:  # noqa: BLE001 - one broken system must not stop the run
+                    self._fail("pack", system, dataset, e)
+                    ok.remove(system)
+                    continue
+                self.packs[dataset.name][system.name] = info
+                s, d, n = self.samples, dataset.name, system.name
+                if system.is_fuse:
+                    s.add(d, n, "pack_s", info.seconds)
+                    s.add(d, n, "pack_mbps", dataset.total_bytes / MB / info.seconds)
+                s.add(d, n, "archive_mb", info.archive_bytes / MB)
+                s.add(d, n, "archive_ratio", info.archive_bytes / dataset.total_bytes)
+                if info.index_bytes is not None:
+                    s.add(d, n, "index_bytes_per_file", info.index_bytes / len(dataset.files))
+                for k, v in info.detail.items():
+                    s.add(d, n, f"pack_{k}", v)
+                self.log(
+                    f"  pack {d:6} {n:14} {info.seconds:7.2f} s "
+                    f"{dataset.total_bytes / MB / max(info.seconds, 1e-9):8.1f} MB/s "
+                    f"archive {info.archive_bytes / MB:8.1f} MB"
+                )
+        return ok
+
+    # ---------------------------------------------------------------- tree datasets
+
+    def _mount(self, system: System, dataset: Dataset) -> AbstractContextManager[Mounted]:
+        info = self.packs[dataset.name][system.name]
+        return mounted(system, info.archive, self.mnt(system, dataset))
+
+    def _record_mount(self, system: System, dataset: Dataset, m: Mounted) -> None:
+        if system.is_fuse:
+            self.samples.add(dataset.name, system.name, "mount_ready_ms", m.ready_seconds * 1000)
+
+    def _record_rss(self, system: System, dataset: Dataset, m: Mounted, peak: list[int]) -> None:
+        if m.pid is not None:
+            hwm = vm_hwm_bytes(m.pid)
+            if hwm is not None:
+                peak.append(hwm)
+
+    def verify(self, system: System, dataset: Dataset, sample: list[str]) -> None:
+        """Untimed correctness check: entry count and content of a few files match the source."""
+        with self._mount(system, dataset) as m:
+            _s, out = timed_cmd(["find", str(m.root), "-type", "f"])
+            served = len(out.splitlines())
+            if served != len(dataset.files):
+                raise RuntimeError(
+                    f"serves {served} regular files, source has {len(dataset.files)}"
+                )
+            for rel in sample[:25]:
+                a = hashlib.sha256((dataset.root / rel).read_bytes()).hexdigest()
+                b = hashlib.sha256((m.root / rel).read_bytes()).hexdigest()
+                if a != b:
+                    raise RuntimeError(f"content of {rel} differs from the source")
+
+    def tree_round(self, system: System, dataset: Dataset, sample_list: Path, expect: int) -> None:
+        """One round of metadata + random-read measurements for one system on one dataset."""
+        d, n, s = dataset.name, system.name, self.samples
+        peak: list[int] = []
+
+        with self._mount(system, dataset) as m:
+            self._record_mount(system, dataset, m)
+            drop_caches()
+            t, out = timed_cmd(["find", str(m.root)])
+            s.add(d, n, "find_cold_s", t)
+            t, _ = timed_cmd(["find", str(m.root)])
+            s.add(d, n, "find_warm_s", t)
+            self._record_rss(system, dataset, m, peak)
+
+        with self._mount(system, dataset) as m:
+            self._record_mount(system, dataset, m)
+            drop_caches()
+            t, _ = timed_cmd(["du", "-s", str(m.root)])
+            s.add(d, n, "du_cold_s", t)
+            self._record_rss(system, dataset, m, peak)
+
+        with self._mount(system, dataset) as m:
+            self._record_mount(system, dataset, m)
+            drop_caches()
+            r = run_readers(m.root, sample_list, 1)
+            self._check_bytes(r, expect, system, dataset)
+            s.add(d, n, "rand_cold_1_fps", r.files_per_s)
+            s.add(d, n, "rand_cold_1_mbps", r.mb_per_s)
+            self._record_rss(system, dataset, m, peak)
+
+        with self._mount(system, dataset) as m:
+            self._record_mount(system, dataset, m)
+            drop_caches()
+            r = run_readers(m.root, sample_list, 2)
+            self._check_bytes(r, expect, system, dataset)
+            s.add(d, n, "rand_cold_2_fps", r.files_per_s)
+            s.add(d, n, "rand_cold_2_mbps", r.mb_per_s)
+            # The sample has just been read once on this mount: now it is warm.
+            for readers in (1, 2):
+                r = run_readers(m.root, sample_list, readers)
+                self._check_bytes(r, expect, system, dataset)
+                s.add(d, n, f"rand_warm_{readers}_fps", r.files_per_s)
+                s.add(d, n, f"rand_warm_{readers}_mbps", r.mb_per_s)
+            self._record_rss(system, dataset, m, peak)
+
+        if peak:
+            s.add(d, n, "rss_peak_mb", max(peak) / MB)
+            s.add(d, n, "rss_beyond_cache_mb", (max(peak) - self.cache_bytes) / MB)
+
+    def api_round(self, system: System, dataset: Dataset, sample_list: Path, expect: int) -> None:
+        """bundlefs's Python API (no FUSE): cold (dropped caches) then warm, 1 and 2 readers."""
+        d, n, s = dataset.name, system.name, self.samples
+        bundle = self.packs[d][n].archive
+        drop_caches()
+        r = run_readers(bundle, sample_list, 1, mode="api")
+        self._check_bytes(r, expect, system, dataset)
+        s.add(d, n, "api_cold_1_fps", r.files_per_s)
+        for readers in (1, 2):
+            r = run_readers(bundle, sample_list, readers, mode="api")
+            self._check_bytes(r, expect, system, dataset)
+            s.add(d, n, f"api_warm_{readers}_fps", r.files_per_s)
+            s.add(d, n, f"api_warm_{readers}_mbps", r.mb_per_s)
+
+    def _check_bytes(self, r: ReadResult, expect: int, system: System, dataset: Dataset) -> None:
+        # Cheap per-run correctness: a system that returns short files must not look fast.
+        if r.bytes != expect:
+            raise RuntimeError(
+                f"{dataset.name}/{system.name}: read {r.bytes} bytes, the source has {expect}"
+            )
+
+    # ---------------------------------------------------------------- large files
+
+    def seq_round(self, system: System, dataset: Dataset, files_list: Path, expect: int) -> None:
+        """Sequential whole-file reads of the large files, cold then warm, one reader."""
+        d, n, s = dataset.name, system.name, self.samples
+        peak: list[int] = []
+        with self._mount(system, dataset) as m:
+            self._record_mount(system, dataset, m)
+            drop_caches()
+            r = run_readers(m.root, files_list, 1)
+            self._check_bytes(r, expect, system, dataset)
+            s.add(d, n, "seq_cold_mbps", r.mb_per_s)
+            r = run_readers(m.root, files_list, 1)
+            self._check_bytes(r, expect, system, dataset)
+            s.add(d, n, "seq_warm_mbps", r.mb_per_s)
+            self._record_rss(system, dataset, m, peak)
+        if peak:
+            s.add(d, n, "rss_peak_mb", max(peak) / MB)
+            s.add(d, n, "rss_beyond_cache_mb", (max(peak) - self.cache_bytes) / MB)
+
+
+def rotate(items: list[System], r: int) -> list[System]:
+    """Round-robin order: round r starts with item r, so no system is always first or last."""
+    if not items:
+        return []
+    k = r % len(items)
+    return items[k:] + items[:k]

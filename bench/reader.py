@@ -1,0 +1,77 @@
+"""Worker process for the timed read loops (``python -m bench.reader``).
+
+Readers are separate processes, not threads, so two readers really run in parallel (no GIL) and
+a reader never shares an LMDB environment with the bench process across a fork.
+
+Protocol: the parent writes the relative paths to read (one per line) into ``--list``; the
+worker prepares (imports, opens the bundle for ``--mode api``), prints ``ready``, waits for one
+line on stdin, reads its share of the list (``--start``/``--step``) whole-file with
+open/read/close (or ``Bundle.read``), and prints one JSON line with ``CLOCK_MONOTONIC`` start and
+end times, which are comparable across processes, so the parent can take the wall time from the
+first start to the last end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+CHUNK = 1024 * 1024
+
+
+def read_fs(root: str, rels: list[str]) -> int:
+    total = 0
+    for rel in rels:
+        fd = os.open(os.path.join(root, rel), os.O_RDONLY)
+        try:
+            while True:
+                b = os.read(fd, CHUNK)
+                if not b:
+                    break
+                total += len(b)
+        finally:
+            os.close(fd)
+    return total
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--mode", choices=("fs", "api"), default="fs")
+    ap.add_argument("--root", required=True, help="mount point / directory, or bundle for api")
+    ap.add_argument("--list", required=True, help="file with one relative path per line")
+    ap.add_argument("--start", type=int, default=0)
+    ap.add_argument("--step", type=int, default=1)
+    args = ap.parse_args(argv)
+
+    with open(args.list) as f:
+        rels = [line.rstrip("\n") for line in f if line.strip()]
+    rels = rels[args.start :: args.step]
+
+    bundle = None
+    if args.mode == "api":
+        import bundlefs  # only here: fs-mode workers must start fast and not need the package
+
+        bundle = bundlefs.Bundle(args.root)
+
+    print("ready", flush=True)
+    if not sys.stdin.readline():
+        return 1
+    t0 = time.monotonic()
+    if bundle is not None:
+        total = 0
+        for rel in rels:
+            total += len(bundle.read(rel))
+    else:
+        total = read_fs(args.root, rels)
+    t1 = time.monotonic()
+    if bundle is not None:
+        bundle.close()
+    print(json.dumps({"t0": t0, "t1": t1, "files": len(rels), "bytes": total}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

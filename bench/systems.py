@@ -1,0 +1,389 @@
+"""Adapters for the systems under test.
+
+Each system packs a source directory into an archive and serves the archive at a mount point:
+
+- ``raw``: the source directory itself, no packing, no FUSE (the ceiling).
+- ``squashfuse_ll``: ``mksquashfs SRC IMG -comp lz4 -noappend``, served by ``squashfuse_ll``.
+- ``ratarmount``: ``tar -cf`` of the source, served by ratarmount from its own virtualenv.
+- ``bundlefs``: ``bundlefs pack`` / ``bundlefs mount --foreground``.
+
+Every daemon is started in the foreground as our own child process so that the bench knows its
+PID (for the VmHWM reading) and can always clean it up. Readiness is ``os.path.ismount`` plus a
+successful ``stat`` of the mount root. ``unmount`` tries ``fusermount3 -u``, then waits for the
+daemon to exit, then falls back to a lazy unmount and a kill: a benchmark must never leave a
+mount behind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+# How long a daemon may take to make its mount usable before we give up on it.
+MOUNT_TIMEOUT_S = 120.0
+UNMOUNT_TIMEOUT_S = 20.0
+
+Log = Callable[[str], None]
+
+
+class SystemUnavailable(RuntimeError):
+    """The system cannot run on this machine (not installed and not installable)."""
+
+
+@dataclass
+class PackInfo:
+    """What a pack produced: the archive path and the byte counts the report needs."""
+
+    archive: Path
+    seconds: float
+    archive_bytes: int
+    index_bytes: int | None
+    # For ratarmount the first mount builds its SQLite index; reported as part of pack.
+    detail: dict[str, float]
+
+
+@dataclass
+class Mounted:
+    """A live mount: where it is, which process serves it and how long it took to be ready."""
+
+    root: Path
+    pid: int | None
+    ready_seconds: float
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+
+
+def _tree_bytes(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for fn in files:
+            p = os.path.join(dirpath, fn)
+            if not os.path.islink(p):
+                total += os.path.getsize(p)
+    return total
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def _run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, check=True, text=True, capture_output=True, **kw)  # type: ignore[call-overload]
+
+
+def vm_hwm_bytes(pid: int) -> int | None:
+    """Peak resident set size of ``pid`` (VmHWM), or None if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def fusermount_unmount(mnt: Path) -> None:
+    """Unmount ``mnt`` if it is mounted: normal first, lazy as the fallback."""
+    if not os.path.ismount(mnt):
+        return
+    r = subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
+    if r.returncode != 0 and os.path.ismount(mnt):
+        subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True)
+
+
+class System:
+    """Base adapter. Subclasses override ``pack``, ``daemon_cmd`` and optionally ``ensure``."""
+
+    name = "?"
+    is_fuse = True
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+
+    def ensure(self, log: Log) -> None:
+        """Install what this system needs, or raise SystemUnavailable."""
+
+    def archive_path(self, dest_dir: Path) -> Path:
+        raise NotImplementedError
+
+    def pack(self, src: Path, dest_dir: Path) -> PackInfo:
+        raise NotImplementedError
+
+    def daemon_cmd(self, archive: Path, mnt: Path) -> list[str]:
+        raise NotImplementedError
+
+    def mount(self, archive: Path, mnt: Path) -> Mounted:
+        """Start the daemon in the foreground and wait until the mount is usable."""
+        fusermount_unmount(mnt)
+        mnt.mkdir(parents=True, exist_ok=True)
+        log_path = mnt.with_name(mnt.name + ".log")
+        logf = open(log_path, "wb")  # noqa: SIM115 - lives as long as the daemon
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(
+            self.daemon_cmd(archive, mnt),
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # our Ctrl-C must not kill it before we unmount
+        )
+        logf.close()
+        m = Mounted(mnt, proc.pid, 0.0, proc, log_path)
+        try:
+            deadline = t0 + MOUNT_TIMEOUT_S
+            while True:
+                if os.path.ismount(mnt):
+                    os.stat(mnt)
+                    break
+                if proc.poll() is not None:
+                    raise RuntimeError(
+                        f"{self.name} daemon exited with {proc.returncode} before mounting: "
+                        + log_path.read_text(errors="replace")[-2000:]
+                    )
+                if time.perf_counter() > deadline:
+                    raise RuntimeError(f"{self.name}: mount not ready after {MOUNT_TIMEOUT_S}s")
+                time.sleep(0.0005)
+            m.ready_seconds = time.perf_counter() - t0
+        except BaseException:
+            self.unmount(m)
+            raise
+        return m
+
+    def unmount(self, m: Mounted) -> None:
+        """Unmount and reap the daemon; escalate to lazy unmount and SIGKILL if needed."""
+        if m.proc is None:
+            return
+        fusermount_unmount(m.root)
+        try:
+            m.proc.wait(timeout=UNMOUNT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            subprocess.run(["fusermount3", "-uz", str(m.root)], capture_output=True)
+            m.proc.send_signal(signal.SIGTERM)
+            try:
+                m.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                m.proc.kill()
+                m.proc.wait(timeout=5)
+        fusermount_unmount(m.root)
+
+
+class RawDir(System):
+    """The source directory itself: the ceiling every FUSE system is compared against."""
+
+    name = "raw"
+    is_fuse = False
+
+    def archive_path(self, dest_dir: Path) -> Path:
+        raise NotImplementedError  # raw has no archive; pack returns the source itself
+
+    def pack(self, src: Path, dest_dir: Path) -> PackInfo:
+        return PackInfo(src, 0.0, _tree_bytes(src), None, {})
+
+    def mount(self, archive: Path, mnt: Path) -> Mounted:
+        return Mounted(archive, None, 0.0)
+
+    def unmount(self, m: Mounted) -> None:
+        pass
+
+
+class Squashfuse(System):
+    """mksquashfs with lz4, served by the low-level (multi-threaded) squashfuse_ll."""
+
+    name = "squashfuse_ll"
+
+    def ensure(self, log: Log) -> None:
+        _apt_ensure({"mksquashfs": "squashfs-tools", "squashfuse_ll": "squashfuse"}, log)
+
+    def archive_path(self, dest_dir: Path) -> Path:
+        return dest_dir / "archive.sqfs"
+
+    def pack(self, src: Path, dest_dir: Path) -> PackInfo:
+        img = self.archive_path(dest_dir)
+        _remove(img)
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        r = _run(["mksquashfs", str(src), str(img), "-comp", "lz4", "-noappend", "-no-progress"])
+        seconds = time.perf_counter() - t0
+        return PackInfo(img, seconds, img.stat().st_size, _squashfs_index_bytes(r.stdout), {})
+
+    def daemon_cmd(self, archive: Path, mnt: Path) -> list[str]:
+        return ["squashfuse_ll", "-f", str(archive), str(mnt)]
+
+
+def _squashfs_index_bytes(mksquashfs_stdout: str) -> int | None:
+    """Compressed inode + directory table sizes from mksquashfs's summary (its metadata)."""
+    total = 0
+    found = False
+    for label in ("Inode table size", "Directory table size"):
+        m = re.search(rf"^{label} (\d+) bytes", mksquashfs_stdout, re.MULTILINE)
+        if m:
+            total += int(m.group(1))
+            found = True
+    return total if found else None
+
+
+class Ratarmount(System):
+    """An uncompressed tar served by ratarmount (installed into its own virtualenv)."""
+
+    name = "ratarmount"
+
+    @property
+    def venv(self) -> Path:
+        return self.workdir / "ratarmount-venv"
+
+    @property
+    def exe(self) -> Path:
+        return self.venv / "bin" / "ratarmount"
+
+    def ensure(self, log: Log) -> None:
+        _apt_ensure({"tar": "tar"}, log)
+        if self.exe.exists():
+            return
+        log(f"installing ratarmount into {self.venv}")
+        try:
+            # Its own venv: ratarmount's dependencies must not leak into the project's.
+            _run([sys.executable, "-m", "venv", "--clear", str(self.venv)])
+            _run([str(self.venv / "bin" / "pip"), "install", "-q", "ratarmount"])
+        except subprocess.CalledProcessError as e:
+            raise SystemUnavailable(f"ratarmount install failed: {e.stderr[-1000:]}") from e
+
+    def archive_path(self, dest_dir: Path) -> Path:
+        return dest_dir / "archive.tar"
+
+    def index_path(self, archive: Path) -> Path:
+        return archive.with_name(archive.name + ".index.sqlite")
+
+    def pack(self, src: Path, dest_dir: Path) -> PackInfo:
+        tar = self.archive_path(dest_dir)
+        index = self.index_path(tar)
+        _remove(tar)
+        _remove(index)
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        _run(["tar", "-cf", str(tar), "-C", str(src), "."])
+        t_tar = time.perf_counter() - t0
+        # ratarmount's index is built by the first mount; that is part of "packing" for it and
+        # must not be charged to the later mount-ready measurements.
+        t1 = time.perf_counter()
+        m = self.mount(tar, dest_dir / "index-build-mnt")
+        self.unmount(m)
+        t_index = time.perf_counter() - t1
+        return PackInfo(
+            tar,
+            t_tar + t_index,
+            tar.stat().st_size + index.stat().st_size,
+            index.stat().st_size,
+            {"tar_seconds": t_tar, "index_seconds": t_index},
+        )
+
+    def daemon_cmd(self, archive: Path, mnt: Path) -> list[str]:
+        return [
+            str(self.exe),
+            "-f",
+            "--index-file",
+            str(self.index_path(archive)),
+            str(archive),
+            str(mnt),
+        ]
+
+
+class Bundlefs(System):
+    """bundlefs pack / bundlefs mount --foreground from the project's virtualenv."""
+
+    name = "bundlefs"
+
+    def __init__(self, workdir: Path, cache_size: str = "64MiB", jobs: int | None = None) -> None:
+        super().__init__(workdir)
+        self.cache_size = cache_size
+        self.jobs = jobs or os.cpu_count() or 1
+
+    @property
+    def cli(self) -> list[str]:
+        exe = Path(sys.executable).with_name("bundlefs")
+        return [str(exe)] if exe.exists() else [sys.executable, "-m", "bundlefs"]
+
+    def ensure(self, log: Log) -> None:
+        _apt_ensure({"fusermount3": "fuse3"}, log)
+        r = subprocess.run([*self.cli, "--help"], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemUnavailable(f"bundlefs CLI not usable: {r.stderr.strip()[-500:]}")
+        for sub in ("pack", "mount"):
+            r = subprocess.run([*self.cli, sub, "--help"], capture_output=True, text=True)
+            if r.returncode != 0:
+                raise SystemUnavailable(f"'bundlefs {sub}' not usable: {r.stderr.strip()[-500:]}")
+
+    def archive_path(self, dest_dir: Path) -> Path:
+        return dest_dir / "archive.bundle"
+
+    def pack(self, src: Path, dest_dir: Path) -> PackInfo:
+        bundle = self.archive_path(dest_dir)
+        _remove(bundle)
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [*self.cli, "pack", str(src), str(bundle), "--force", "--quiet"]
+        cmd += ["--jobs", str(self.jobs)]
+        t0 = time.perf_counter()
+        _run(cmd)
+        seconds = time.perf_counter() - t0
+        index = bundle / "index" / "data.mdb"
+        return PackInfo(
+            bundle,
+            seconds,
+            _tree_bytes(bundle),
+            index.stat().st_size if index.exists() else None,
+            {},
+        )
+
+    def daemon_cmd(self, archive: Path, mnt: Path) -> list[str]:
+        return [
+            *self.cli,
+            "mount",
+            "--foreground",
+            "--cache-size",
+            self.cache_size,
+            str(archive),
+            str(mnt),
+        ]
+
+
+def _apt_ensure(binaries: dict[str, str], log: Log) -> None:
+    """apt-get install the packages whose binaries are missing (we run as root)."""
+    missing = sorted({pkg for exe, pkg in binaries.items() if shutil.which(exe) is None})
+    if not missing:
+        return
+    if os.geteuid() != 0:
+        raise SystemUnavailable(f"missing {missing} and not root to apt-get install them")
+    log(f"apt-get install {' '.join(missing)}")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    try:
+        _run(["apt-get", "update", "-qq"], env=env)
+        _run(["apt-get", "install", "-y", "-qq", *missing], env=env)
+    except subprocess.CalledProcessError as e:
+        raise SystemUnavailable(f"apt-get install {missing} failed: {e.stderr[-1000:]}") from e
+
+
+ALL_SYSTEMS = ("raw", "squashfuse_ll", "ratarmount", "bundlefs")
+
+
+def make_system(name: str, workdir: Path, cache_size: str) -> System:
+    if name == "raw":
+        return RawDir(workdir)
+    if name == "squashfuse_ll":
+        return Squashfuse(workdir)
+    if name == "ratarmount":
+        return Ratarmount(workdir)
+    if name == "bundlefs":
+        return Bundlefs(workdir, cache_size=cache_size)
+    raise ValueError(f"unknown system {name!r}; choose from {ALL_SYSTEMS}")

@@ -1,0 +1,80 @@
+"""``RecordCache``: a byte-bounded, thread-safe LRU of decompressed records, with counters.
+
+It does no I/O and knows nothing of FUSE; the reader decides what to load and when.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class CacheStats:
+    capacity: int
+    size: int
+    entries: int
+    hits: int
+    misses: int
+    evictions: int
+    bytes_loaded: int
+
+
+class RecordCache:
+    """Least-recently-used records, evicted once their total size passes ``capacity`` bytes."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 0:
+            raise ValueError("cache capacity must not be negative")
+        self.capacity = capacity
+        self._items: OrderedDict[Hashable, bytes] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+        self.evictions = 0
+        self.bytes_loaded = 0
+
+    def get(self, key: Hashable) -> bytes | None:
+        with self._lock:
+            value = self._items.get(key)
+            if value is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end(key)
+            self.hits += 1
+            return value
+
+    def put(self, key: Hashable, value: bytes) -> None:
+        with self._lock:
+            self.bytes_loaded += len(value)
+            if len(value) > self.capacity:
+                return  # would evict everything and still not fit
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._size -= len(old)
+            self._items[key] = value
+            self._size += len(value)
+            while self._size > self.capacity:
+                _, evicted = self._items.popitem(last=False)
+                self._size -= len(evicted)
+                self.evictions += 1
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._size = 0
+
+    def stats(self) -> CacheStats:
+        with self._lock:
+            return CacheStats(
+                self.capacity,
+                self._size,
+                len(self._items),
+                self.hits,
+                self.misses,
+                self.evictions,
+                self.bytes_loaded,
+            )

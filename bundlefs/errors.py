@@ -1,0 +1,94 @@
+"""The bundlefs exception hierarchy.
+
+Every error a bundle can cause is a ``BundleError``; callers map them to exit codes (the CLI) or
+errno values (the FUSE layer). This module knows nothing of either.
+"""
+
+from __future__ import annotations
+
+
+class BundleError(Exception):
+    """Base class of every error bundlefs raises on purpose."""
+
+
+class NotABundleError(BundleError):
+    """The path is not a bundle (missing or invalid completion marker)."""
+
+
+class IncompleteBundleError(NotABundleError):
+    """The directory looks like a bundle under construction or an interrupted pack."""
+
+
+class UnsupportedVersionError(BundleError):
+    """The bundle was written by a newer, incompatible format version."""
+
+
+class FormatError(BundleError):
+    """A structure in the bundle violates docs/format.md."""
+
+
+class CorruptDataError(FormatError):
+    """Stored bytes disagree with their checksum or their promised size.
+
+    Carries what is known about where the damage is, so a log line or a report can name it.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        bundle: str | None = None,
+        path: str | None = None,
+        shard: int | None = None,
+        record: int | None = None,
+    ) -> None:
+        self.bundle = bundle
+        self.path = path
+        self.shard = shard
+        self.record = record
+        self.detail = message
+        super().__init__(self._describe())
+
+    def _describe(self) -> str:
+        where = []
+        if self.path is not None:
+            where.append(f"file {self.path!r}")
+        if self.shard is not None:
+            where.append(f"shard {self.shard}")
+        if self.record is not None:
+            where.append(f"record at offset {self.record}")
+        if self.bundle is not None:
+            where.append(f"bundle {self.bundle}")
+        return self.detail + (" (" + ", ".join(where) + ")" if where else "")
+
+    def with_context(
+        self, *, bundle: str | None = None, path: str | None = None
+    ) -> CorruptDataError:
+        """Return a copy that also names the bundle and/or the file being read."""
+        return CorruptDataError(
+            self.detail,
+            bundle=bundle if bundle is not None else self.bundle,
+            path=path if path is not None else self.path,
+            shard=self.shard,
+            record=self.record,
+        )
+
+
+class EntryNotFound(BundleError, FileNotFoundError):
+    """No entry of that name."""
+
+
+class NotADirectory(BundleError, NotADirectoryError):
+    """A path component that must be a directory is not one."""
+
+
+class IsADirectory(BundleError, IsADirectoryError):
+    """File content was asked of a directory."""
+
+
+class NotASymlink(BundleError):
+    """readlink of something that is not a symbolic link."""
+
+
+class PackError(BundleError):
+    """Packing failed: the source could not be read, or the destination is in the way."""

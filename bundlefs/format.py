@@ -1,0 +1,528 @@
+"""The bundlefs on-disk format, version 1: constants, key encoding and value layouts.
+
+This module is docs/format.md in code. It is pure: it does no I/O and imports neither lmdb nor lz4.
+Every decoder validates what it decodes and raises ``FormatError`` for anything the document does
+not allow, so the layers above can trust a decoded value's ranges.
+"""
+
+from __future__ import annotations
+
+import stat as statmod
+import struct
+from dataclasses import dataclass
+
+from .errors import FormatError, NotABundleError, UnsupportedVersionError
+
+FORMAT_VERSION = 1
+
+MARKER_NAME = "COMPLETE"
+INDEX_DIR = "index"
+INDEX_FILE = "data.mdb"
+SHARD_PREFIX = "shard-"
+
+MARKER_MAGIC = b"BNDLDONE"
+CONFIG_MAGIC = b"BUNDLEFS"
+SHARD_MAGIC = b"BNDLSHRD"
+
+DB_CONFIG = b"config"
+DB_ENTRIES = b"entries"
+DB_RECORDS = b"records"
+DB_SHARDS = b"shards"
+DB_OWNERS = b"owners"
+ALL_DBS = (DB_CONFIG, DB_ENTRIES, DB_RECORDS, DB_SHARDS, DB_OWNERS)
+CONFIG_KEY = b"config"
+
+ROOT_INO = 1
+
+DEFAULT_BLOCK_SIZE = 4096
+DEFAULT_RECORD_SIZE = 256 * 1024
+DEFAULT_LARGE_FILE_THRESHOLD = 1024 * 1024
+MIN_BLOCK_SIZE, MAX_BLOCK_SIZE = 512, 1024 * 1024
+MIN_RECORD_SIZE, MAX_RECORD_SIZE = 4096, 16 * 1024 * 1024
+
+COMPRESSION_NONE = 0
+COMPRESSION_LZ4 = 1
+COMPRESSION_NAMES = {"none": COMPRESSION_NONE, "lz4": COMPRESSION_LZ4}
+
+MAX_ENTRIES = 2**32 - 1
+MAX_SHARDS = 2**16
+MAX_SHARD_STREAM = 2**48 - 1
+MAX_NAME = 255
+MAX_SYMLINK_TARGET = 4095
+MAX_USER_DATA = 4096
+MAX_OWNERS = 2**16
+
+# Entry flags.
+FLAG_LINK = 0x01
+FLAG_USER_DATA = 0x02
+FLAG_NLINK = 0x04
+_KNOWN_ENTRY_FLAGS = FLAG_LINK | FLAG_USER_DATA | FLAG_NLINK
+
+# Record flags.
+RECORD_ZEROS = 0x01
+RECORD_RAW = 0x02
+
+# --- keys ----------------------------------------------------------------------------------------
+
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_RECORD_KEY = struct.Struct(">IQ")
+
+
+def entry_key(ino: int) -> bytes:
+    return _U32.pack(ino)
+
+
+def decode_entry_key(key: bytes) -> int:
+    if len(key) != 4:
+        raise FormatError(f"entry key of {len(key)} bytes, expected 4")
+    return _U32.unpack(key)[0]
+
+
+def record_key(shard: int, offset: int) -> bytes:
+    return _RECORD_KEY.pack(shard, offset)
+
+
+def decode_record_key(key: bytes) -> tuple[int, int]:
+    if len(key) != _RECORD_KEY.size:
+        raise FormatError(f"record key of {len(key)} bytes, expected {_RECORD_KEY.size}")
+    return _RECORD_KEY.unpack(key)
+
+
+def shard_key(index: int) -> bytes:
+    return _U32.pack(index)
+
+
+def owner_key(index: int) -> bytes:
+    return _U16.pack(index)
+
+
+def shard_filename(index: int) -> str:
+    return f"{SHARD_PREFIX}{index:08x}"
+
+
+# --- completion marker ------------------------------------------------------------
+
+_MARKER = struct.Struct(">8sII16sQII")  # everything but the trailing CRC
+MARKER_SIZE = _MARKER.size + 4
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    bundle_id: bytes
+    index_size: int
+    index_crc32c: int
+    shard_count: int
+
+
+def encode_marker(marker: Marker, crc32c) -> bytes:
+    body = _MARKER.pack(
+        MARKER_MAGIC,
+        FORMAT_VERSION,
+        0,
+        marker.bundle_id,
+        marker.index_size,
+        marker.index_crc32c,
+        marker.shard_count,
+    )
+    return body + _U32.pack(crc32c(body))
+
+
+def decode_marker(data: bytes, crc32c) -> Marker:
+    """Decode COMPLETE; ``crc32c`` is the checksum function (this module does not import it)."""
+    if len(data) != MARKER_SIZE:
+        raise NotABundleError(f"completion marker is {len(data)} bytes, expected {MARKER_SIZE}")
+    magic, version, _reserved, bundle_id, index_size, index_crc, shard_count = _MARKER.unpack_from(
+        data
+    )
+    if magic != MARKER_MAGIC:
+        raise NotABundleError("completion marker has the wrong magic")
+    if _U32.unpack_from(data, _MARKER.size)[0] != crc32c(data[: _MARKER.size]):
+        raise NotABundleError("completion marker fails its checksum")
+    if version != FORMAT_VERSION:
+        raise UnsupportedVersionError(
+            f"bundle format version {version} is not supported (this bundlefs reads "
+            f"version {FORMAT_VERSION})"
+        )
+    if shard_count > MAX_SHARDS:
+        raise FormatError(f"completion marker claims {shard_count} shards")
+    return Marker(bundle_id, index_size, index_crc, shard_count)
+
+
+# --- LMDB meta page sanity (docs/format.md §3.1) ----------------------------------------
+
+_LMDB_MAGIC = 0xBEEFC0DE
+LMDB_META_PROBE = 4096 + 144  # enough bytes to see both meta pages at the smallest page size we map
+
+
+def check_lmdb_meta(head: bytes, file_size: int) -> None:
+    """Refuse an LMDB file whose meta pages point past its end (LMDB would fault with SIGBUS).
+
+    ``head`` is the start of data.mdb: at least ``page_size + 144`` bytes.
+    """
+    if len(head) < 144:
+        raise FormatError("index is too short to hold an LMDB meta page")
+    magic, version = struct.unpack_from("<II", head, 16)
+    page_size = struct.unpack_from("<I", head, 40)[0]
+    if magic != _LMDB_MAGIC or version != 1:
+        raise FormatError("index is not an LMDB environment of a supported version")
+    if page_size < 512 or page_size > 65536 or page_size & (page_size - 1):
+        raise FormatError(f"index has an invalid LMDB page size {page_size}")
+    if len(head) < page_size + 144 or file_size < 2 * page_size:
+        raise FormatError("index is too short to hold both LMDB meta pages")
+    for meta in (0, page_size):
+        last_pg = struct.unpack_from("<Q", head, meta + 136)[0]
+        if (last_pg + 1) * page_size > file_size:
+            raise FormatError("index meta page points past the end of the file (truncated index?)")
+
+
+# --- config --------------------------------------------------------------------------------------
+
+_CONFIG = struct.Struct(">8sHHIIIIB3xIIQQQQQQq")
+CONFIG_SIZE = _CONFIG.size  # 96
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    block_size: int = DEFAULT_BLOCK_SIZE
+    record_size: int = DEFAULT_RECORD_SIZE
+    large_file_threshold: int = DEFAULT_LARGE_FILE_THRESHOLD
+    compression: int = COMPRESSION_LZ4
+    shard_count: int = 0
+    owner_count: int = 0
+    entry_count: int = 0
+    file_count: int = 0
+    dir_count: int = 0
+    symlink_count: int = 0
+    hardlink_count: int = 0
+    data_bytes: int = 0
+    created_ns: int = 0
+
+    @property
+    def compression_name(self) -> str:
+        return {v: k for k, v in COMPRESSION_NAMES.items()}[self.compression]
+
+
+def validate_layout(block_size: int, record_size: int) -> None:
+    if not (MIN_BLOCK_SIZE <= block_size <= MAX_BLOCK_SIZE) or block_size & (block_size - 1):
+        raise FormatError(f"block size {block_size} is not a power of two from 512 to 1 MiB")
+    if not MIN_RECORD_SIZE <= record_size <= MAX_RECORD_SIZE:
+        raise FormatError(f"record size {record_size} is not between 4 KiB and 16 MiB")
+
+
+def encode_config(c: Config) -> bytes:
+    return _CONFIG.pack(
+        CONFIG_MAGIC,
+        FORMAT_VERSION,
+        0,
+        0,
+        c.block_size,
+        c.record_size,
+        c.large_file_threshold,
+        c.compression,
+        c.shard_count,
+        c.owner_count,
+        c.entry_count,
+        c.file_count,
+        c.dir_count,
+        c.symlink_count,
+        c.hardlink_count,
+        c.data_bytes,
+        c.created_ns,
+    )
+
+
+def decode_config(data: bytes) -> Config:
+    if len(data) != CONFIG_SIZE:
+        raise FormatError(f"config is {len(data)} bytes, expected {CONFIG_SIZE}")
+    (magic, version, _r, incompat, block, record, large, comp, *counts) = _CONFIG.unpack(data)
+    if magic != CONFIG_MAGIC:
+        raise FormatError("config has the wrong magic")
+    if version != FORMAT_VERSION:
+        raise UnsupportedVersionError(f"config format version {version} is not supported")
+    if incompat:
+        raise UnsupportedVersionError(f"bundle uses unknown features (0x{incompat:x})")
+    validate_layout(block, record)
+    if comp not in COMPRESSION_NAMES.values():
+        raise FormatError(f"unknown compression code {comp}")
+    c = Config(block, record, large, comp, *counts)
+    if c.shard_count > MAX_SHARDS or c.owner_count > MAX_OWNERS or c.entry_count > MAX_ENTRIES:
+        raise FormatError("config counts are out of range")
+    if c.entry_count < 1:
+        raise FormatError("config claims no root directory")
+    return c
+
+
+# --- owners --------------------------------------------------------------------------------------
+
+_OWNER = struct.Struct(">II")
+
+
+def encode_owner(uid: int, gid: int) -> bytes:
+    return _OWNER.pack(uid, gid)
+
+
+def decode_owner(data: bytes) -> tuple[int, int]:
+    if len(data) != _OWNER.size:
+        raise FormatError(f"owner value of {len(data)} bytes, expected {_OWNER.size}")
+    return _OWNER.unpack(data)
+
+
+# --- entries -------------------------------------------------------------------------------------
+
+_HEADER = struct.Struct(">HBxHqQ")  # mode, flags, owner, mtime_ns, size: 22 bytes
+_FILE = struct.Struct(">QI")  # location, crc32c
+_DIR = struct.Struct(">III")  # parent, first_child, nlink
+_LINK = struct.Struct(">I")  # target
+_LOCATION_SHIFT = 48
+_LOCATION_MASK = (1 << 48) - 1
+
+KIND_FILE = statmod.S_IFREG
+KIND_DIR = statmod.S_IFDIR
+KIND_SYMLINK = statmod.S_IFLNK
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One decoded entry. Fields that do not apply to the entry's kind are zero or empty."""
+
+    ino: int
+    mode: int
+    owner: int
+    mtime_ns: int
+    size: int
+    name: bytes
+    flags: int = 0
+    shard: int = 0  # file
+    offset: int = 0  # file: first byte in the shard's uncompressed stream
+    crc32c: int = 0  # file
+    nlink: int = 1  # file or directory
+    target: int = 0  # LINK entry: the inode holding content and attributes
+    parent: int = 0  # directory
+    first_child: int = 0  # directory
+    symlink: bytes = b""  # symlink target
+    user_data: bytes = b""
+
+    @property
+    def kind(self) -> int:
+        return statmod.S_IFMT(self.mode)
+
+    @property
+    def is_dir(self) -> bool:
+        return statmod.S_IFMT(self.mode) == KIND_DIR
+
+    @property
+    def is_file(self) -> bool:
+        return statmod.S_IFMT(self.mode) == KIND_FILE
+
+    @property
+    def is_symlink(self) -> bool:
+        return statmod.S_IFMT(self.mode) == KIND_SYMLINK
+
+    @property
+    def is_link(self) -> bool:
+        return bool(self.flags & FLAG_LINK)
+
+    @property
+    def child_count(self) -> int:
+        return self.size if self.is_dir else 0
+
+
+def validate_name(name: bytes) -> None:
+    if not name or len(name) > MAX_NAME or b"/" in name or b"\0" in name or name in (b".", b".."):
+        raise FormatError(f"invalid entry name {name!r}")
+
+
+def encode_entry(e: Entry) -> bytes:
+    """Encode an entry value (the key is ``entry_key(e.ino)``)."""
+    flags = e.flags & FLAG_LINK
+    kind = e.kind
+    if kind == KIND_FILE:
+        if e.is_link:
+            middle = _LINK.pack(e.target)
+        else:
+            if not 0 <= e.shard < MAX_SHARDS or not 0 <= e.offset <= _LOCATION_MASK:
+                raise FormatError("file location out of range")
+            middle = _FILE.pack(e.shard << _LOCATION_SHIFT | e.offset, e.crc32c)
+            if e.flags & FLAG_NLINK:
+                flags |= FLAG_NLINK
+                middle += _U32.pack(e.nlink)
+    elif kind == KIND_DIR:
+        middle = _DIR.pack(e.parent, e.first_child, e.nlink)
+    elif kind == KIND_SYMLINK:
+        middle = e.symlink
+    else:
+        raise FormatError(f"cannot encode file type 0o{kind:o}")
+    if e.user_data:
+        flags |= FLAG_USER_DATA
+        middle += _U16.pack(len(e.user_data)) + e.user_data
+    return _HEADER.pack(e.mode, flags, e.owner, e.mtime_ns, e.size) + middle + e.name
+
+
+def decode_entry(ino: int, data: bytes) -> Entry:
+    """Decode and validate an entry value. The root (``ino == 1``) alone has an empty name."""
+    n = len(data)
+    if n < _HEADER.size:
+        raise FormatError(f"entry {ino} is truncated")
+    mode, flags, owner, mtime_ns, size = _HEADER.unpack_from(data)
+    if flags & ~_KNOWN_ENTRY_FLAGS:
+        raise FormatError(f"entry {ino} has unknown flags 0x{flags:x}")
+    pos = _HEADER.size
+    kind = mode & 0o170000
+    fields: dict = {}
+    try:
+        if kind == KIND_FILE:
+            if flags & FLAG_LINK:
+                if flags & FLAG_NLINK:
+                    raise FormatError(f"entry {ino}: a LINK entry cannot carry NLINK")
+                fields["target"] = _LINK.unpack_from(data, pos)[0]
+                pos += _LINK.size
+            else:
+                location, crc = _FILE.unpack_from(data, pos)
+                pos += _FILE.size
+                fields["shard"] = location >> _LOCATION_SHIFT
+                fields["offset"] = location & _LOCATION_MASK
+                fields["crc32c"] = crc
+                if fields["offset"] + size > MAX_SHARD_STREAM:
+                    raise FormatError(f"entry {ino}: file extends past the shard stream limit")
+                if flags & FLAG_NLINK:
+                    fields["nlink"] = _U32.unpack_from(data, pos)[0]
+                    pos += 4
+                    if fields["nlink"] < 1:
+                        raise FormatError(f"entry {ino}: nlink 0")
+        elif kind == KIND_DIR:
+            if flags & (FLAG_LINK | FLAG_NLINK):
+                raise FormatError(f"entry {ino}: directory with file-only flags")
+            parent, first_child, nlink = _DIR.unpack_from(data, pos)
+            pos += _DIR.size
+            if size and first_child <= ino:
+                raise FormatError(f"directory entry {ino}: children must follow their directory")
+            if not size and first_child:
+                raise FormatError(f"directory entry {ino}: first child without children")
+            if size > MAX_ENTRIES or first_child + size - 1 > MAX_ENTRIES:
+                raise FormatError(f"directory entry {ino}: child range out of bounds")
+            fields.update(parent=parent, first_child=first_child, nlink=nlink)
+        elif kind == KIND_SYMLINK:
+            if flags & (FLAG_LINK | FLAG_NLINK):
+                raise FormatError(f"entry {ino}: symlink with file-only flags")
+            if not 1 <= size <= MAX_SYMLINK_TARGET or pos + size > n:
+                raise FormatError(f"symlink entry {ino}: target length {size} is invalid")
+            target = data[pos : pos + size]
+            if b"\0" in target:
+                raise FormatError(f"symlink entry {ino}: target contains NUL")
+            fields["symlink"] = target
+            pos += size
+        else:
+            raise FormatError(f"entry {ino} has unsupported file type 0o{kind:o}")
+        if flags & FLAG_USER_DATA:
+            (length,) = _U16.unpack_from(data, pos)
+            pos += 2
+            if not 1 <= length <= MAX_USER_DATA or pos + length > n:
+                raise FormatError(f"entry {ino}: user data length {length} is invalid")
+            fields["user_data"] = data[pos : pos + length]
+            pos += length
+    except struct.error:
+        raise FormatError(f"entry {ino} is truncated") from None
+    name = data[pos:]
+    if ino == ROOT_INO:
+        if name or kind != KIND_DIR:
+            raise FormatError("the root entry must be a nameless directory")
+    else:
+        validate_name(name)
+    return Entry(ino, mode, owner, mtime_ns, size, name, flags, **fields)
+
+
+# --- records -------------------------------------------------------------------------------------
+
+_RECORD = struct.Struct(">QIIIB")
+RECORD_VALUE_SIZE = _RECORD.size  # 21
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    shard: int
+    offset: int  # first byte in the uncompressed stream
+    stored_offset: int
+    stored_length: int
+    length: int
+    crc32c: int
+    flags: int
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.length
+
+
+def encode_record(r: Record) -> bytes:
+    return _RECORD.pack(r.stored_offset, r.stored_length, r.length, r.crc32c, r.flags)
+
+
+def decode_record(shard: int, offset: int, data: bytes, config: Config) -> Record:
+    if len(data) != RECORD_VALUE_SIZE:
+        raise FormatError(f"record value of {len(data)} bytes, expected {RECORD_VALUE_SIZE}")
+    stored_offset, stored_length, length, crc, flags = _RECORD.unpack(data)
+    r = Record(shard, offset, stored_offset, stored_length, length, crc, flags)
+    bad = None
+    if flags & ~(RECORD_ZEROS | RECORD_RAW) or flags == RECORD_ZEROS | RECORD_RAW:
+        bad = f"unknown flags 0x{flags:x}"
+    elif not 1 <= length <= config.record_size:
+        bad = f"length {length} outside 1..{config.record_size}"
+    elif stored_offset < config.block_size or stored_offset % config.block_size:
+        bad = f"stored offset {stored_offset} is not a block boundary past the header"
+    elif flags & RECORD_ZEROS and stored_length:
+        bad = "a zeros record with stored bytes"
+    elif flags & RECORD_RAW and stored_length != length:
+        bad = "a raw record whose stored length differs from its length"
+    elif not flags and not 0 < stored_length < length:
+        bad = f"compressed length {stored_length} not smaller than {length}"
+    if bad:
+        raise FormatError(f"record {shard}:{offset} is invalid: {bad}")
+    return r
+
+
+# --- shards --------------------------------------------------------------------------------------
+
+_SHARD_INFO = struct.Struct(">QQI")
+_SHARD_HEADER = struct.Struct(">8sII16s")
+SHARD_HEADER_SIZE = _SHARD_HEADER.size
+
+
+@dataclass(frozen=True, slots=True)
+class ShardInfo:
+    file_size: int
+    uncompressed_size: int
+    record_count: int
+
+
+def encode_shard_info(s: ShardInfo) -> bytes:
+    return _SHARD_INFO.pack(s.file_size, s.uncompressed_size, s.record_count)
+
+
+def decode_shard_info(data: bytes) -> ShardInfo:
+    if len(data) != _SHARD_INFO.size:
+        raise FormatError(f"shard value of {len(data)} bytes, expected {_SHARD_INFO.size}")
+    info = ShardInfo(*_SHARD_INFO.unpack(data))
+    if info.uncompressed_size > MAX_SHARD_STREAM:
+        raise FormatError("shard stream size out of range")
+    return info
+
+
+def encode_shard_header(index: int, bundle_id: bytes) -> bytes:
+    return _SHARD_HEADER.pack(SHARD_MAGIC, FORMAT_VERSION, index, bundle_id)
+
+
+def check_shard_header(data: bytes, index: int, bundle_id: bytes) -> None:
+    if len(data) < SHARD_HEADER_SIZE:
+        raise FormatError(f"shard {index} is too short to hold its header")
+    magic, version, got_index, got_id = _SHARD_HEADER.unpack_from(data)
+    if magic != SHARD_MAGIC:
+        raise FormatError(f"shard {index} has the wrong magic")
+    if version != FORMAT_VERSION:
+        raise UnsupportedVersionError(f"shard {index} has format version {version}")
+    if got_index != index or got_id != bundle_id:
+        raise FormatError(f"shard {index} belongs to another bundle or position")
+
+
+def pad_to(n: int, block: int) -> int:
+    """``n`` rounded up to a multiple of ``block`` (a power of two)."""
+    return (n + block - 1) & ~(block - 1)

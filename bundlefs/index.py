@@ -1,0 +1,299 @@
+"""LMDB access: ``IndexReader`` (validated, read-only, lock-free) and ``IndexWriter`` (bulk loads).
+
+The reader checks the completion marker, the index size, LMDB's meta pages and the index checksum
+*before* LMDB maps the file, because LMDB trusts its file completely (a truncated file faults the
+process with SIGBUS). It knows nothing about shards beyond their descriptors.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Iterator
+
+import lmdb
+
+from . import format as fmt
+from .checksum import crc32c, file_checksum
+from .errors import FormatError, IncompleteBundleError, NotABundleError
+
+# Open readers, so that a forked child (a DataLoader worker) reopens LMDB instead of using the
+# parent's environment, which must never cross a fork.
+_open_readers: weakref.WeakSet[IndexReader] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for reader in list(_open_readers):
+        reader._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def read_marker(bundle_dir: str) -> fmt.Marker:
+    """Read and validate ``COMPLETE``; explains what is wrong when it is absent."""
+    path = os.path.join(bundle_dir, fmt.MARKER_NAME)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(fmt.MARKER_SIZE + 1)
+    except FileNotFoundError:
+        if not os.path.isdir(bundle_dir):
+            raise NotABundleError(f"{bundle_dir} does not exist or is not a directory") from None
+        if os.path.isdir(os.path.join(bundle_dir, fmt.INDEX_DIR)):
+            raise IncompleteBundleError(
+                f"{bundle_dir} is an incomplete bundle (no completion marker: was pack killed?)"
+            ) from None
+        raise NotABundleError(f"{bundle_dir} is not a bundle (no completion marker)") from None
+    except IsADirectoryError:
+        raise NotABundleError(f"{bundle_dir} is not a bundle") from None
+    return fmt.decode_marker(data, crc32c)
+
+
+class IndexReader:
+    """Read-only view of a bundle's index. Safe to share between threads and across fork()."""
+
+    def __init__(self, bundle_dir: str, *, check_checksum: bool = True) -> None:
+        self.bundle_dir = bundle_dir
+        self.marker = read_marker(bundle_dir)
+        self._check_checksum = check_checksum
+        self._env: lmdb.Environment | None = None
+        self._local = threading.local()
+        self._validate_file()
+        self._open()
+        self.config = fmt.decode_config(
+            self._get(self._dbs[fmt.DB_CONFIG], fmt.CONFIG_KEY, "config")
+        )
+        if self.config.shard_count != self.marker.shard_count:
+            raise FormatError("config and completion marker disagree on the shard count")
+        self.owners = self._load_owners()
+        _open_readers.add(self)
+
+    # -- opening ---------------------------------------------------------------------------------
+
+    @property
+    def index_path(self) -> str:
+        return os.path.join(self.bundle_dir, fmt.INDEX_DIR, fmt.INDEX_FILE)
+
+    def _validate_file(self) -> None:
+        path = self.index_path
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                head = f.read(fmt.LMDB_META_PROBE + 65536)
+        except OSError as e:
+            raise NotABundleError(f"cannot read the index {path}: {e.strerror}") from None
+        if size != self.marker.index_size:
+            raise FormatError(
+                f"index is {size} bytes but the completion marker says {self.marker.index_size} "
+                "(truncated or replaced index)"
+            )
+        fmt.check_lmdb_meta(head, size)
+        if self._check_checksum and file_checksum(path)[0] != self.marker.index_crc32c:
+            raise FormatError("index fails its checksum (the index file was altered or damaged)")
+
+    def _open(self) -> None:
+        try:
+            self._env = lmdb.open(
+                os.path.join(self.bundle_dir, fmt.INDEX_DIR),
+                readonly=True,
+                lock=False,
+                readahead=False,
+                max_dbs=len(fmt.ALL_DBS) + 1,
+                subdir=True,
+            )
+            self._dbs = {name: self._env.open_db(name, create=False) for name in fmt.ALL_DBS}
+        except lmdb.Error as e:
+            raise FormatError(f"index cannot be opened: {e}") from None
+        self._local = threading.local()
+
+    def _forked(self) -> None:
+        # The parent's environment and transactions are unusable here; drop them without closing
+        # (closing would touch state shared with the parent) and open afresh.
+        self._env = None
+        try:
+            self._open()
+        except FormatError:
+            self._env = None
+
+    def close(self) -> None:
+        _open_readers.discard(self)
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+
+    # -- transactions ----------------------------------------------------------------------------
+
+    def _txn(self) -> lmdb.Transaction:
+        # The bundle is immutable and opened without a lock table, so a long-lived read transaction
+        # per thread is safe and saves ~1.5 µs per call over beginning one each time.
+        txn = getattr(self._local, "txn", None)
+        if txn is None:
+            if self._env is None:
+                raise FormatError("the index is closed")
+            txn = self._local.txn = self._env.begin(buffers=False)
+        return txn
+
+    def _get(self, db, key: bytes, what: str) -> bytes:
+        try:
+            value = self._txn().get(key, db=db)
+        except lmdb.Error as e:
+            raise FormatError(f"index is damaged reading {what}: {e}") from None
+        if value is None:
+            raise FormatError(f"index has no {what}")
+        return value
+
+    # -- queries ---------------------------------------------------------------------------------
+
+    def _load_owners(self) -> list[tuple[int, int]]:
+        owners = []
+        for i in range(self.config.owner_count):
+            owners.append(
+                fmt.decode_owner(self._get(self._dbs[fmt.DB_OWNERS], fmt.owner_key(i), "owner"))
+            )
+        return owners
+
+    def entry(self, ino: int) -> fmt.Entry:
+        if not 1 <= ino <= self.config.entry_count:
+            raise FormatError(f"inode {ino} is out of range")
+        data = self._get(self._dbs[fmt.DB_ENTRIES], fmt.entry_key(ino), f"entry {ino}")
+        entry = fmt.decode_entry(ino, data)
+        if entry.owner >= len(self.owners):
+            raise FormatError(f"entry {ino} names owner {entry.owner}, which does not exist")
+        return entry
+
+    def entry_name(self, ino: int) -> bytes:
+        """Just the name of an entry, for binary search (the name runs to the end of the value)."""
+        return self.entry(ino).name
+
+    def iter_entries(self, first: int, count: int) -> Iterator[fmt.Entry]:
+        """Entries ``first … first+count−1`` with one cursor scan."""
+        if count <= 0:
+            return
+        end = first + count
+        try:
+            cursor = self._txn().cursor(db=self._dbs[fmt.DB_ENTRIES])
+            if not cursor.set_key(fmt.entry_key(first)):
+                raise FormatError(f"index has no entry {first}")
+            expected = first
+            for key, value in cursor:
+                ino = fmt.decode_entry_key(key)
+                if ino != expected:
+                    raise FormatError(f"index is missing entry {expected}")
+                entry = fmt.decode_entry(ino, value)
+                if entry.owner >= len(self.owners):
+                    raise FormatError(
+                        f"entry {ino} names owner {entry.owner}, which does not exist"
+                    )
+                yield entry
+                expected += 1
+                if expected == end:
+                    return
+        except lmdb.Error as e:
+            raise FormatError(f"index is damaged listing entries: {e}") from None
+        raise FormatError(f"index is missing entry {expected}")
+
+    def record_at(self, shard: int, offset: int) -> fmt.Record:
+        """The record of ``shard`` whose uncompressed range holds ``offset``."""
+        try:
+            cursor = self._txn().cursor(db=self._dbs[fmt.DB_RECORDS])
+            key = fmt.record_key(shard, offset)
+            if not cursor.set_range(key):
+                positioned = cursor.last()
+            elif cursor.key() != key:
+                positioned = cursor.prev()
+            else:
+                positioned = True
+            if not positioned:
+                raise FormatError(f"no record holds shard {shard} offset {offset}")
+            rec_shard, rec_offset = fmt.decode_record_key(cursor.key())
+            value = cursor.value()
+        except lmdb.Error as e:
+            raise FormatError(f"index is damaged looking up a record: {e}") from None
+        record = fmt.decode_record(rec_shard, rec_offset, value, self.config)
+        if rec_shard != shard or not record.offset <= offset < record.end:
+            raise FormatError(f"no record holds shard {shard} offset {offset}")
+        return record
+
+    def iter_records(self, shard: int) -> Iterator[fmt.Record]:
+        try:
+            cursor = self._txn().cursor(db=self._dbs[fmt.DB_RECORDS])
+            if not cursor.set_range(fmt.record_key(shard, 0)):
+                return
+            for key, value in cursor:
+                rec_shard, offset = fmt.decode_record_key(key)
+                if rec_shard != shard:
+                    return
+                yield fmt.decode_record(rec_shard, offset, value, self.config)
+        except lmdb.Error as e:
+            raise FormatError(f"index is damaged listing records: {e}") from None
+
+    def shard_info(self, shard: int) -> fmt.ShardInfo:
+        if not 0 <= shard < self.config.shard_count:
+            raise FormatError(f"shard {shard} does not exist")
+        return fmt.decode_shard_info(
+            self._get(self._dbs[fmt.DB_SHARDS], fmt.shard_key(shard), f"shard {shard}")
+        )
+
+
+class IndexWriter:
+    """Writes a fresh index with sorted appends. Owned by the packer; one writer per index."""
+
+    # Deterministic commit points keep the dirty set bounded and the output byte-identical.
+    COMMIT_EVERY = 50_000
+
+    def __init__(self, index_dir: str, map_size: int = 1 << 40) -> None:
+        os.makedirs(index_dir, exist_ok=True)
+        self._env = lmdb.open(
+            index_dir,
+            map_size=map_size,
+            subdir=True,
+            lock=False,  # we own the directory exclusively; no lock.mdb in the bundle
+            max_dbs=len(fmt.ALL_DBS) + 1,
+            sync=False,  # the packer fsyncs once at the end
+            metasync=False,
+        )
+        self._dbs = {name: self._env.open_db(name) for name in fmt.ALL_DBS}
+        self._txn = self._env.begin(write=True)
+        self._pending = 0
+
+    def _put(self, db: bytes, key: bytes, value: bytes, *, append: bool) -> None:
+        if not self._txn.put(key, value, db=self._dbs[db], append=append, overwrite=not append):
+            raise FormatError(f"index key {key!r} was written twice")
+        self._pending += 1
+        if self._pending >= self.COMMIT_EVERY:
+            self._txn.commit()
+            self._txn = self._env.begin(write=True)
+            self._pending = 0
+
+    def put_entry(self, entry: fmt.Entry) -> None:
+        self._put(fmt.DB_ENTRIES, fmt.entry_key(entry.ino), fmt.encode_entry(entry), append=True)
+
+    def replace_entry(self, entry: fmt.Entry) -> None:
+        """Rewrite an entry already written (same value length, so LMDB overwrites in place)."""
+        self._put(fmt.DB_ENTRIES, fmt.entry_key(entry.ino), fmt.encode_entry(entry), append=False)
+
+    def put_record(self, record: fmt.Record) -> None:
+        key = fmt.record_key(record.shard, record.offset)
+        self._put(fmt.DB_RECORDS, key, fmt.encode_record(record), append=True)
+
+    def put_shard(self, index: int, info: fmt.ShardInfo) -> None:
+        self._put(fmt.DB_SHARDS, fmt.shard_key(index), fmt.encode_shard_info(info), append=True)
+
+    def put_owner(self, index: int, uid: int, gid: int) -> None:
+        self._put(fmt.DB_OWNERS, fmt.owner_key(index), fmt.encode_owner(uid, gid), append=True)
+
+    def put_config(self, config: fmt.Config) -> None:
+        self._put(fmt.DB_CONFIG, fmt.CONFIG_KEY, fmt.encode_config(config), append=False)
+
+    def close(self) -> None:
+        """Commit, flush to disk and close."""
+        self._txn.commit()
+        self._env.sync(True)
+        self._env.close()
+
+    def abort(self) -> None:
+        try:
+            self._txn.abort()
+        finally:
+            self._env.close()

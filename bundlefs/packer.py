@@ -1,0 +1,538 @@
+"""Packing a source tree into a bundle, atomically and deterministically.
+
+The tree is walked breadth first with names sorted bytewise, which assigns inode numbers exactly as
+docs/format.md §3.3 requires and lets every index write be a sorted append. Memory holds the queue
+of directories still to list and the names of the one directory being listed — never the whole tree.
+
+The bundle is built in a temporary sibling and renamed into place only once complete; see
+``_publish``. A killed packer leaves only that sibling, which the next pack removes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import fnmatch
+import hashlib
+import logging
+import os
+import shutil
+import stat as statmod
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from . import format as fmt
+from .checksum import crc32c
+from .errors import PackError
+from .index import IndexWriter
+from .shards import ShardWriter, write_shard_header
+
+log = logging.getLogger(__name__)
+
+_READ_CHUNK = 1024 * 1024
+_PARTIAL_TAG = ".partial-"
+DEFAULT_SHARD_SIZE = 4 * 1024**3
+
+
+@dataclass(frozen=True)
+class PackOptions:
+    record_size: int = fmt.DEFAULT_RECORD_SIZE
+    block_size: int = fmt.DEFAULT_BLOCK_SIZE
+    compression: str = "lz4"
+    shard_size: int = DEFAULT_SHARD_SIZE
+    excludes: tuple[str, ...] = ()
+    force: bool = False
+    skip_errors: bool = False
+    # Called with (relative path bytes, lstat result); returns bytes to attach to the entry or None.
+    user_data: Callable[[bytes, os.stat_result], bytes | None] | None = None
+
+
+@dataclass
+class PackProgress:
+    """Counters updated while packing; ``total_*`` are unknown (0) unless the caller set them."""
+
+    files: int = 0
+    dirs: int = 0
+    bytes_read: int = 0
+    bytes_stored: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class PackSummary:
+    dest: str
+    config: fmt.Config
+    stored_bytes: int
+    index_bytes: int
+    seconds: float
+    skipped: list[str] = field(default_factory=list)  # special files and (with skip_errors) errors
+    changed: list[str] = field(default_factory=list)  # files that changed while being read
+
+
+def partial_dir(dest: str) -> str:
+    parent, name = os.path.split(os.path.abspath(dest))
+    return os.path.join(parent, f".{name}{_PARTIAL_TAG}{os.getpid()}")
+
+
+def remove_stale_partials(dest: str) -> list[str]:
+    """Remove the temporary siblings of interrupted packs to ``dest`` whose process is gone."""
+    parent, name = os.path.split(os.path.abspath(dest))
+    prefix = f".{name}{_PARTIAL_TAG}"
+    removed = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    for entry in names:
+        if not entry.startswith(prefix):
+            continue
+        pid = entry[len(prefix) :]
+        if pid.isdigit() and int(pid) != os.getpid() and _process_alive(int(pid)):
+            continue
+        shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def pack(
+    source: str,
+    dest: str,
+    options: PackOptions = PackOptions(),  # noqa: B008 - frozen, safe as a default
+    progress: Callable[[PackProgress], None] | None = None,
+) -> PackSummary:
+    """Pack the tree at ``source`` into a new bundle at ``dest``."""
+    if options.compression not in fmt.COMPRESSION_NAMES:
+        raise PackError(f"unknown compression {options.compression!r} (choose lz4 or none)")
+    try:
+        fmt.validate_layout(options.block_size, options.record_size)
+    except fmt.FormatError as e:
+        raise PackError(str(e)) from None
+    if not os.path.isdir(source):
+        raise PackError(f"source {source} is not a directory")
+    if os.path.lexists(dest) and not options.force:
+        raise PackError(f"{dest} already exists (use --force to replace it)")
+    parent = os.path.dirname(os.path.abspath(dest))
+    if not os.path.isdir(parent):
+        raise PackError(f"the directory to hold {dest} does not exist")
+    dest_abs, source_abs = os.path.abspath(dest), os.path.abspath(source)
+    if dest_abs == source_abs or dest_abs.startswith(source_abs.rstrip("/") + "/"):
+        raise PackError("the bundle cannot be written inside the tree being packed")
+    remove_stale_partials(dest)
+    work = partial_dir(dest)
+    os.mkdir(work)
+    try:
+        summary = _Packer(source, work, options, progress).run()
+        _publish(work, dest, options.force)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    summary.dest = dest
+    return summary
+
+
+class _Packer:
+    def __init__(self, source, work, options: PackOptions, progress) -> None:
+        self.source = os.fsencode(source)
+        self.work = work
+        self.options = options
+        self.report = progress
+        self.progress = PackProgress()
+        self._last_report = 0.0
+        self.config = fmt.Config(
+            block_size=options.block_size,
+            record_size=options.record_size,
+            compression=fmt.COMPRESSION_NAMES[options.compression],
+        )
+        self.index = IndexWriter(os.path.join(work, fmt.INDEX_DIR))
+        self.shards: list[fmt.ShardInfo] = []
+        self.shard: ShardWriter | None = None
+        self.owners: dict[tuple[int, int], int] = {}
+        self.hardlinks: dict[tuple[int, int], list] = {}  # (st_dev, st_ino) -> [entry, names]
+        self.counts = dict(files=0, dirs=0, symlinks=0, hardlinks=0, data_bytes=0)
+        self.next_ino = fmt.ROOT_INO + 1
+        self.skipped: list[str] = []
+        self.changed: list[str] = []
+
+    # -- the walk ----------------------------------------------------------------------------------
+
+    def run(self) -> PackSummary:
+        started = time.monotonic()
+        try:
+            root_stat = os.stat(self.source)
+            root = self._dir_entry(fmt.ROOT_INO, b"", root_stat, fmt.ROOT_INO, b"")
+            self.index.put_entry(root)
+            queue: deque[tuple[fmt.Entry, bytes]] = deque([(root, b"")])
+            while queue:
+                directory, rel = queue.popleft()
+                self._pack_directory(directory, rel, queue)
+            self._finish_hardlinks()
+            if self.shard is None and not self.shards:
+                self._shard_for(0)  # an empty tree still gets one shard: every bundle has one
+            self._close_shard()
+            for i, info in enumerate(self.shards):
+                self.index.put_shard(i, info)
+            self.config = dataclasses.replace(self.config, **_config_counts(self))
+            self.index.put_config(self.config)
+            self.index.close()
+        except BaseException:
+            if self.shard is not None:
+                self.shard.abort()
+            raise
+        index_path = os.path.join(self.work, fmt.INDEX_DIR, fmt.INDEX_FILE)
+        marker = self._seal(index_path)
+        stored = sum(s.file_size for s in self.shards)
+        return PackSummary(
+            "",
+            self.config,
+            stored,
+            marker.index_size,
+            time.monotonic() - started,
+            self.skipped,
+            self.changed,
+        )
+
+    def _pack_directory(self, directory: fmt.Entry, rel: bytes, queue: deque) -> None:
+        path = os.path.join(self.source, rel) if rel else self.source
+        try:
+            names = sorted(os.listdir(path))
+        except OSError as e:
+            self._source_error(rel, e)
+            names = []
+        first_child = self.next_ino
+        subdirs = 0
+        for name in names:
+            child_rel = rel + b"/" + name if rel else name
+            if self._excluded(child_rel, name):
+                continue
+            if len(name) > fmt.MAX_NAME:
+                self._source_error(child_rel, OSError(errno.ENAMETOOLONG, "name too long"))
+                continue
+            child = self._pack_child(child_rel, name, directory.ino)
+            if child is None:
+                continue
+            if child.is_dir:
+                subdirs += 1
+                queue.append((child, child_rel))
+        count = self.next_ino - first_child
+        final = _replace(
+            directory,
+            size=count,
+            first_child=first_child if count else 0,
+            nlink=2 + subdirs,
+        )
+        self.index.replace_entry(final)
+        self.progress.dirs += 1
+
+    def _pack_child(self, rel: bytes, name: bytes, parent: int) -> fmt.Entry | None:
+        try:
+            st = os.lstat(os.path.join(self.source, rel))
+        except OSError as e:
+            self._source_error(rel, e)
+            return None
+        ino = self.next_ino
+        if ino > fmt.MAX_ENTRIES:
+            raise PackError("the tree has more entries than a bundle can hold (2^32 - 1)")
+        kind = statmod.S_IFMT(st.st_mode)
+        if kind == statmod.S_IFDIR:
+            entry = self._dir_entry(ino, name, st, parent, rel)
+        elif kind == statmod.S_IFLNK:
+            entry = self._symlink_entry(ino, name, st, rel)
+        elif kind == statmod.S_IFREG:
+            entry = self._file_entry(ino, name, st, rel)
+        else:
+            log.warning("skipping %s: not a regular file, directory or symlink", _show(rel))
+            self.skipped.append(_show(rel))
+            return None
+        if entry is None:
+            return None
+        self.index.put_entry(entry)
+        self.next_ino += 1
+        return entry
+
+    # -- entries -----------------------------------------------------------------------------------
+
+    def _common(self, st: os.stat_result, rel: bytes) -> dict:
+        key = (st.st_uid, st.st_gid)
+        owner = self.owners.get(key)
+        if owner is None:
+            owner = len(self.owners)
+            if owner >= fmt.MAX_OWNERS:
+                raise PackError("the tree has more distinct (uid, gid) pairs than a bundle holds")
+            self.owners[key] = owner
+            self.index.put_owner(owner, *key)
+        user_data = b""
+        if self.options.user_data is not None:
+            user_data = self.options.user_data(rel, st) or b""
+            if len(user_data) > fmt.MAX_USER_DATA:
+                raise PackError(f"user data for {_show(rel)} is over {fmt.MAX_USER_DATA} bytes")
+        return dict(
+            mode=statmod.S_IFMT(st.st_mode) | statmod.S_IMODE(st.st_mode),
+            owner=owner,
+            mtime_ns=st.st_mtime_ns,
+            user_data=user_data,
+        )
+
+    def _dir_entry(self, ino, name, st, parent, rel) -> fmt.Entry:
+        self.counts["dirs"] += 1
+        # Placeholder: _pack_directory rewrites it (same length) once its children are known.
+        return fmt.Entry(
+            ino=ino,
+            size=0,
+            name=name,
+            parent=parent,
+            first_child=0,
+            nlink=2,
+            **self._common(st, rel),
+        )
+
+    def _symlink_entry(self, ino, name, st, rel) -> fmt.Entry | None:
+        try:
+            target = os.readlink(os.path.join(self.source, rel))
+        except OSError as e:
+            self._source_error(rel, e)
+            return None
+        if not 1 <= len(target) <= fmt.MAX_SYMLINK_TARGET:
+            self._source_error(rel, OSError(errno.ENAMETOOLONG, "symlink target too long"))
+            return None
+        self.counts["symlinks"] += 1
+        return fmt.Entry(
+            ino=ino, size=len(target), name=name, symlink=target, **self._common(st, rel)
+        )
+
+    def _file_entry(self, ino, name, st, rel) -> fmt.Entry | None:
+        link_key = (st.st_dev, st.st_ino)
+        if st.st_nlink > 1 and link_key in self.hardlinks:
+            first = self.hardlinks[link_key]
+            first[1] += 1
+            self.counts["hardlinks"] += 1
+            target: fmt.Entry = first[0]
+            return fmt.Entry(
+                ino=ino,
+                mode=target.mode,
+                owner=target.owner,
+                mtime_ns=target.mtime_ns,
+                size=target.size,
+                name=name,
+                flags=fmt.FLAG_LINK,
+                target=target.ino,
+            )
+        stored = self._store_content(rel, st)
+        if stored is None:
+            return None
+        shard, offset, size, crc, st = stored
+        flags = fmt.FLAG_NLINK if st.st_nlink > 1 else 0
+        entry = fmt.Entry(
+            ino=ino,
+            size=size,
+            name=name,
+            flags=flags,
+            shard=shard,
+            offset=offset,
+            crc32c=crc,
+            nlink=1,
+            **self._common(st, rel),
+        )
+        if st.st_nlink > 1:
+            self.hardlinks[link_key] = [entry, 1]
+        self.counts["files"] += 1
+        self.counts["data_bytes"] += size
+        self.progress.files += 1
+        return entry
+
+    def _store_content(self, rel: bytes, st: os.stat_result):
+        """Copy a file into the current shard: (shard, offset, size, crc, stat) or None if skipped.
+
+        What is stored is exactly the bytes read, with their own size and CRC, so a file that
+        changes while being read is stored consistently (and reported).
+        """
+        path = os.path.join(self.source, rel)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as e:
+            self._source_error(rel, e)
+            return None
+        try:
+            before = os.fstat(fd)
+            if not statmod.S_ISREG(before.st_mode):
+                self._source_error(rel, OSError(errno.EINVAL, "no longer a regular file"))
+                return None
+            shard = self._shard_for(before.st_size)
+            offset = shard.stream_size
+            crc, size = 0, 0
+            while True:
+                try:
+                    chunk = os.read(fd, _READ_CHUNK)
+                except OSError as e:
+                    raise PackError(f"cannot read {_show(rel)}: {e.strerror}") from None
+                if not chunk:
+                    break
+                shard.write(chunk)
+                crc = crc32c(chunk, crc)
+                size += len(chunk)
+                self.progress.bytes_read += len(chunk)
+                self._tick()
+            after = os.fstat(fd)
+        finally:
+            os.close(fd)
+        if size != before.st_size or after.st_mtime_ns != before.st_mtime_ns:
+            log.warning("%s changed while it was packed; stored the bytes read", _show(rel))
+            self.changed.append(_show(rel))
+        self._drain_records()
+        return shard.index, offset, size, crc, before
+
+    # -- shards and records ------------------------------------------------------------------------
+
+    def _shard_for(self, size: int) -> ShardWriter:
+        shard = self.shard
+        if (
+            shard is not None
+            and shard.stream_size
+            and (
+                shard.file_size >= self.options.shard_size
+                or shard.stream_size + size > fmt.MAX_SHARD_STREAM
+            )
+        ):
+            self._close_shard()
+            shard = None
+        if shard is None:
+            index = len(self.shards)
+            if index >= fmt.MAX_SHARDS:
+                raise PackError("the bundle would need more than 65,536 shards")
+            path = os.path.join(self.work, fmt.shard_filename(index))
+            shard = self.shard = ShardWriter(path, index, self.config)
+        if size > self.config.large_file_threshold:
+            shard.cut()  # large files start on a record boundary
+        return shard
+
+    def _close_shard(self) -> None:
+        if self.shard is None:
+            return
+        info = self.shard.finish()
+        self._drain_records()
+        self.shards.append(info)
+        self.shard = None
+
+    def _drain_records(self) -> None:
+        shard = self.shard
+        if shard is None:
+            return
+        for record in shard.records:
+            self.index.put_record(record)
+            self.progress.bytes_stored += record.stored_length
+        shard.records.clear()
+
+    def _finish_hardlinks(self) -> None:
+        for entry, names in self.hardlinks.values():
+            if names > 1:
+                self.index.replace_entry(_replace(entry, nlink=names))
+
+    # -- sealing -----------------------------------------------------------------------------------
+
+    def _seal(self, index_path: str) -> fmt.Marker:
+        """Hash the index, stamp the shards with the bundle id and write COMPLETE."""
+        blake = hashlib.blake2b()
+        crc, size = 0, 0
+        with open(index_path, "rb", buffering=0) as f:
+            while chunk := f.read(4 * 1024 * 1024):
+                blake.update(chunk)
+                crc = crc32c(chunk, crc)
+                size += len(chunk)
+        bundle_id = blake.digest()[:16]
+        for i in range(len(self.shards)):
+            write_shard_header(os.path.join(self.work, fmt.shard_filename(i)), i, bundle_id)
+        marker = fmt.Marker(bundle_id, size, crc, len(self.shards))
+        marker_path = os.path.join(self.work, fmt.MARKER_NAME)
+        with open(marker_path, "wb") as f:
+            f.write(fmt.encode_marker(marker, crc32c))
+            f.flush()
+            os.fsync(f.fileno())
+        for d in (os.path.join(self.work, fmt.INDEX_DIR), self.work):
+            _fsync_dir(d)
+        return marker
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def _excluded(self, rel: bytes, name: bytes) -> bool:
+        if not self.options.excludes:
+            return False
+        rel_s, name_s = os.fsdecode(rel), os.fsdecode(name)
+        return any(
+            fnmatch.fnmatchcase(rel_s, p) or fnmatch.fnmatchcase(name_s, p)
+            for p in self.options.excludes
+        )
+
+    def _source_error(self, rel: bytes, error: OSError) -> None:
+        where = _show(rel) or "."
+        if not self.options.skip_errors:
+            raise PackError(f"cannot read {where}: {error.strerror or error}")
+        log.warning("skipping %s: %s", where, error.strerror or error)
+        self.skipped.append(where)
+
+    def _tick(self) -> None:
+        if self.report is None:
+            return
+        now = time.monotonic()
+        if now - self._last_report >= 0.2:
+            self._last_report = now
+            self.report(self.progress)
+
+
+def _config_counts(p: _Packer) -> dict:
+    return dict(
+        shard_count=len(p.shards),
+        owner_count=len(p.owners),
+        entry_count=p.next_ino - 1,
+        file_count=p.counts["files"],
+        dir_count=p.counts["dirs"],
+        symlink_count=p.counts["symlinks"],
+        hardlink_count=p.counts["hardlinks"],
+        data_bytes=p.counts["data_bytes"],
+        created_ns=int(os.environ["SOURCE_DATE_EPOCH"]) * 10**9
+        if os.environ.get("SOURCE_DATE_EPOCH", "").isdigit()
+        else 0,
+    )
+
+
+def _replace(entry: fmt.Entry, **changes) -> fmt.Entry:
+    return dataclasses.replace(entry, **changes)
+
+
+def _show(rel: bytes) -> str:
+    return os.fsdecode(rel)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _publish(work: str, dest: str, force: bool) -> None:
+    """Move the finished bundle into place; with ``force``, replace what is there."""
+    old = None
+    if os.path.lexists(dest):
+        if not force:
+            raise PackError(f"{dest} appeared while packing; the new bundle was discarded")
+        old = work + ".old"
+        os.rename(dest, old)
+    os.rename(work, dest)
+    _fsync_dir(os.path.dirname(os.path.abspath(dest)))
+    if old is not None:
+        if os.path.isdir(old) and not os.path.islink(old):
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.unlink(old)

@@ -1,0 +1,207 @@
+"""Shard file I/O: the record codec, ``ShardWriter`` (append, pad, header) and ``ShardSet`` (reads).
+
+Reads use ``os.pread`` so no file position is shared between threads or forked processes. Every
+record read checks the record's CRC32C before decompressing, and decompression is bounded by the
+length the index promises: a forged length cannot make a reader allocate more than ``record_size``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import lz4.block
+
+from . import format as fmt
+from .checksum import crc32c
+from .errors import CorruptDataError, FormatError
+
+
+def encode_record_payload(data: bytes, compression: int) -> tuple[bytes, int]:
+    """Choose how to store one record: (stored bytes, record flags)."""
+    if data.count(0) == len(data):
+        return b"", fmt.RECORD_ZEROS
+    if compression == fmt.COMPRESSION_LZ4:
+        packed = lz4.block.compress(data, store_size=False)
+        if len(packed) < len(data):
+            return packed, 0
+    return bytes(data), fmt.RECORD_RAW
+
+
+def decode_record_payload(record: fmt.Record, stored: bytes) -> bytes:
+    """Expand the stored bytes of a record whose CRC has been checked."""
+    if record.flags & fmt.RECORD_ZEROS:
+        return bytes(record.length)
+    if record.flags & fmt.RECORD_RAW:
+        return stored
+    try:
+        data = lz4.block.decompress(stored, uncompressed_size=record.length)
+    except lz4.block.LZ4BlockError:
+        raise CorruptDataError(
+            "record does not decompress", shard=record.shard, record=record.offset
+        ) from None
+    if len(data) != record.length:
+        raise CorruptDataError(
+            f"record decompressed to {len(data)} bytes, expected {record.length}",
+            shard=record.shard,
+            record=record.offset,
+        )
+    return data
+
+
+class ShardWriter:
+    """Appends records to one shard file; its header is written last, when the bundle id is known."""
+
+    def __init__(self, path: str, index: int, config: fmt.Config) -> None:
+        self.path = path
+        self.index = index
+        self._config = config
+        self._file = open(path, "wb")  # noqa: SIM115 - closed in finish()/abort()
+        self._file.write(bytes(config.block_size))  # header block, filled in by write_header()
+        self._file_size = config.block_size
+        self._pending = bytearray()  # the record being filled
+        self._pending_start = 0  # its offset in the uncompressed stream
+        self.stream_size = 0  # bytes written to the uncompressed stream so far
+        self.records: list[fmt.Record] = []  # produced records, drained by the packer
+        self.record_count = 0
+
+    def write(self, data: bytes | memoryview) -> None:
+        """Append bytes to the uncompressed stream, emitting full records."""
+        view = memoryview(data)
+        record_size = self._config.record_size
+        while view:
+            room = record_size - len(self._pending)
+            self._pending += view[:room]
+            view = view[room:]
+            if len(self._pending) == record_size:
+                self._emit()
+        self.stream_size += len(data)
+
+    def cut(self) -> None:
+        """End the current record early, so the next byte starts a record."""
+        if self._pending:
+            self._emit()
+
+    def _emit(self) -> None:
+        data = bytes(self._pending)
+        stored, flags = encode_record_payload(data, self._config.compression)
+        record = fmt.Record(
+            shard=self.index,
+            offset=self._pending_start,
+            stored_offset=self._file_size,
+            stored_length=len(stored),
+            length=len(data),
+            crc32c=crc32c(stored),
+            flags=flags,
+        )
+        if stored:
+            padded = fmt.pad_to(len(stored), self._config.block_size)
+            self._file.write(stored)
+            self._file.write(bytes(padded - len(stored)))
+            self._file_size += padded
+        self.records.append(record)
+        self.record_count += 1
+        self._pending_start += len(data)
+        self._pending.clear()
+
+    @property
+    def file_size(self) -> int:
+        return self._file_size
+
+    def finish(self) -> fmt.ShardInfo:
+        self.cut()
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        return fmt.ShardInfo(self._file_size, self.stream_size, self.record_count)
+
+    def abort(self) -> None:
+        self._file.close()
+
+
+def write_shard_header(path: str, index: int, bundle_id: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.pwrite(fd, fmt.encode_shard_header(index, bundle_id), 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class ShardSet:
+    """The shard files of one bundle, opened lazily, read with pread. Thread-safe."""
+
+    def __init__(self, bundle_dir: str, marker: fmt.Marker) -> None:
+        self._dir = bundle_dir
+        self._marker = marker
+        self._fds: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def _fd(self, shard: int) -> int:
+        fd = self._fds.get(shard)
+        if fd is not None:
+            return fd
+        with self._lock:
+            fd = self._fds.get(shard)
+            if fd is None:
+                fd = self._open(shard)
+                self._fds[shard] = fd
+        return fd
+
+    def _open(self, shard: int) -> int:
+        if not 0 <= shard < self._marker.shard_count:
+            raise FormatError(f"shard {shard} does not exist")
+        path = os.path.join(self._dir, fmt.shard_filename(shard))
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            raise CorruptDataError(f"cannot open shard file: {e.strerror}", shard=shard) from None
+        try:
+            fmt.check_shard_header(
+                os.pread(fd, fmt.SHARD_HEADER_SIZE, 0), shard, self._marker.bundle_id
+            )
+        except FormatError as e:
+            os.close(fd)
+            raise CorruptDataError(str(e), shard=shard) from None
+        return fd
+
+    def _pread(self, record: fmt.Record, length: int, offset: int) -> bytes:
+        try:
+            data = os.pread(self._fd(record.shard), length, offset)
+        except OSError as e:
+            raise CorruptDataError(
+                f"read error: {e.strerror}", shard=record.shard, record=record.offset
+            ) from None
+        if len(data) != length:
+            raise CorruptDataError(
+                "shard is shorter than its index says (truncated?)",
+                shard=record.shard,
+                record=record.offset,
+            )
+        return data
+
+    def load(self, record: fmt.Record) -> bytes:
+        """The record's uncompressed bytes, checksum verified."""
+        stored = b""
+        if not record.flags & fmt.RECORD_ZEROS:
+            stored = self._pread(record, record.stored_length, record.stored_offset)
+        if crc32c(stored) != record.crc32c:
+            raise CorruptDataError(
+                "record fails its checksum", shard=record.shard, record=record.offset
+            )
+        return decode_record_payload(record, stored)
+
+    def read_raw(self, record: fmt.Record, start: int, length: int) -> bytes:
+        """Bytes ``start … start+length`` of the stream from a RAW record, *without* a record CRC.
+
+        Only for callers that verify the bytes themselves (a whole-file read checks the file CRC).
+        """
+        assert record.flags & fmt.RECORD_RAW and record.offset <= start
+        assert start + length <= record.end
+        return self._pread(record, length, record.stored_offset + start - record.offset)
+
+    def close(self) -> None:
+        with self._lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
