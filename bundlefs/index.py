@@ -7,6 +7,7 @@ process with SIGBUS). It knows nothing about shards beyond their descriptors.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import weakref
@@ -20,6 +21,8 @@ from .errors import FormatError, IncompleteBundleError, NotABundleError
 
 # Open readers, so that a forked child (a DataLoader worker) reopens LMDB instead of using the
 # parent's environment, which must never cross a fork.
+log = logging.getLogger(__name__)
+
 _open_readers: weakref.WeakSet[IndexReader] = weakref.WeakSet()
 
 
@@ -108,13 +111,16 @@ class IndexReader:
         self._local = threading.local()
 
     def _forked(self) -> None:
-        # The parent's environment and transactions are unusable here; drop them without closing
-        # (closing would touch state shared with the parent) and open afresh.
-        self._env = None
-        try:
-            self._open()
-        except FormatError:
+        # The parent's environment must not be used here. Without a lock file, closing it only
+        # unmaps and closes this process's copies, which leaves the parent untouched.
+        self._local = threading.local()
+        if self._env is not None:
+            self._env.close()
             self._env = None
+            try:
+                self._open()
+            except FormatError as e:
+                log.error("cannot reopen the index after fork: %s", e)
 
     def close(self) -> None:
         _open_readers.discard(self)

@@ -1,0 +1,327 @@
+"""The FUSE adapter: ``BundleOperations`` translates pyfuse3 requests into ``Bundle`` calls.
+
+Handlers are thin. Bundle inode numbers are FUSE inode numbers (root = 1), and the data never
+changes, so the adapter keeps no per-file state: ``forget`` has nothing to do, file and directory
+handles are the inode numbers themselves, and the kernel may cache entries and attributes forever.
+
+This module holds the only errno table (``_errno_for``); every handler goes through ``_handler`` so
+no exception can escape into pyfuse3's main loop (which would end the file system).
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import json
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pyfuse3
+import trio
+
+from . import format as fmt
+from .bundle import Bundle
+from .errors import (
+    BundleError,
+    CorruptDataError,
+    EntryNotFound,
+    IsADirectory,
+    NotADirectory,
+    NotASymlink,
+)
+
+log = logging.getLogger(__name__)
+
+# The bundle is immutable: let the kernel keep entries and attributes (effectively) forever.
+CACHE_TIMEOUT = 365 * 24 * 3600.0
+
+XATTR_CRC = b"user.bundlefs.crc32c"
+XATTR_USER_DATA = b"user.bundlefs.user_data"
+XATTR_STATS = b"user.bundlefs.stats"  # on the root only: the daemon's counters as JSON
+
+_MAX_LOGGED_DAMAGE = 10_000  # distinct damaged records logged; bounded so memory stays bounded
+
+
+@dataclass(frozen=True)
+class MountSettings:
+    """What the adapter needs to know beyond the bundle."""
+
+    uid: int | None = None  # override every entry's owner (``--owner=mounter``/``--uid``)
+    gid: int | None = None
+    load_threads: int = 4  # record loads that may run at once off the event loop
+
+
+def _errno_for(error: BaseException) -> int:
+    """The one errno table of the mount (see docs/concurrency.md for the policy)."""
+    if isinstance(error, pyfuse3.FUSEError):
+        return error.errno
+    if isinstance(error, EntryNotFound):
+        return errno.ENOENT
+    if isinstance(error, NotADirectory):
+        return errno.ENOTDIR
+    if isinstance(error, IsADirectory):
+        return errno.EISDIR
+    if isinstance(error, NotASymlink):
+        return errno.EINVAL
+    return errno.EIO
+
+
+def _handler(fn: Callable) -> Callable:
+    """Wrap a handler: map bundlefs errors to errno, log the unexpected, never let one escape."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: BundleOperations, *args):
+        try:
+            return await fn(self, *args)
+        except pyfuse3.FUSEError:
+            raise
+        except CorruptDataError as e:
+            self._damaged(e)
+            raise pyfuse3.FUSEError(errno.EIO) from None
+        except (EntryNotFound, NotADirectory, IsADirectory, NotASymlink) as e:
+            raise pyfuse3.FUSEError(_errno_for(e)) from None
+        except BundleError as e:
+            self.eio_count += 1
+            log.error("%s: %s", fn.__name__, e)
+            raise pyfuse3.FUSEError(errno.EIO) from None
+        except Exception:
+            self.eio_count += 1
+            log.exception("unexpected error in %s", fn.__name__)
+            raise pyfuse3.FUSEError(errno.EIO) from None
+
+    return wrapper
+
+
+def _read_only(*_args) -> None:
+    raise pyfuse3.FUSEError(errno.EROFS)
+
+
+class BundleOperations(pyfuse3.Operations):
+    supports_dot_lookup = True
+    enable_writeback_cache = False
+    enable_acl = False
+
+    def __init__(
+        self,
+        bundle: Bundle,
+        settings: MountSettings = MountSettings(),  # noqa: B008 - frozen
+        on_ready: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__()
+        self.bundle = bundle
+        self.settings = settings
+        self._on_ready = on_ready
+        self._limiter = trio.CapacityLimiter(settings.load_threads)
+        self.eio_count = 0
+        self._logged_damage: set[tuple] = set()
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def init(self) -> None:
+        # Called by pyfuse3 once the kernel handshake is done: the mount is usable from here on.
+        if self._on_ready is not None:
+            self._on_ready()
+
+    def stats(self) -> dict:
+        s = self.bundle.cache_stats()
+        return {
+            "cache_capacity": s.capacity,
+            "cache_bytes": s.size,
+            "cache_records": s.entries,
+            "cache_hits": s.hits,
+            "cache_misses": s.misses,
+            "cache_evictions": s.evictions,
+            "bytes_decompressed": s.bytes_loaded,
+            "eio_count": self.eio_count,
+        }
+
+    def _damaged(self, error: CorruptDataError) -> None:
+        self.eio_count += 1
+        key = (error.shard, error.record, error.path)
+        if key in self._logged_damage:
+            return
+        if len(self._logged_damage) < _MAX_LOGGED_DAMAGE:
+            self._logged_damage.add(key)
+        log.error("damaged data, read failed with EIO: %s", error)
+
+    # -- attributes --------------------------------------------------------------------------------
+
+    def _attributes(self, entry: fmt.Entry) -> pyfuse3.EntryAttributes:
+        attr = pyfuse3.EntryAttributes()
+        uid, gid = self.bundle.owner(entry)
+        attr.st_ino = entry.ino
+        attr.st_mode = entry.mode
+        attr.st_nlink = 1 if entry.is_symlink else entry.nlink
+        attr.st_uid = uid if self.settings.uid is None else self.settings.uid
+        attr.st_gid = gid if self.settings.gid is None else self.settings.gid
+        attr.st_size = entry.size
+        attr.st_blksize = self.bundle.config.block_size
+        attr.st_blocks = (entry.size + 511) // 512 if entry.is_file else 0
+        attr.st_atime_ns = attr.st_mtime_ns = attr.st_ctime_ns = entry.mtime_ns
+        attr.entry_timeout = attr.attr_timeout = CACHE_TIMEOUT
+        return attr
+
+    @_handler
+    async def lookup(self, parent_inode, name, ctx=None):
+        parent = self.bundle.entry(parent_inode)
+        if name == b".":
+            entry = parent
+        elif name == b"..":
+            entry = self.bundle.parent_of(parent)
+        else:
+            entry = self.bundle.lookup(parent, name)
+            if entry is None:
+                # A negative entry the kernel caches (raising ENOENT would not be cached).
+                attr = pyfuse3.EntryAttributes()
+                attr.st_ino = 0
+                attr.entry_timeout = CACHE_TIMEOUT
+                return attr
+        return self._attributes(entry)
+
+    @_handler
+    async def getattr(self, inode, ctx=None):
+        return self._attributes(self.bundle.entry(inode))
+
+    @_handler
+    async def readlink(self, inode, ctx):
+        entry = self.bundle.entry(inode)
+        if not entry.is_symlink:
+            raise pyfuse3.FUSEError(errno.EINVAL)
+        return entry.symlink
+
+    async def forget(self, inode_list):
+        pass  # no per-inode state
+
+    # -- directories -------------------------------------------------------------------------------
+
+    @_handler
+    async def opendir(self, inode, ctx):
+        if not self.bundle.entry(inode).is_dir:
+            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        return inode
+
+    @_handler
+    async def readdir(self, fh, start_id, token):
+        # start_id is the position in the directory, so a listing resumes exactly where the kernel
+        # stopped it, in O(1), however large the directory.
+        directory = self.bundle.entry(fh)
+        position = start_id
+        for name, entry in self.bundle.children(directory, start_id):
+            position += 1
+            if not pyfuse3.readdir_reply(token, name, self._attributes(entry), position):
+                break
+
+    async def releasedir(self, fh):
+        pass
+
+    # -- files -------------------------------------------------------------------------------------
+
+    @_handler
+    async def open(self, inode, flags, ctx):
+        if flags & os.O_ACCMODE != os.O_RDONLY or flags & (os.O_TRUNC | os.O_APPEND):
+            raise pyfuse3.FUSEError(errno.EROFS)
+        entry = self.bundle.entry(inode)
+        if entry.is_dir:
+            raise pyfuse3.FUSEError(errno.EISDIR)
+        # keep_cache: the page cache stays valid across opens, because the content never changes.
+        return pyfuse3.FileInfo(fh=inode, keep_cache=True)
+
+    @_handler
+    async def read(self, fh, off, size):
+        entry = self.bundle.entry(fh)
+        data = self.bundle.read_cached(entry, off, size)
+        if data is not None:
+            return data
+        # pread + CRC + lz4 release the GIL: in worker threads they overlap with each other and
+        # with the metadata requests the event loop keeps answering.
+        return await trio.to_thread.run_sync(
+            self.bundle.read_at, entry, off, size, limiter=self._limiter
+        )
+
+    async def release(self, fh):
+        pass
+
+    # -- file system -------------------------------------------------------------------------------
+
+    @_handler
+    async def statfs(self, ctx):
+        info = self.bundle.info()
+        frsize = self.bundle.config.block_size
+        st = pyfuse3.StatvfsData()
+        st.f_bsize = frsize
+        st.f_frsize = frsize
+        st.f_blocks = (info.shard_bytes + info.index_bytes + frsize - 1) // frsize
+        st.f_bfree = st.f_bavail = 0
+        st.f_files = self.bundle.config.entry_count
+        st.f_ffree = st.f_favail = 0
+        st.f_namemax = fmt.MAX_NAME
+        return st
+
+    @_handler
+    async def access(self, inode, mode, ctx):
+        if mode & os.W_OK:
+            raise pyfuse3.FUSEError(errno.EROFS)
+        return True
+
+    # -- extended attributes -----------------------------------------------------------------------
+
+    def _xattrs(self, entry: fmt.Entry) -> dict[bytes, bytes]:
+        found = {}
+        if entry.is_file:
+            found[XATTR_CRC] = f"{entry.crc32c:08x}".encode()
+        if entry.user_data:
+            found[XATTR_USER_DATA] = entry.user_data
+        if entry.ino == fmt.ROOT_INO:
+            found[XATTR_STATS] = json.dumps(self.stats(), sort_keys=True).encode()
+        return found
+
+    @_handler
+    async def listxattr(self, inode, ctx):
+        return list(self._xattrs(self.bundle.entry(inode)))
+
+    @_handler
+    async def getxattr(self, inode, name, ctx):
+        value = self._xattrs(self.bundle.entry(inode)).get(name)
+        if value is None:
+            raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
+        return value
+
+    # -- every mutation ----------------------------------------------------------------------------
+
+    async def setattr(self, inode, attr, fields, fh, ctx):
+        _read_only()
+
+    async def setxattr(self, inode, name, value, ctx):
+        _read_only()
+
+    async def removexattr(self, inode, name, ctx):
+        _read_only()
+
+    async def mknod(self, parent_inode, name, mode, rdev, ctx):
+        _read_only()
+
+    async def mkdir(self, parent_inode, name, mode, ctx):
+        _read_only()
+
+    async def unlink(self, parent_inode, name, ctx):
+        _read_only()
+
+    async def rmdir(self, parent_inode, name, ctx):
+        _read_only()
+
+    async def symlink(self, parent_inode, name, target, ctx):
+        _read_only()
+
+    async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
+        _read_only()
+
+    async def link(self, inode, new_parent_inode, new_name, ctx):
+        _read_only()
+
+    async def create(self, parent_inode, name, mode, flags, ctx):
+        _read_only()
+
+    async def write(self, fh, off, buf):
+        _read_only()

@@ -1,0 +1,40 @@
+"""Human-readable byte sizes: parsing ``256K``, ``1GiB``, ``4GB`` and formatting them back."""
+
+from __future__ import annotations
+
+import re
+
+from .errors import BundleError
+
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 1024, "kb": 1000, "kib": 1024,
+    "m": 1024**2, "mb": 1000**2, "mib": 1024**2,
+    "g": 1024**3, "gb": 1000**3, "gib": 1024**3,
+    "t": 1024**4, "tb": 1000**4, "tib": 1024**4,
+}  # fmt: skip
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+class SizeError(BundleError, ValueError):
+    """A size that cannot be parsed."""
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes from ``"256K"``, ``"1GiB"``, ``"4GB"`` or a plain number (K/M/G alone are binary)."""
+    if isinstance(text, int):
+        return text
+    match = _SIZE.match(text)
+    if not match or match.group(2).lower() not in _UNITS:
+        raise SizeError(f"invalid size {text!r} (examples: 4096, 256K, 512MiB, 4GB)")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def format_size(n: int) -> str:
+    """``1536`` → ``1.5 KiB``."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
