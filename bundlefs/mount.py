@@ -1,14 +1,15 @@
 """The mount daemon's lifecycle: options, mounting, daemonizing, signals, systemd notify, unmount.
 
 It defines no file-system semantics (that is ``fs``). The sequence follows what pyfuse3 allows:
-``pyfuse3.init`` mounts without starting threads; in daemon mode we fork after it, the child runs the
-trio loop, and the parent exits 0 only once the child reports that the kernel handshake happened —
-so a script can use the mount on its very next line.
+``pyfuse3.init`` mounts without starting threads; in daemon mode we fork after it, the child runs
+the trio loop, and the parent exits 0 only once the child reports that the kernel handshake
+happened — so a script can use the mount on its very next line.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import logging.handlers
 import os
@@ -245,10 +246,8 @@ def _wait_for_child(ready_read: int, pid: int) -> int:
     if ready and os.read(ready_read, 1) == b"1":
         return 0
     print("bundlefs: error: the mount daemon did not become ready (see its log)", file=sys.stderr)
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
     return 1
 
 
@@ -313,7 +312,7 @@ def _serve(ops, pyfuse3) -> int:
 
 
 def _set_read_ahead(options: MountOptions) -> None:
-    """Raise the kernel's read-ahead for this mount (root only): large sequential reads gain ~2.5×."""
+    """Raise the kernel's read-ahead for this mount (root only): big sequential reads gain ~2.5×."""
     try:
         dev = os.stat(options.mountpoint).st_dev
         path = f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb"
