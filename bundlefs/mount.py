@@ -58,6 +58,7 @@ class MountOptions:
     check_index: bool = True
     log_file: str | None = None
     debug: bool = False
+    auto_unmount: bool = True
 
 
 # -- command line --------------------------------------------------------------------------------
@@ -86,6 +87,11 @@ def add_mount_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=4, help="record loads in parallel (4)")
     p.add_argument("--no-index-check", action="store_true", help="skip the index checksum")
     p.add_argument("--log-file", help="log here (daemon mode logs to syslog otherwise)")
+    p.add_argument(
+        "--no-auto-unmount",
+        action="store_true",
+        help="leave the mount in place if the daemon is killed (debugging only)",
+    )
     p.add_argument("--debug", action="store_true", help="log every error in detail")
     p.add_argument(
         "-o",
@@ -105,6 +111,7 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
         uid=args.uid,
         gid=args.gid,
         read_ahead_kb=args.read_ahead_kb,
+        log_file=args.log_file,
     )
     for group in args.options:
         for option in filter(None, group.split(",")):
@@ -114,7 +121,7 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
                 continue
             if key == "allow_other":
                 values["allow_other"] = True
-            elif key in ("cache_size", "owner") and value:
+            elif key in ("cache_size", "owner", "log_file") and value:
                 values[key] = value
             elif key in ("uid", "gid", "read_ahead_kb") and value.isdigit():
                 values[key] = int(value)
@@ -142,8 +149,9 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
         else values["read_ahead_kb"],
         load_threads=max(1, args.threads),
         check_index=not args.no_index_check,
-        log_file=args.log_file,
+        log_file=values["log_file"],
         debug=args.debug,
+        auto_unmount=not args.no_auto_unmount,
     )
 
 
@@ -190,8 +198,9 @@ def _fuse_options(options: MountOptions) -> set[str]:
         "nosuid",
         "nodev",
         "default_permissions",
-        "auto_unmount",  # a killed daemon's mount disappears instead of going stale
     }
+    if options.auto_unmount:
+        opts.add("auto_unmount")  # a killed daemon's mount disappears instead of going stale
     if options.allow_other:
         opts.add("allow_other")
     return opts

@@ -1,0 +1,436 @@
+"""The FUSE mount, checked with real tools on real mounts (issue 3).
+
+Read-only checks share one module-scoped mount of the sample bundle; lifecycle and damage checks
+make their own mounts. Every mount is unmounted in ``finally`` and its log must be clean.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import random
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import (
+    SAMPLE_FILES,
+    SAMPLE_RECORD_SIZE,
+    build_tree,
+    flip_byte,
+    pseudo_random_bytes,
+)
+from mounting import is_mounted
+
+import bundlefs
+from bundlefs import format as fmt
+
+pytestmark = pytest.mark.mount
+
+BUNDLEFS = [sys.executable, "-m", "bundlefs"]
+
+
+def run(*command: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, **kwargs)
+
+
+def wait_until(predicate, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+# -- the tree as tools see it ----------------------------------------------------------------------
+
+
+def test_diff_r_finds_the_mount_identical_to_the_source(sample_mount, sample_tree):
+    result = run("diff", "-r", "--no-dereference", str(sample_tree), str(sample_mount.mountpoint))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_find_reports_the_same_sizes_modes_and_mtimes(sample_mount, sample_tree):
+    def listing(root: Path) -> list[str]:
+        # Directory sizes are file-system specific; everything else must agree exactly.
+        out = run("find", ".", "-printf", "%p %y %m %T@ %s %l\\n", cwd=root).stdout
+        rows = []
+        for line in out.splitlines():
+            path, kind, mode, mtime, size, *target = line.split(" ")
+            rows.append(" ".join([path, kind, mode, mtime, size if kind != "d" else "-", *target]))
+        return sorted(rows)
+
+    assert listing(sample_mount.mountpoint) == listing(sample_tree)
+
+
+def test_tar_of_the_mount_equals_tar_of_the_source(sample_mount, sample_tree):
+    def tar(root: Path) -> bytes:
+        # --hard-dereference is off: hard links must come out as links in both.
+        command = ["tar", "--sort=name", "--numeric-owner", "--format=gnu", "-C", str(root)]
+        return subprocess.run(command + ["-cf", "-", "."], capture_output=True, check=True).stdout
+
+    assert tar(sample_mount.mountpoint) == tar(sample_tree)
+
+
+def test_cp_a_copies_the_tree_faithfully(sample_mount, sample_tree, tmp_path):
+    copy = tmp_path / "copy"
+    result = run("cp", "-a", str(sample_mount.mountpoint), str(copy))
+    assert result.returncode == 0, result.stderr
+    assert run("diff", "-r", "--no-dereference", str(sample_tree), str(copy)).returncode == 0
+    assert os.stat(copy / "big.bin").st_mtime_ns == os.stat(sample_tree / "big.bin").st_mtime_ns
+
+
+def test_os_walk_sees_every_name(sample_mount, sample_tree):
+    def names(root: Path) -> list[tuple]:
+        return sorted(
+            (os.path.relpath(top, root), sorted(dirs), sorted(files))
+            for top, dirs, files in os.walk(root)
+        )
+
+    assert names(sample_mount.mountpoint) == names(sample_tree)
+
+
+def test_every_file_reads_back_exactly(sample_mount):
+    for path, content in SAMPLE_FILES.items():
+        with open(sample_mount.mountpoint / path, "rb") as f:
+            assert f.read() == content, path
+
+
+def test_stat_matches_the_source(sample_mount, sample_tree):
+    for path in SAMPLE_FILES:
+        got, want = os.lstat(sample_mount.mountpoint / path), os.lstat(sample_tree / path)
+        assert (got.st_mode, got.st_size, got.st_mtime_ns, got.st_nlink) == (
+            want.st_mode,
+            want.st_size,
+            want.st_mtime_ns,
+            want.st_nlink,
+        ), path
+
+
+def test_hard_links_share_one_inode(sample_mount):
+    root = sample_mount.mountpoint
+    a, b = os.stat(root / "hard1"), os.stat(root / "dir/hard2")
+    assert a.st_ino == b.st_ino
+    assert a.st_nlink == b.st_nlink == 2
+
+
+def test_symlinks_keep_their_targets(sample_mount):
+    root = sample_mount.mountpoint
+    assert os.readlink(root / "link") == "hello.txt"
+    assert os.readlink(root / "dangling") == "does/not/exist"
+    assert (root / "dirlink" / "a.txt").read_bytes() == SAMPLE_FILES["dir/a.txt"]
+    assert not os.path.exists(root / "dangling")
+
+
+def test_dot_and_dotdot_resolve(sample_mount):
+    root = sample_mount.mountpoint
+    assert os.stat(root / "dir" / "sub" / "..").st_ino == os.stat(root / "dir").st_ino
+    assert os.stat(root / "dir" / ".").st_ino == os.stat(root / "dir").st_ino
+    assert os.stat(root).st_ino == 1
+
+
+def test_inode_numbers_are_stable_across_mounts(sample_bundle_path, sample_mount, mount_bundle):
+    second = mount_bundle(sample_bundle_path)
+    for path in ("dir/sub/deep.txt", "hello.txt", "emptydir", "link"):
+        assert (
+            os.lstat(sample_mount.mountpoint / path).st_ino
+            == os.lstat(second.mountpoint / path).st_ino
+        )
+
+
+def test_mmap_reads_the_content(sample_mount):
+    with (
+        open(sample_mount.mountpoint / "big.bin", "rb") as f,
+        mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m,
+    ):
+        assert m[:] == SAMPLE_FILES["big.bin"]
+
+
+def test_random_preads_across_record_boundaries_match_the_source(sample_mount):
+    rng = random.Random(7)
+    content = SAMPLE_FILES["big.bin"]
+    fd = os.open(sample_mount.mountpoint / "big.bin", os.O_RDONLY)
+    try:
+        offsets = [k * SAMPLE_RECORD_SIZE + d for k in range(6) for d in (-3, 0, 1)]
+        offsets += [rng.randrange(len(content)) for _ in range(200)]
+        for offset in offsets:
+            offset = max(0, offset)
+            size = rng.choice([1, 7, 4096, SAMPLE_RECORD_SIZE + 5, 3 * SAMPLE_RECORD_SIZE])
+            assert os.pread(fd, size, offset) == content[offset : offset + size], offset
+    finally:
+        os.close(fd)
+
+
+def test_eight_reader_threads_get_the_right_bytes(sample_mount):
+    paths = sorted(SAMPLE_FILES)
+    failures: list[str] = []
+
+    def reader(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(150):
+            path = rng.choice(paths)
+            content = SAMPLE_FILES[path]
+            offset = rng.randrange(len(content) + 1)
+            size = rng.randrange(1, 70000)
+            with open(sample_mount.mountpoint / path, "rb") as f:
+                f.seek(offset)
+                if f.read(size) != content[offset : offset + size]:
+                    failures.append(f"{path}@{offset}+{size}")
+
+    threads = [threading.Thread(target=reader, args=(seed,)) for seed in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+
+
+def test_statfs_reports_the_bundle_totals(sample_mount, sample_bundle_path):
+    st = os.statvfs(sample_mount.mountpoint)
+    with bundlefs.Bundle(sample_bundle_path) as b:
+        info = b.info()
+    assert st.f_files == b.config.entry_count
+    assert st.f_blocks * st.f_frsize >= info.shard_bytes + info.index_bytes
+    assert st.f_bavail == 0
+    assert st.f_flag & os.ST_RDONLY
+
+
+def test_xattrs_expose_the_stored_checksum(sample_mount):
+    from bundlefs.checksum import crc32c
+
+    path = sample_mount.mountpoint / "hello.txt"
+    assert "user.bundlefs.crc32c" in os.listxattr(path)
+    value = os.getxattr(path, "user.bundlefs.crc32c")
+    assert int(value, 16) == crc32c(SAMPLE_FILES["hello.txt"])
+    with pytest.raises(OSError) as e:
+        os.getxattr(path, "user.nothing")
+    assert e.value.errno == errno.ENODATA
+
+
+def test_root_xattr_reports_daemon_statistics(sample_mount):
+    import json
+
+    (sample_mount.mountpoint / "big.bin").read_bytes()
+    stats = json.loads(os.getxattr(sample_mount.mountpoint, "user.bundlefs.stats"))
+    assert stats["eio_count"] == 0
+    assert stats["bytes_decompressed"] > 0
+    assert set(stats) >= {"cache_hits", "cache_misses", "cache_evictions"}
+
+
+# -- POSIX errors ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        lambda root: os.open(root / "new.txt", os.O_WRONLY | os.O_CREAT),
+        lambda root: os.open(root / "hello.txt", os.O_RDWR),
+        lambda root: os.mkdir(root / "newdir"),
+        lambda root: os.unlink(root / "hello.txt"),
+        lambda root: os.rmdir(root / "emptydir"),
+        lambda root: os.rename(root / "hello.txt", root / "x"),
+        lambda root: os.symlink("x", root / "newlink"),
+        lambda root: os.chmod(root / "hello.txt", 0o600),
+        lambda root: os.truncate(root / "hello.txt", 0),
+        lambda root: os.setxattr(root / "hello.txt", "user.x", b"1"),
+    ],
+    ids=["create", "open-rw", "mkdir", "unlink", "rmdir", "rename", "symlink", "chmod",
+         "truncate", "setxattr"],
+)  # fmt: skip
+def test_every_mutation_fails_with_erofs(sample_mount, action):
+    with pytest.raises(OSError) as e:
+        action(sample_mount.mountpoint)
+    assert e.value.errno == errno.EROFS
+
+
+def test_missing_names_give_enoent(sample_mount):
+    with pytest.raises(FileNotFoundError):
+        os.stat(sample_mount.mountpoint / "no-such-file")
+    with pytest.raises(FileNotFoundError):
+        os.stat(sample_mount.mountpoint / "dir" / "no-such-file")
+
+
+def test_a_file_used_as_a_directory_gives_enotdir(sample_mount):
+    with pytest.raises(NotADirectoryError):
+        os.stat(sample_mount.mountpoint / "hello.txt" / "x")
+    with pytest.raises(NotADirectoryError):
+        os.listdir(sample_mount.mountpoint / "hello.txt")
+
+
+def test_reading_a_directory_gives_eisdir(sample_mount):
+    with pytest.raises(IsADirectoryError):
+        (sample_mount.mountpoint / "dir").read_bytes()
+
+
+# -- large directories -----------------------------------------------------------------------------
+
+
+def test_a_large_directory_lists_completely_and_in_order(pack_tree, mount_bundle, tmp_path):
+    # The kernel asks for a listing in many pieces; each must resume exactly where it stopped.
+    count = 20_000
+    src = tmp_path / "wide"
+    src.mkdir()
+    for i in range(count):
+        (src / f"f{i:06d}").touch()
+    m = mount_bundle(pack_tree(str(src)))
+    names = os.listdir(m.mountpoint)
+    assert names == sorted(f"f{i:06d}" for i in range(count))
+    assert run("find", str(m.mountpoint), "-type", "f").stdout.count("\n") == count
+
+
+# -- damage ----------------------------------------------------------------------------------------
+
+
+def test_a_corrupt_record_gives_eio_while_other_files_still_read(pack_tree, mount_bundle, tmp_path):
+    victim = pseudo_random_bytes(3 * 4096, seed=5, compressible=False)
+    bundle = pack_tree({"victim.bin": victim, "other": {"fine.txt": b"fine\n" * 1000}},
+                       record_size=4096)  # fmt: skip
+    with bundlefs.Bundle(bundle) as b:
+        record = b.index.record_at(0, b.resolve("victim.bin").offset + 4096)
+    flip_byte(bundle / fmt.shard_filename(0), record.stored_offset + 10)
+    m = mount_bundle(bundle, allowed_log=[r"ERROR .*damaged data.*victim\.bin"])
+    fd = os.open(m.mountpoint / "victim.bin", os.O_RDONLY)
+    try:
+        assert os.pread(fd, 4096, 0) == victim[:4096]  # an undamaged record of the same file
+        with pytest.raises(OSError) as e:
+            os.pread(fd, 4096, 4096)
+        assert e.value.errno == errno.EIO
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError) as e:
+        (m.mountpoint / "victim.bin").read_bytes()
+    assert e.value.errno == errno.EIO
+    assert (m.mountpoint / "other" / "fine.txt").read_bytes() == b"fine\n" * 1000
+    assert wait_until(lambda: "victim.bin" in m.log_text())
+    assert m.process.poll() is None  # still serving
+
+
+# -- lifecycle -------------------------------------------------------------------------------------
+
+
+def test_sigterm_unmounts_and_exits_zero(sample_bundle_path, mount_bundle):
+    m = mount_bundle(sample_bundle_path)
+    os.kill(m.pid, signal.SIGTERM)
+    assert m.process.wait(timeout=20) == 0
+    assert not is_mounted(m.mountpoint)
+
+
+def test_sigint_unmounts_and_exits_zero(sample_bundle_path, mount_bundle):
+    m = mount_bundle(sample_bundle_path)
+    os.kill(m.pid, signal.SIGINT)
+    assert m.process.wait(timeout=20) == 0
+    assert not is_mounted(m.mountpoint)
+
+
+def test_fusermount_u_ends_the_daemon_with_exit_zero(sample_bundle_path, mount_bundle):
+    m = mount_bundle(sample_bundle_path)
+    assert run("fusermount3", "-u", str(m.mountpoint)).returncode == 0
+    assert m.process.wait(timeout=20) == 0
+
+
+def test_a_sigkilled_daemon_leaves_no_dead_mount(sample_bundle_path, mount_bundle):
+    m = mount_bundle(sample_bundle_path, allowed_log=[".*"])
+    os.kill(m.pid, signal.SIGKILL)
+    m.process.wait(timeout=20)
+    assert wait_until(lambda: not is_mounted(m.mountpoint), timeout=20)
+    assert os.listdir(m.mountpoint) == []  # the plain directory again, not ENOTCONN
+
+
+def test_sigusr1_logs_statistics(sample_bundle_path, mount_bundle):
+    m = mount_bundle(sample_bundle_path)
+    (m.mountpoint / "big.bin").read_bytes()
+    os.kill(m.pid, signal.SIGUSR1)
+    assert wait_until(lambda: "cache_hits" in m.log_text())
+
+
+def test_owner_mounter_shows_the_mounting_user(sample_bundle_path, mount_bundle):
+    m = mount_bundle(sample_bundle_path, "--uid", "4242", "--gid", "4343")
+    st = os.stat(m.mountpoint / "hello.txt")
+    assert (st.st_uid, st.st_gid) == (4242, 4343)
+
+
+def test_daemon_mode_returns_once_the_mount_is_usable(sample_bundle_path, tmp_path):
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    log = tmp_path / "daemon.log"
+    try:
+        result = run(*BUNDLEFS, "mount", "--log-file", str(log), str(sample_bundle_path), str(mnt))
+        assert result.returncode == 0, result.stderr
+        # No waiting: usable on the very next line.
+        assert (mnt / "hello.txt").read_bytes() == SAMPLE_FILES["hello.txt"]
+        result = run(*BUNDLEFS, "umount", str(mnt))
+        assert result.returncode == 0, result.stderr
+        assert wait_until(lambda: not is_mounted(mnt))
+    finally:
+        if is_mounted(mnt):
+            run("fusermount3", "-u", "-z", str(mnt))
+
+
+def test_mount_t_fuse_bundlefs_works(sample_bundle_path, tmp_path):
+    if not shutil.which("mount.fuse3"):
+        pytest.skip("mount.fuse3 is not installed")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    wrapper = bindir / "bundlefs"
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -m bundlefs \"$@\"\n")
+    wrapper.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}")
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    try:
+        result = run("mount", "-t", "fuse.bundlefs", "-o", "ro,nodev,x-systemd.automount",
+                     str(sample_bundle_path), str(mnt), env=env)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert (mnt / "dir" / "a.txt").read_bytes() == SAMPLE_FILES["dir/a.txt"]
+        assert "fuse.bundlefs" in Path("/proc/mounts").read_text()
+    finally:
+        if is_mounted(mnt):
+            run("fusermount3", "-u", str(mnt))
+        assert wait_until(lambda: not is_mounted(mnt))
+
+
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        ("not-a-bundle", "not a bundle"),
+        ("missing-mountpoint", "does not exist"),
+        ("busy-mountpoint", "busy"),
+    ],
+)
+def test_mount_failures_are_one_clear_sentence(case, expected, sample_mount, sample_bundle_path,
+                                               tmp_path):  # fmt: skip
+    bundle, mnt = sample_bundle_path, tmp_path / "mnt"
+    mnt.mkdir()
+    if case == "not-a-bundle":
+        bundle = build_tree(tmp_path / "plain", {"x": b"1"})
+    elif case == "missing-mountpoint":
+        mnt = tmp_path / "nowhere"
+    else:
+        mnt = sample_mount.mountpoint
+    result = run(*BUNDLEFS, "mount", str(bundle), str(mnt))
+    assert result.returncode != 0
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_umount_clears_a_stale_mount(sample_bundle_path, mount_bundle):
+    m = mount_bundle(sample_bundle_path, "--no-auto-unmount", allowed_log=[".*"])
+    os.kill(m.pid, signal.SIGKILL)
+    m.process.wait(timeout=20)
+    with pytest.raises(OSError) as e:
+        os.listdir(m.mountpoint)
+    assert e.value.errno == errno.ENOTCONN  # a dead mount, as an older bundlefs could leave
+    result = run(*BUNDLEFS, "umount", str(m.mountpoint))
+    assert result.returncode == 0, result.stderr
+    assert wait_until(lambda: not is_mounted(m.mountpoint))
+    assert stat.S_ISDIR(os.stat(m.mountpoint).st_mode)
