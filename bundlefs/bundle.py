@@ -34,6 +34,7 @@ from .shards import ShardSet
 
 DEFAULT_CACHE_SIZE = 256 * 1024 * 1024
 _MAX_SYMLINK_HOPS = 40
+_DIR_CACHE_ENTRIES = 4096
 
 Path = str | bytes | os.PathLike
 
@@ -84,7 +85,7 @@ class BundleDirEntry:
         if follow and self.entry.is_symlink:
             try:
                 return self._bundle.resolve(self.path, follow_symlinks=True)
-            except EntryNotFound:
+            except (EntryNotFound, NotADirectory):
                 return self.entry
         return self.entry
 
@@ -119,6 +120,8 @@ class Bundle:
         self.cache = RecordCache(cache_size)
         self._inflight: dict[tuple[int, int], threading.Event] = {}
         self._inflight_lock = threading.Lock()
+        # Directory lookups repeat on every path resolution; remember the latest few thousand.
+        self._dir_cache: dict[tuple[int, bytes], fmt.Entry] = {}
         self.root = self._index.entry(fmt.ROOT_INO)
         if not self.root.is_dir:
             raise FormatError("the root entry is not a directory")
@@ -174,14 +177,27 @@ class Bundle:
         """The child ``name`` of directory ``parent`` (links resolved), or None. Binary search."""
         if not parent.is_dir:
             raise NotADirectory(f"{parent.name!r} is not a directory")
+        key = (parent.ino, name)
+        found = self._dir_cache.get(key)
+        if found is not None:
+            return found
         lo, hi = parent.first_child, parent.first_child + parent.size - 1
         index = self._index
         while lo <= hi:
             mid = (lo + hi) // 2
-            candidate = index.entry(mid)
-            if candidate.name == name:
-                return self.entry(mid) if candidate.is_link else candidate
-            if candidate.name < name:
+            candidate = index.entry_name(mid)
+            if candidate == name:
+                entry = index.entry(mid)  # decoded and validated in full
+                if entry.name != name:
+                    raise FormatError(f"entry {mid} has an inconsistent name")
+                if entry.is_link:
+                    return self.entry(mid)
+                if entry.is_dir:
+                    if len(self._dir_cache) >= _DIR_CACHE_ENTRIES:
+                        self._dir_cache.clear()  # crude but bounded; directories are re-found fast
+                    self._dir_cache[key] = entry
+                return entry
+            if candidate < name:
                 lo = mid + 1
             else:
                 hi = mid - 1
@@ -413,11 +429,19 @@ class Bundle:
 
     def walk(self, top: Path = "") -> Iterator[tuple]:
         """Like ``os.walk`` (top-down, symlinks to directories are not followed)."""
-        dirs, files = [], []
+        dirs, files, links = [], [], set()
         for d in self.scandir(top):
-            (dirs if d.entry.is_dir else files).append(d.name)
+            # As os.walk: a symlink to a directory is listed among the directories, not entered.
+            if d.is_dir():
+                dirs.append(d.name)
+                if d.is_symlink():
+                    links.add(d.name)
+            else:
+                files.append(d.name)
         yield top, dirs, files
         for name in dirs:
+            if name in links:
+                continue
             sub = os.path.join(top, name) if top else name
             yield from self.walk(sub)
 

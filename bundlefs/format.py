@@ -359,6 +359,31 @@ def encode_entry(e: Entry) -> bytes:
     return _HEADER.pack(e.mode, flags, e.owner, e.mtime_ns, e.size) + middle + e.name
 
 
+_NAME_OFFSET = {KIND_DIR: _HEADER.size + _DIR.size}
+
+
+def entry_name(data: bytes) -> bytes:
+    """Just the name of an entry value, without decoding or validating the rest.
+
+    For binary search only: the entry finally chosen is decoded in full by ``decode_entry``.
+    """
+    if len(data) < _HEADER.size:
+        raise FormatError("entry is truncated")
+    kind, flags = (data[0] << 8 | data[1]) & 0o170000, data[2]
+    if kind == KIND_FILE:
+        if flags & FLAG_LINK:
+            pos = _HEADER.size + _LINK.size
+        else:
+            pos = _HEADER.size + _FILE.size + (4 if flags & FLAG_NLINK else 0)
+    elif kind == KIND_SYMLINK:
+        pos = _HEADER.size + int.from_bytes(data[14:22], "big")
+    else:
+        pos = _NAME_OFFSET.get(kind, _HEADER.size)
+    if flags & FLAG_USER_DATA:
+        pos += 2 + int.from_bytes(data[pos : pos + 2], "big")
+    return data[pos:]
+
+
 def decode_entry(ino: int, data: bytes) -> Entry:
     """Decode and validate an entry value. The root (``ino == 1``) alone has an empty name."""
     n = len(data)
