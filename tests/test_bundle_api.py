@@ -1,0 +1,517 @@
+"""The path-level ``Bundle`` API against the sample bundle (see conftest.SAMPLE_SPEC): what each
+call returns, how it fails, and that it stays correct under threads and across fork()."""
+
+from __future__ import annotations
+
+import io
+import json
+import multiprocessing
+import os
+import random
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import FIXED_MTIME_NS, SAMPLE_FILES, SAMPLE_RECORD_SIZE, source_paths
+
+from bundlefs import Bundle, EntryNotFound, IsADirectory, NotADirectory
+from bundlefs.errors import NotASymlink
+
+# --- stat -----------------------------------------------------------------------------------------
+
+
+def test_root_is_inode_1_and_a_directory(sample_bundle: Bundle) -> None:
+    for path in ("", "/", "."):
+        st = sample_bundle.stat(path)
+        assert st.st_ino == 1
+        assert stat.S_ISDIR(st.st_mode)
+
+
+@pytest.mark.parametrize("path", ["hello.txt", "dir", "dir/sub/deep.txt", "link", "dangling"])
+def test_lstat_matches_os_lstat_of_the_source(
+    sample_bundle: Bundle, sample_tree: Path, path: str
+) -> None:
+    got, want = sample_bundle.lstat(path), os.lstat(sample_tree / path)
+    assert got.st_mode == want.st_mode
+    if not stat.S_ISDIR(want.st_mode):  # a directory's size is its child count (format §3.3)
+        assert got.st_size == want.st_size
+    assert got.st_mtime_ns == want.st_mtime_ns == FIXED_MTIME_NS
+    assert (got.st_uid, got.st_gid) == (want.st_uid, want.st_gid)
+
+
+def test_stat_follows_symlinks_and_lstat_does_not(sample_bundle: Bundle) -> None:
+    assert sample_bundle.stat("link") == sample_bundle.stat("hello.txt")
+    assert stat.S_ISLNK(sample_bundle.lstat("link").st_mode)
+    assert stat.S_ISDIR(sample_bundle.stat("dirlink").st_mode)
+
+
+def test_stat_mtime_is_seconds_as_float(sample_bundle: Bundle) -> None:
+    assert sample_bundle.stat("hello.txt").st_mtime == pytest.approx(FIXED_MTIME_NS / 1e9)
+
+
+def test_stat_blocks_are_512_byte_units(sample_bundle: Bundle) -> None:
+    st = sample_bundle.stat("big.bin")
+    assert st.st_blocks == (st.st_size + 511) // 512
+
+
+def test_directory_nlink_is_two_plus_subdirectories(sample_bundle: Bundle) -> None:
+    assert sample_bundle.stat("").st_nlink == 2 + 2  # dir, emptydir
+    assert sample_bundle.stat("dir").st_nlink == 2 + 1  # sub
+    assert sample_bundle.stat("emptydir").st_nlink == 2
+
+
+def test_directory_size_is_its_child_count(sample_bundle: Bundle) -> None:
+    assert sample_bundle.stat("dir").st_size == len(sample_bundle.listdir("dir"))
+
+
+def test_stat_of_a_missing_path_raises_file_not_found(sample_bundle: Bundle) -> None:
+    with pytest.raises(EntryNotFound):
+        sample_bundle.stat("nope")
+    with pytest.raises(FileNotFoundError):
+        sample_bundle.stat("dir/nope/deeper")
+
+
+def test_stat_through_a_file_raises_not_a_directory(sample_bundle: Bundle) -> None:
+    with pytest.raises(NotADirectory):
+        sample_bundle.stat("hello.txt/x")
+
+
+def test_stat_of_a_dangling_symlink_raises_but_lstat_works(sample_bundle: Bundle) -> None:
+    with pytest.raises(EntryNotFound):
+        sample_bundle.stat("dangling")
+    assert sample_bundle.lstat("dangling").st_size == len("does/not/exist")
+
+
+def test_dotdot_goes_up_and_stops_at_the_root(sample_bundle: Bundle) -> None:
+    assert sample_bundle.read("dir/sub/../a.txt") == SAMPLE_FILES["dir/a.txt"]
+    assert sample_bundle.read("../../hello.txt") == SAMPLE_FILES["hello.txt"]
+
+
+def test_symlink_to_a_directory_is_followed_inside_a_path(sample_bundle: Bundle) -> None:
+    assert sample_bundle.read("dirlink/sub/deep.txt") == SAMPLE_FILES["dir/sub/deep.txt"]
+
+
+# --- listdir, scandir, walk -----------------------------------------------------------------------
+
+
+def test_listdir_matches_the_source_in_bytewise_order(
+    sample_bundle: Bundle, sample_tree: Path
+) -> None:
+    for path in ("", "dir", "dir/sub", "emptydir"):
+        want = sorted(os.listdir(os.fsencode(sample_tree / path)))
+        assert sample_bundle.listdir(os.fsencode(path)) == want
+
+
+def test_listdir_returns_str_for_str_and_bytes_for_bytes(sample_bundle: Bundle) -> None:
+    assert "uni-ünï código.txt" in sample_bundle.listdir("")
+    assert "uni-ünï código.txt".encode() in sample_bundle.listdir(b"")
+
+
+def test_listdir_of_an_empty_directory_is_empty(sample_bundle: Bundle) -> None:
+    assert sample_bundle.listdir("emptydir") == []
+
+
+def test_listdir_follows_a_symlink_to_a_directory(sample_bundle: Bundle) -> None:
+    assert sample_bundle.listdir("dirlink") == sample_bundle.listdir("dir")
+
+
+def test_listdir_of_a_file_raises_not_a_directory(sample_bundle: Bundle) -> None:
+    with pytest.raises(NotADirectory):
+        sample_bundle.listdir("hello.txt")
+
+
+def _kinds(d) -> tuple[bool, bool, bool, bool]:
+    try:
+        followed = (d.is_dir(), d.is_file())
+    except NotADirectoryError:  # os.DirEntry raises for ENOTDIR; Bundle (and os.walk) say "no"
+        followed = (False, False)
+    return (*followed, d.is_symlink(), d.is_dir(follow_symlinks=False))
+
+
+def test_scandir_reports_kinds_like_os_scandir(sample_bundle: Bundle, sample_tree: Path) -> None:
+    want = {d.name: _kinds(d) for d in os.scandir(sample_tree)}
+    got = {d.name: _kinds(d) for d in sample_bundle.scandir("")}
+    assert got == want
+
+
+def test_scandir_paths_join_the_directory_and_the_name(sample_bundle: Bundle) -> None:
+    assert [d.path for d in sample_bundle.scandir("dir/sub")] == [
+        "dir/sub/deep.txt",
+        "dir/sub/deeper",
+    ]
+
+
+def test_scandir_stat_and_inode_agree_with_stat(sample_bundle: Bundle) -> None:
+    for d in sample_bundle.scandir("dir"):
+        assert d.stat() == sample_bundle.stat(d.path)
+        assert d.stat(follow_symlinks=False) == sample_bundle.lstat(d.path)
+
+
+def test_walk_matches_os_walk(sample_bundle: Bundle, sample_tree: Path) -> None:
+    want = [
+        (os.path.relpath(top, sample_tree).removeprefix("."), sorted(dirs), sorted(files))
+        for top, dirs, files in os.walk(sample_tree)
+    ]
+    got = [(top, sorted(dirs), sorted(files)) for top, dirs, files in sample_bundle.walk("")]
+    assert sorted(got) == sorted(want)
+
+
+def test_walk_from_a_subdirectory(sample_bundle: Bundle) -> None:
+    assert list(sample_bundle.walk("dir/sub")) == [
+        ("dir/sub", ["deeper"], ["deep.txt"]),
+        ("dir/sub/deeper", [], ["deepest.txt"]),
+    ]
+
+
+# --- exists, readlink -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path, expected",
+    [
+        ("hello.txt", True),
+        ("dir", True),
+        ("dir/sub/deeper/deepest.txt", True),
+        ("link", True),
+        ("dangling", False),  # like os.path.exists: follows the link
+        ("missing", False),
+        ("hello.txt/x", False),
+    ],
+)
+def test_exists_is_like_os_path_exists(sample_bundle: Bundle, path: str, expected: bool) -> None:
+    assert sample_bundle.exists(path) is expected
+
+
+def test_scandir_of_a_symlink_through_a_file_is_not_a_directory(sample_bundle: Bundle) -> None:
+    (d,) = [d for d in sample_bundle.scandir("") if d.name == "through-a-file"]
+    assert d.is_symlink() and not d.is_dir() and not d.is_file()
+
+
+def test_isfile_isdir_islink(sample_bundle: Bundle) -> None:
+    assert sample_bundle.isfile("link") and not sample_bundle.isdir("link")
+    assert sample_bundle.isdir("dirlink") and sample_bundle.islink("dirlink")
+    assert sample_bundle.islink("dangling") and not sample_bundle.isfile("dangling")
+    assert not sample_bundle.islink("hello.txt") and not sample_bundle.islink("missing")
+
+
+def test_readlink_returns_the_stored_target(sample_bundle: Bundle) -> None:
+    assert sample_bundle.readlink("link") == "hello.txt"
+    assert sample_bundle.readlink(b"dangling") == b"does/not/exist"
+
+
+def test_readlink_of_a_non_symlink_raises(sample_bundle: Bundle) -> None:
+    with pytest.raises(NotASymlink):
+        sample_bundle.readlink("hello.txt")
+
+
+# --- read -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", sorted(SAMPLE_FILES))
+def test_read_returns_the_file_content(sample_bundle: Bundle, path: str) -> None:
+    assert sample_bundle.read(path) == SAMPLE_FILES[path]
+
+
+def test_read_accepts_str_bytes_and_pathlike(sample_bundle: Bundle) -> None:
+    want = SAMPLE_FILES["dir/a.txt"]
+    assert sample_bundle.read("dir/a.txt") == sample_bundle.read(b"dir/a.txt") == want
+    assert sample_bundle.read(Path("dir") / "a.txt") == want
+    assert sample_bundle.read("/dir/a.txt") == want
+
+
+def test_read_of_a_directory_raises_is_a_directory(sample_bundle: Bundle) -> None:
+    with pytest.raises(IsADirectory):
+        sample_bundle.read("dir")
+
+
+def test_read_follows_symlinks(sample_bundle: Bundle) -> None:
+    assert sample_bundle.read("link") == SAMPLE_FILES["hello.txt"]
+
+
+# --- open -----------------------------------------------------------------------------------------
+
+BIG = SAMPLE_FILES["big.bin"]
+
+
+def test_open_read_all_and_in_pieces(sample_bundle: Bundle) -> None:
+    with sample_bundle.open("big.bin") as f:
+        assert f.read(10) == BIG[:10]
+        assert f.read(SAMPLE_RECORD_SIZE) == BIG[10 : 10 + SAMPLE_RECORD_SIZE]
+        assert f.read() == BIG[10 + SAMPLE_RECORD_SIZE :]
+        assert f.read() == b""
+
+
+def test_open_seek_and_tell(sample_bundle: Bundle) -> None:
+    with sample_bundle.open("big.bin") as f:
+        assert f.seekable() and f.readable() and not f.writable()
+        assert f.seek(SAMPLE_RECORD_SIZE - 3) == SAMPLE_RECORD_SIZE - 3
+        assert f.read(6) == BIG[SAMPLE_RECORD_SIZE - 3 : SAMPLE_RECORD_SIZE + 3]
+        assert f.tell() == SAMPLE_RECORD_SIZE + 3
+        assert f.seek(-4, io.SEEK_CUR) == SAMPLE_RECORD_SIZE - 1
+        assert f.read(1) == BIG[SAMPLE_RECORD_SIZE - 1 : SAMPLE_RECORD_SIZE]
+
+
+def test_open_seek_end(sample_bundle: Bundle) -> None:
+    with sample_bundle.open("big.bin") as f:
+        assert f.seek(-5, io.SEEK_END) == len(BIG) - 5
+        assert f.read() == BIG[-5:]
+        assert f.seek(0, io.SEEK_END) == len(BIG)
+
+
+def test_open_reading_past_the_end_returns_nothing(sample_bundle: Bundle) -> None:
+    with sample_bundle.open("hello.txt") as f:
+        f.seek(1000)
+        assert f.read(10) == b""
+        assert f.tell() == 1000
+
+
+def test_open_negative_seek_raises(sample_bundle: Bundle) -> None:
+    with sample_bundle.open("hello.txt") as f, pytest.raises(OSError):
+        f.seek(-1)
+
+
+def test_open_readinto(sample_bundle: Bundle) -> None:
+    buf = bytearray(100)
+    with sample_bundle.open("big.bin") as f:
+        f.seek(SAMPLE_RECORD_SIZE - 50)
+        assert f.readinto(buf) == 100
+    assert bytes(buf) == BIG[SAMPLE_RECORD_SIZE - 50 : SAMPLE_RECORD_SIZE + 50]
+
+
+def test_open_readinto_at_the_end_fills_what_is_left(sample_bundle: Bundle) -> None:
+    buf = bytearray(b"\xee" * 20)
+    with sample_bundle.open("hello.txt") as f:
+        f.seek(-4, io.SEEK_END)
+        assert f.readinto(memoryview(buf)) == 4
+    assert bytes(buf[:4]) == SAMPLE_FILES["hello.txt"][-4:]
+    assert buf[4:] == b"\xee" * 16
+
+
+def test_open_works_with_json_load(sample_bundle: Bundle) -> None:
+    with sample_bundle.open("data.json") as f:
+        assert json.load(f)["nested"] == {"ok": True}
+
+
+def test_open_works_with_a_buffered_reader(sample_bundle: Bundle) -> None:
+    with io.BufferedReader(sample_bundle.open("lines.txt"), buffer_size=1000) as f:
+        lines = f.readlines()
+    assert lines == SAMPLE_FILES["lines.txt"].splitlines(keepends=True)
+
+
+def test_open_works_with_a_text_wrapper(sample_bundle: Bundle) -> None:
+    raw = sample_bundle.open("uni-ünï código.txt")
+    with io.TextIOWrapper(io.BufferedReader(raw), encoding="utf-8") as f:
+        assert f.read() == "unicode ✓\n"
+
+
+def test_open_file_has_a_name_and_a_size(sample_bundle: Bundle) -> None:
+    with sample_bundle.open("dir/a.txt") as f:
+        assert f.name == "dir/a.txt"
+        assert f.size == 100
+
+
+def test_open_read_after_close_raises(sample_bundle: Bundle) -> None:
+    f = sample_bundle.open("hello.txt")
+    f.close()
+    with pytest.raises(ValueError):
+        f.read()
+
+
+def test_open_for_writing_is_refused(sample_bundle: Bundle) -> None:
+    for mode in ("w", "wb", "r+b", "ab"):
+        with pytest.raises(ValueError):
+            sample_bundle.open("hello.txt", mode)
+
+
+def test_open_of_a_directory_raises_is_a_directory(sample_bundle: Bundle) -> None:
+    with pytest.raises(IsADirectory):
+        sample_bundle.open("dir")
+
+
+def test_open_of_a_missing_file_raises_file_not_found(sample_bundle: Bundle) -> None:
+    with pytest.raises(FileNotFoundError):
+        sample_bundle.open("missing")
+
+
+# --- iteration and glob ---------------------------------------------------------------------------
+
+
+def test_iteration_yields_every_path_once(sample_bundle: Bundle, sample_tree: Path) -> None:
+    paths = [path for path, _entry in sample_bundle]
+    assert len(paths) == len(set(paths))
+    assert sorted(os.fsencode(p) for p in paths) == source_paths(sample_tree)
+
+
+def test_iteration_yields_unfollowed_entries(sample_bundle: Bundle) -> None:
+    entries = dict(sample_bundle)
+    assert entries["link"].is_symlink
+    assert entries["dirlink"].is_symlink
+    assert entries["dir"].is_dir
+    assert entries["dir/hard2"].is_file
+
+
+def test_iteration_does_not_count_the_root(sample_bundle: Bundle) -> None:
+    assert "" not in dict(sample_bundle)
+
+
+@pytest.mark.parametrize(
+    "pattern, expected",
+    [
+        ("*.txt", ["hello.txt", "lines.txt", "uni-ünï código.txt"]),
+        ("dir/*.txt", ["dir/a.txt", "dir/b.txt"]),
+        ("**/deep*.txt", ["dir/sub/deep.txt", "dir/sub/deeper/deepest.txt"]),
+        (
+            "dir/**",
+            [
+                "dir",
+                "dir/a.txt",
+                "dir/b.txt",
+                "dir/hard2",
+                "dir/sub",
+                "dir/sub/deep.txt",
+                "dir/sub/deeper",
+                "dir/sub/deeper/deepest.txt",
+            ],
+        ),
+        ("*/sub", ["dir/sub"]),
+        ("nothing*", []),
+    ],
+)
+def test_glob(sample_bundle: Bundle, pattern: str, expected: list[str]) -> None:
+    assert sample_bundle.glob(pattern) == expected
+
+
+def test_glob_star_does_not_cross_slashes(sample_bundle: Bundle) -> None:
+    assert "dir/a.txt" not in sample_bundle.glob("*a.txt")
+
+
+# --- concurrency ----------------------------------------------------------------------------------
+
+
+def _random_reads(b: Bundle, seed: int, count: int) -> list[str]:
+    """Read random ranges of random files; return a description of every mismatch."""
+    rng = random.Random(seed)
+    names = ["big.bin", "noise.bin", "zeros.bin", "lines.txt", "dir/hard2"]
+    bad = []
+    for _ in range(count):
+        name = rng.choice(names)
+        want = SAMPLE_FILES[name]
+        start = rng.randrange(len(want))
+        size = rng.choice([1, 100, SAMPLE_RECORD_SIZE, 3 * SAMPLE_RECORD_SIZE])
+        if rng.random() < 0.2:
+            got, ok = b.read(name), want
+        else:
+            with b.open(name) as f:
+                f.seek(start)
+                got, ok = f.read(size), want[start : start + size]
+        if got != ok:
+            bad.append(f"{name}@{start}+{size}")
+    return bad
+
+
+def test_eight_threads_reading_random_ranges_get_the_right_bytes(sample_bundle_path: Path) -> None:
+    # A cache smaller than the data forces evictions and concurrent loads of the same record.
+    with Bundle(sample_bundle_path, cache_size=3 * SAMPLE_RECORD_SIZE) as b:
+        results: dict[int, list[str]] = {}
+        barrier = threading.Barrier(8)
+
+        def worker(i: int) -> None:
+            barrier.wait()
+            try:
+                results[i] = _random_reads(b, seed=i, count=150)
+            except Exception as e:  # report, don't lose, an exception in a thread
+                results[i] = [repr(e)]
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert {i: r for i, r in results.items() if r} == {}
+        assert len(results) == 8
+        stats = b.cache_stats()
+        assert stats.size <= stats.capacity
+        assert stats.evictions > 0
+
+
+def test_a_forked_child_reads_from_a_bundle_opened_in_the_parent(sample_bundle_path: Path) -> None:
+    with Bundle(sample_bundle_path) as b:
+        assert b.read("big.bin") == BIG  # the parent has a live LMDB transaction and cached records
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report through the pipe, never return into pytest
+            status = 1
+            try:
+                bad = _random_reads(b, seed=99, count=50)
+                ok = b.read("dir/sub/deep.txt") == SAMPLE_FILES["dir/sub/deep.txt"]
+                os.write(write_end, ("ok" if ok and not bad else f"bad {bad}").encode())
+                status = 0
+            except BaseException as e:
+                os.write(write_end, f"error {e!r}".encode())
+            finally:
+                os._exit(status)
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as pipe:
+            message = pipe.read().decode()
+        _, status = os.waitpid(pid, 0)
+        assert message == "ok"
+        assert os.waitstatus_to_exitcode(status) == 0
+        # The parent's bundle still works after the child used (and exited with) its copy.
+        assert b.read("hello.txt") == SAMPLE_FILES["hello.txt"]
+
+
+_POOL_BUNDLE: Bundle | None = None
+
+
+def _pool_read(seed: int) -> list[str]:
+    assert _POOL_BUNDLE is not None
+    return _random_reads(_POOL_BUNDLE, seed=seed, count=30)
+
+
+def test_forked_pool_workers_share_a_bundle_opened_in_the_parent(sample_bundle_path: Path) -> None:
+    # The DataLoader pattern: open once in the parent, read in forked workers.
+    global _POOL_BUNDLE
+    with Bundle(sample_bundle_path) as b:
+        b.read("noise.bin")
+        _POOL_BUNDLE = b
+        try:
+            with multiprocessing.get_context("fork").Pool(3) as pool:
+                results = pool.map(_pool_read, range(6))
+        finally:
+            _POOL_BUNDLE = None
+    assert results == [[]] * 6
+
+
+def test_one_bundle_can_be_opened_twice_and_closed_independently(
+    sample_bundle_path: Path,
+) -> None:
+    with Bundle(sample_bundle_path) as a, Bundle(sample_bundle_path) as b:
+        assert a.read("hello.txt") == b.read("hello.txt")
+        a.close()
+        assert b.read("dir/a.txt") == SAMPLE_FILES["dir/a.txt"]
+    with Bundle(sample_bundle_path) as c:  # and opened again after both were closed
+        assert c.listdir("dir/sub") == ["deep.txt", "deeper"]
+
+
+def test_a_forked_child_can_use_two_bundles_of_one_path(sample_bundle_path: Path) -> None:
+    with Bundle(sample_bundle_path) as a, Bundle(sample_bundle_path) as b:
+        a.read("hello.txt")
+        b.read("hello.txt")
+        pid = os.fork()
+        if pid == 0:
+            ok = False
+            try:
+                ok = a.read("dir/a.txt") == b.read("dir/a.txt") == SAMPLE_FILES["dir/a.txt"]
+            finally:
+                os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_info_reports_sizes_and_the_config(sample_bundle: Bundle, sample_bundle_path: Path) -> None:
+    info = sample_bundle.info()
+    assert info.config.record_size == SAMPLE_RECORD_SIZE
+    assert info.shard_bytes == (sample_bundle_path / "shard-00000000").stat().st_size
+    assert info.index_bytes == (sample_bundle_path / "index" / "data.mdb").stat().st_size
+    assert len(info.bundle_id) == 16
