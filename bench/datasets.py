@@ -10,8 +10,8 @@ Three datasets are generated under the work directory:
   ``__pycache__``), a realistic tree of source files of mixed sizes.
 
 Each dataset is written into a temporary directory and renamed into place, with a stamp file
-recording the parameters, so an interrupted generation is never mistaken for a complete one and
-an unchanged dataset is reused by later runs instead of being rewritten.
+beside it recording the parameters, so an interrupted generation is never mistaken for a
+complete one and an unchanged dataset is reused by later runs instead of being rewritten.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ MIB = 1024 * 1024
 # Bump when the generators change, so old datasets on disk are regenerated.
 GENERATOR_VERSION = 1
 Log = Callable[[str], None]
-STAMP = ".bench-dataset.json"
+STAMP = ".stamp.json"
 
 SMALL_FILES = 100_000
 SMALL_DIRS = 100
@@ -104,9 +104,14 @@ def _small_sizes(count: int, seed: int) -> list[int]:
     ]
 
 
+def _stamp_path(root: Path) -> Path:
+    # Beside the dataset, not inside it: the stamp must not become one of the files packed.
+    return root.with_name(root.name + STAMP)
+
+
 def _stamp_matches(root: Path, params: dict[str, object]) -> bool:
     try:
-        return json.loads((root / STAMP).read_text()) == params
+        return root.is_dir() and json.loads(_stamp_path(root).read_text()) == params
     except (OSError, ValueError):
         return False
 
@@ -117,8 +122,6 @@ def _load(name: str, root: Path) -> Dataset:
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
         for fn in filenames:
-            if fn == STAMP:
-                continue
             full = os.path.join(dirpath, fn)
             if os.path.islink(full) or not os.path.isfile(full):
                 continue
@@ -132,12 +135,13 @@ def _load(name: str, root: Path) -> Dataset:
 def _build(root: Path, params: dict[str, object], fill: Callable[[Path], None]) -> None:
     """Generate into ``root.tmp`` with ``fill`` and rename into place with a stamp."""
     tmp = root.with_name(root.name + ".tmp")
+    _stamp_path(root).unlink(missing_ok=True)
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.rmtree(root, ignore_errors=True)
     tmp.mkdir(parents=True)
     fill(tmp)
-    (tmp / STAMP).write_text(json.dumps(params))
     tmp.rename(root)
+    _stamp_path(root).write_text(json.dumps(params))
 
 
 def small(workdir: Path, scale: float, seed: int, log: Log = print) -> Dataset:

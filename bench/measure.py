@@ -190,11 +190,12 @@ class Bench:
                     s.add(d, n, "index_bytes_per_file", info.index_bytes / len(dataset.files))
                 for k, v in info.detail.items():
                     s.add(d, n, f"pack_{k}", v)
-                self.log(
-                    f"  pack {d:6} {n:14} {info.seconds:7.2f} s "
-                    f"{dataset.total_bytes / MB / max(info.seconds, 1e-9):8.1f} MB/s "
-                    f"archive {info.archive_bytes / MB:8.1f} MB"
-                )
+                if system.is_fuse:
+                    self.log(
+                        f"  pack {d:6} {n:14} {info.seconds:7.2f} s "
+                        f"{dataset.total_bytes / MB / max(info.seconds, 1e-9):8.1f} MB/s "
+                        f"archive {info.archive_bytes / MB:8.1f} MB"
+                    )
         return ok
 
     # ---------------------------------------------------------------- tree datasets

@@ -1,0 +1,318 @@
+"""Medians, ratios and the written outputs: ``docs/benchmarks.md``, ``docs/benchmarks.png`` and
+the raw JSON in ``bench-results/``.
+
+Every figure in the tables is the median of the rounds of one run; every ratio compares two
+medians from that same run (against the raw directory and against squashfuse_ll).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.targets import Medians, Verdict, format_value
+
+SYSTEM_ORDER = ("raw", "squashfuse_ll", "ratarmount", "bundlefs")
+DATASET_TITLES = {
+    "small": "Small files",
+    "large": "Large files (sequential)",
+    "source": "Source tree (Python stdlib)",
+}
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str
+    label: str
+    fmt: str
+    higher_is_better: bool
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("pack_s", "pack time (s)", "{:,.2f}", False),
+    Metric("pack_mbps", "pack throughput (MB/s of source)", "{:,.1f}", True),
+    Metric("archive_mb", "archive size (MB)", "{:,.1f}", False),
+    Metric("archive_ratio", "archive / source size", "{:.3f}", False),
+    Metric("index_bytes_per_file", "index bytes per file", "{:,.1f}", False),
+    Metric("mount_ready_ms", "mount ready (ms)", "{:,.1f}", False),
+    Metric("find_cold_s", "find, fresh mount + dropped caches (s)", "{:,.3f}", False),
+    Metric("find_warm_s", "find, warm (s)", "{:,.3f}", False),
+    Metric("du_cold_s", "du -s, fresh mount + dropped caches (s)", "{:,.3f}", False),
+    Metric("rand_cold_1_fps", "random reads cold, 1 reader (files/s)", "{:,.0f}", True),
+    Metric("rand_cold_2_fps", "random reads cold, 2 readers (files/s)", "{:,.0f}", True),
+    Metric("rand_warm_1_fps", "random reads warm, 1 reader (files/s)", "{:,.0f}", True),
+    Metric("rand_warm_2_fps", "random reads warm, 2 readers (files/s)", "{:,.0f}", True),
+    Metric("rand_warm_1_mbps", "random reads warm, 1 reader (MB/s)", "{:,.1f}", True),
+    Metric("seq_cold_mbps", "sequential read cold (MB/s)", "{:,.1f}", True),
+    Metric("seq_warm_mbps", "sequential read warm (MB/s)", "{:,.1f}", True),
+    Metric("api_cold_1_fps", "Python API reads cold, 1 reader (files/s)", "{:,.0f}", True),
+    Metric("api_warm_1_fps", "Python API reads warm, 1 reader (files/s)", "{:,.0f}", True),
+    Metric("api_warm_2_fps", "Python API reads warm, 2 readers (files/s)", "{:,.0f}", True),
+    Metric("rss_peak_mb", "daemon peak RSS (MB, VmHWM)", "{:,.1f}", False),
+)
+
+
+def medians(samples: dict[str, dict[str, dict[str, list[float]]]]) -> Medians:
+    return {
+        d: {s: {m: statistics.median(v) for m, v in ms.items() if v} for s, ms in ss.items()}
+        for d, ss in samples.items()
+    }
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    if a is None or not b:
+        return ""
+    return f"{a / b:.2f}×"
+
+
+def _cell(med: dict[str, dict[str, float]], system: str, metric: Metric) -> str:
+    v = med.get(system, {}).get(metric.key)
+    if v is None:
+        return "—"
+    text = metric.fmt.format(v)
+    notes = []
+    if system != "raw":
+        r = _ratio(v, med.get("raw", {}).get(metric.key))
+        if r:
+            notes.append(f"{r} raw")
+    if system != "squashfuse_ll":
+        r = _ratio(v, med.get("squashfuse_ll", {}).get(metric.key))
+        if r:
+            notes.append(f"{r} sq")
+    return text + (f" <sub>({', '.join(notes)})</sub>" if notes else "")
+
+
+def dataset_table(med: Medians, dataset: str, systems: list[str]) -> str:
+    dm = med.get(dataset, {})
+    cols = [s for s in SYSTEM_ORDER if s in systems and s in dm]
+    lines = [
+        "| metric | " + " | ".join(cols) + " |",
+        "|---|" + "---:|" * len(cols),
+    ]
+    for metric in METRICS:
+        if not any(metric.key in dm.get(s, {}) for s in cols):
+            continue
+        arrow = "↑" if metric.higher_is_better else "↓"
+        row = [f"{metric.label} {arrow}"] + [_cell(dm, s, metric) for s in cols]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def targets_table(verdicts: list[Verdict]) -> str:
+    lines = ["| target | bundlefs figure | required | status |", "|---|---:|---|---|"]
+    for v in verdicts:
+        t = v.target
+        where = "worst dataset" if t.dataset == "*" else f"{t.dataset}"
+        status = f"**{v.status}**" if v.met is False else v.status
+        if v.why:
+            status += f" ({v.why})"
+        lines.append(f"| {t.label} ({where}) | {format_value(v)} | {t.describe()} | {status} |")
+    return "\n".join(lines)
+
+
+def console_summary(med: Medians, verdicts: list[Verdict], systems: list[str]) -> str:
+    out = []
+    for d in med:
+        out.append(f"\n== {DATASET_TITLES.get(d, d)} ==")
+        dm = med[d]
+        cols = [s for s in SYSTEM_ORDER if s in systems and s in dm]
+        out.append(f"{'metric':44}" + "".join(f"{c:>16}" for c in cols))
+        for metric in METRICS:
+            if not any(metric.key in dm.get(s, {}) for s in cols):
+                continue
+            vals = []
+            for c in cols:
+                v = dm.get(c, {}).get(metric.key)
+                vals.append(f"{metric.fmt.format(v):>16}" if v is not None else f"{'—':>16}")
+            out.append(f"{metric.label[:44]:44}" + "".join(vals))
+    out.append("\n== targets ==")
+    for v in verdicts:
+        out.append(
+            f"  [{v.status:7}] {v.target.label} ({v.target.dataset}): {format_value(v)} "
+            f"(need {v.target.describe()}) {v.why}"
+        )
+    return "\n".join(out)
+
+
+def write_json(results: dict[str, Any], out_dir: Path, stamp: str) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"results-{stamp}.json"
+    text = json.dumps(results, indent=1, sort_keys=True)
+    path.write_text(text)
+    (out_dir / "latest.json").write_text(text)
+    return path
+
+
+def ensure_matplotlib(log: Any) -> bool:
+    """Import matplotlib, installing it into the project venv on first use if it is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        log("installing matplotlib into the project virtualenv (for docs/benchmarks.png)")
+        r = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "matplotlib"],
+            capture_output=True,
+            text=True,
+        )
+        if r.returncode != 0:
+            log(f"matplotlib install failed, no plot: {r.stderr[-500:]}")
+            return False
+        import importlib
+
+        importlib.invalidate_caches()
+    return True
+
+
+def plot(med: Medians, systems: list[str], path: Path, title: str) -> bool:
+    """Four panels of the headline figures; bars per system, values annotated."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = [s for s in SYSTEM_ORDER if s in systems]
+    colors = {"raw": "#888888", "squashfuse_ll": "#1f77b4", "ratarmount": "#ff7f0e",
+              "bundlefs": "#2ca02c"}  # fmt: skip
+    panels = [
+        ("small", ["rand_warm_1_fps", "rand_warm_2_fps", "rand_cold_1_fps", "rand_cold_2_fps"],
+         ["warm 1", "warm 2", "cold 1", "cold 2"], "small files: random reads (files/s, log)",
+         True),
+        ("small", ["find_cold_s", "find_warm_s", "du_cold_s"], ["find cold", "find warm",
+         "du cold"], "small files: metadata walks (s, lower is better)", False),
+        ("*", ["pack_mbps"], None, "pack throughput (MB/s of source)", False),
+        ("large", ["seq_cold_mbps", "seq_warm_mbps"], ["cold", "warm"],
+         "large files: sequential read (MB/s)", False),
+    ]  # fmt: skip
+    fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
+    for ax, (dataset, metrics, labels, ptitle, log_scale) in zip(axes.flat, panels, strict=True):
+        if dataset == "*":
+            groups = [d for d in ("small", "large", "source") if d in med]
+            getter = [(d, metrics[0]) for d in groups]
+            labels = groups
+        else:
+            getter = [(dataset, m) for m in metrics]
+        width = 0.8 / max(1, len(cols))
+        for i, s in enumerate(cols):
+            xs, ys = [], []
+            for j, (d, m) in enumerate(getter):
+                v = med.get(d, {}).get(s, {}).get(m)
+                if v is not None:
+                    xs.append(j + (i - (len(cols) - 1) / 2) * width)
+                    ys.append(v)
+            if not ys:
+                continue
+            bars = ax.bar(xs, ys, width, label=s, color=colors.get(s))
+            for b, y in zip(bars, ys, strict=True):
+                txt = f"{y:,.0f}" if y >= 100 else f"{y:.2g}"
+                ax.annotate(
+                    txt,
+                    (b.get_x() + b.get_width() / 2, y),
+                    ha="center",
+                    va="bottom",
+                    fontsize=6,
+                    rotation=90,
+                    xytext=(0, 2),
+                    textcoords="offset points",
+                )
+        ax.set_xticks(range(len(getter)), labels or [])
+        ax.set_title(ptitle, fontsize=10)
+        if log_scale:
+            ax.set_yscale("log")
+        ax.margins(y=0.2)
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def markdown(
+    results: dict[str, Any], med: Medians, verdicts: list[Verdict], systems: list[str],
+    png_name: str | None,
+) -> str:  # fmt: skip
+    meta = results["meta"]
+    ds = results["datasets"]
+    parts = [
+        "# bundlefs benchmarks",
+        "",
+        f"Generated by `python -m bench.run {' '.join(meta['argv'])}`".rstrip() + f" on "
+        f"{meta['started']} ({meta['duration_s'] / 60:.1f} min). Machine: {meta['machine']}; "
+        f"load average at start {meta['load_start']}, at end {meta['load_end']}. "
+        "This machine is shared and noisy: absolute numbers move between runs, ratios against "
+        "peers measured in the same run much less. Regenerate with `make bench` (full scale) or "
+        "`make bench-quick`.",
+        "",
+        f"Scale {meta['scale']}, {meta['rounds']} rounds for reads and mounts, "
+        f"{meta['pack_rounds']} for packing; every figure is the median over rounds. "
+        f"bundlefs daemon cache: {meta['cache_size']}. Systems: {', '.join(systems)}.",
+        "",
+        "| dataset | files | bytes | random-read sample |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, d in ds.items():
+        parts.append(
+            f"| {name} | {d['files']:,} | {d['bytes'] / 1e6:,.1f} MB | {d.get('sample', '—')} |"
+        )
+    parts += [
+        "",
+        "## Targets (issue 4)",
+        "",
+        "Ratios are bundlefs ÷ reference, medians of the same run.",
+        "",
+        targets_table(verdicts),
+        "",
+    ]
+    if png_name:
+        parts += [f"![benchmark overview]({png_name})", ""]
+    parts += [
+        "## Results",
+        "",
+        "Cells: median, then in small print the ratio to the raw directory and to squashfuse_ll "
+        "(`sq`) from the same run. ↑ higher is better, ↓ lower is better.",
+        "",
+    ]
+    for d in med:
+        parts += [f"### {DATASET_TITLES.get(d, d)}", "", dataset_table(med, d, systems), ""]
+    parts += ["## Method", "", METHOD, ""]
+    if results.get("errors"):
+        parts += ["## Errors in this run", ""] + [f"- {e}" for e in results["errors"]] + [""]
+    return "\n".join(parts)
+
+
+METHOD = """\
+- **Datasets** (seeded, regenerated only when parameters change): *small* — 100,000 × scale
+  files in 100 directories, log-normal sizes around 20 KiB clipped to 1 KiB–400 KiB, 80 % random
+  bytes (incompressible, like JPEG) and 20 % JSON lines (compressible); *large* — 64 MiB files,
+  half random, half text; *source* — a copy of this interpreter's standard library without
+  `site-packages` and `__pycache__`.
+- **Systems**: *raw* — the source directory itself (the ceiling); *squashfuse_ll* —
+  `mksquashfs SRC IMG -comp lz4 -noappend` served by `squashfuse_ll -f`; *ratarmount* — `tar -cf`
+  served by `ratarmount -f` from its own virtualenv (its SQLite index is built by a first mount
+  and that time is counted as part of packing); *bundlefs* — `bundlefs pack --jobs N` and
+  `bundlefs mount --foreground --cache-size C`.
+- **Pack**: caches dropped before each pack; throughput is source bytes ÷ wall time. Archive size
+  is everything the system needs on disk (ratarmount: tar + index). Index bytes: bundlefs
+  `index/data.mdb`; squashfs compressed inode + directory tables; ratarmount's SQLite file.
+- **Mount ready**: from spawning the foreground daemon to `os.path.ismount` being true and the
+  root being stat-able; median over every mount of the run.
+- **find / du**: `find MNT` and `du -s MNT` wall time; *cold* is a fresh mount after
+  `echo 3 > /proc/sys/vm/drop_caches`, *warm* a second `find` on the same mount.
+- **Random reads**: a fixed shuffled sample of files read whole (open / read / close) by 1 reader
+  process or 2 reader processes splitting the sample. Cold: fresh mount + dropped caches; warm:
+  the same sample again on the same mount. The bytes read are checked against the source.
+- **Sequential**: the large files read whole in 1 MiB reads, cold (fresh mount, dropped caches)
+  then warm.
+- **Daemon RSS**: `VmHWM` from `/proc/PID/status` of the foreground daemon just before each
+  unmount; the worst over the round's mounts. "Beyond cache" subtracts the configured bundlefs
+  cache size.
+- **Python API**: `bundlefs.Bundle(path).read(rel)` over the same sample in reader processes
+  (bundle opened before the clock starts), cold after dropped caches, then warm.
+- Before measuring, each system's mount is checked: it serves as many regular files as the source
+  and 25 sampled files have identical content.
+"""
