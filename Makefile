@@ -23,6 +23,8 @@ $(STAMP): pyproject.toml | system-deps
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
+	@# As root, put bundlefs on the PATH that mount.fuse3 uses (mount -t fuse.bundlefs, fstab).
+	@if [ "$$(id -u)" = 0 ]; then ln -sf "$(CURDIR)/$(BIN)/bundlefs" /usr/local/bin/bundlefs; fi
 	touch $(STAMP)
 
 test: install

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import logging
 import logging.handlers
 import os
@@ -172,6 +173,27 @@ def run_umount(args: argparse.Namespace) -> int:
 # -- mounting ------------------------------------------------------------------------------------
 
 
+def is_mountpoint(path: str) -> bool:
+    """Whether something is mounted on ``path``, read from the mount table.
+
+    The table, not ``stat``: touching a dead FUSE daemon's mount fails with ENOTCONN.
+    """
+    target = os.path.abspath(path)
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) > 1 and _unescape_mount_path(fields[1]) == target:
+                return True
+    return False
+
+
+def _unescape_mount_path(field: str) -> str:
+    # /proc/mounts writes space, tab, newline and backslash as octal escapes.
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        field = field.replace(code, char)
+    return field
+
+
 def _check_mountpoint(path: str) -> None:
     try:
         st = os.stat(path)
@@ -181,7 +203,7 @@ def _check_mountpoint(path: str) -> None:
         raise MountError(f"mountpoint {path} is not usable: {e.strerror}") from None
     if not stat.S_ISDIR(st.st_mode):
         raise MountError(f"mountpoint {path} is not a directory")
-    if os.path.ismount(path):
+    if is_mountpoint(path):
         raise MountError(f"mountpoint {path} is busy: something is already mounted there")
     if not os.path.exists("/dev/fuse"):
         raise MountError("/dev/fuse does not exist: load the fuse module (modprobe fuse)")
@@ -352,15 +374,15 @@ def notify_systemd(message: str) -> None:
 def unmount(mountpoint: str, *, lazy: bool = False) -> None:
     """Unmount a bundlefs mount, including a stale one whose daemon is gone."""
     path = os.path.abspath(mountpoint)
+    if not is_mountpoint(path):
+        raise MountError(f"{mountpoint} is not a mount point")
     try:
         os.stat(path)
         stale = False
     except OSError as e:
-        if e.errno != 107:  # ENOTCONN: a dead daemon's mount
+        if e.errno != errno.ENOTCONN:  # ENOTCONN: the mount of a dead daemon
             raise MountError(f"{mountpoint} is not usable: {e.strerror}") from None
         stale = True
-    if not stale and not os.path.ismount(path):
-        raise MountError(f"{mountpoint} is not a mount point")
     tool = shutil.which("fusermount3") or shutil.which("fusermount")
     if tool:
         command = [tool, "-u"] + (["-z"] if lazy or stale else []) + [path]

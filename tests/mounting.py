@@ -35,6 +35,7 @@ class Mount:
     mountpoint: Path
     process: subprocess.Popen
     log_path: Path
+    notify_socket: socket.socket | None = None  # kept open: the daemon also sends STOPPING=1
     allowed_log: list[str] = field(default_factory=list)  # regexes of expected WARNING/ERROR lines
 
     @property
@@ -93,7 +94,7 @@ def start_mount(bundle: Path, mountpoint: Path, *args: str, log_path: Path) -> M
         start_new_session=True,
     )
     log.close()
-    mount = Mount(bundle, mountpoint, process, log_path)
+    mount = Mount(bundle, mountpoint, process, log_path, sock)
     try:
         deadline = time.monotonic() + READY_TIMEOUT
         while True:
@@ -111,8 +112,6 @@ def start_mount(bundle: Path, mountpoint: Path, *args: str, log_path: Path) -> M
     except BaseException:
         stop_mount(mount)
         raise
-    finally:
-        sock.close()
     _start_watchdog(process)
     return mount
 
@@ -155,6 +154,8 @@ def stop_mount(mount: Mount) -> int | None:
         _run(["fusermount3", "-u", "-z", path])
     with contextlib.suppress(subprocess.TimeoutExpired):
         mount.process.wait(timeout=10)
+    if mount.notify_socket is not None:
+        mount.notify_socket.close()
     return mount.process.returncode
 
 
@@ -173,15 +174,26 @@ def mounted(
     assert not unexpected, "unexpected lines in the daemon log:\n" + "\n".join(unexpected)
 
 
-def sweep_stale_mounts(root: Path) -> list[str]:
-    """Lazily unmount every FUSE mount below ``root`` (left by a crashed earlier run)."""
+def sweep_stale_mounts(root: Path, *, live_too: bool = False) -> list[str]:
+    """Lazily unmount FUSE mounts below ``root``: dead ones (ENOTCONN), or all with ``live_too``.
+
+    Live mounts under the shared temp root may belong to another pytest session running now,
+    so only this session's own directory is swept with ``live_too``.
+    """
     prefix = os.path.abspath(root)
     swept = []
     with open("/proc/mounts") as f:
         targets = [line.split()[1] for line in f if line.split()[2].startswith("fuse")]
     for target in targets:
         target = target.replace("\\040", " ")
-        if target == prefix or target.startswith(prefix + "/"):
-            _run(["fusermount3", "-u", "-z", target])
-            swept.append(target)
+        if not (target == prefix or target.startswith(prefix + "/")):
+            continue
+        if not live_too:
+            try:
+                os.stat(target)
+                continue  # alive: not ours to touch
+            except OSError:
+                pass
+        _run(["fusermount3", "-u", "-z", target])
+        swept.append(target)
     return swept
