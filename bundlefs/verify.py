@@ -1,0 +1,552 @@
+"""``verify``: the full consistency and checksum scan of a bundle, and the checked content reader.
+
+It owns the answer to "is this bundle intact, and if not, which files are damaged?". It reads
+everything — the marker, the index checksum, every shard header, every record (CRC and
+decompression), every entry and the directory tree they form, and every file's content CRC — and
+keeps going after damage, so one run names every damaged file. Damage never raises: it becomes a
+``Problem`` in the report. Only a directory that cannot be opened as a bundle at all raises.
+
+``iter_content`` is also here because it is the one way to stream a file and still get its CRC
+checked at the end; ``extract`` and the CLI's ``cat`` use it. Imports: bundle, index, format.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from . import format as fmt
+from .bundle import Bundle
+from .checksum import crc32c, file_checksum
+from .errors import BundleError, CorruptDataError, FormatError
+from .index import read_marker
+from .shards import ShardSet
+
+# Files up to this size are read in one piece (Bundle.read_at checks their CRC itself); larger ones
+# are streamed in chunks and their CRC is computed here, so memory stays bounded.
+WHOLE_READ_LIMIT = 16 * 1024 * 1024
+_CHUNK = 4 * 1024 * 1024
+
+# Per-inode kinds in the scan's compact table (one byte per inode, so millions of entries fit).
+_BAD, _FILE, _DIR, _SYMLINK, _LINK = 0, 1, 2, 3, 4
+_NAME_AFTER_PREVIOUS = 0x10  # bit: this entry's name sorts after the previous inode's name
+
+
+def iter_content(bundle: Bundle, entry: fmt.Entry, path: str) -> Iterator[bytes]:
+    """The content of a regular file in pieces; raises ``CorruptDataError`` if it fails its CRC.
+
+    A small file is checked before its bytes are yielded; a large one only at the end (after its
+    records were each checked), so a caller that writes as it reads must undo on the error.
+    """
+    if entry.size <= WHOLE_READ_LIMIT:
+        yield bundle.read_at(entry, 0, entry.size, path=path)
+        return
+    value, pos = 0, 0
+    while pos < entry.size:
+        piece = bundle.read_at(entry, pos, _CHUNK, path=path)
+        if not piece:
+            raise CorruptDataError("file is shorter than its entry says", path=path)
+        value = crc32c(piece, value)
+        pos += len(piece)
+        yield piece
+    if value != entry.crc32c:
+        raise CorruptDataError(
+            "file content fails its checksum", bundle=bundle.path, path=path, shard=entry.shard
+        )
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing found wrong; ``kind`` is marker, index, config, shard, record, entry or file."""
+
+    kind: str
+    message: str
+    path: str | None = None
+    shard: int | None = None
+    record: int | None = None
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass(frozen=True)
+class VerifyProgress:
+    phase: str  # "index", "records", "entries", "files"
+    done: int
+    total: int
+    bytes_checked: int
+    started: float
+
+
+@dataclass
+class VerifyReport:
+    bundle: str
+    entries: int = 0
+    files: int = 0
+    dirs: int = 0
+    symlinks: int = 0
+    hardlinks: int = 0
+    shards: int = 0
+    records: int = 0
+    bytes_checked: int = 0  # stored record bytes plus file content bytes read and checked
+    seconds: float = 0.0
+    problems: list[Problem] = field(default_factory=list)
+    damaged_files: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def verify(
+    bundle_path: str | os.PathLike,
+    progress: Callable[[VerifyProgress], None] | None = None,
+) -> VerifyReport:
+    """Scan a whole bundle. Raises only if ``bundle_path`` is not a bundle at all."""
+    return _Verifier(os.fsdecode(os.fspath(bundle_path)), progress).run()
+
+
+class _Verifier:
+    def __init__(self, path: str, progress) -> None:
+        self.path = path
+        self.report = VerifyReport(path)
+        self._progress = progress
+        self._last_tick = 0.0
+        self._started = time.monotonic()
+        self._damaged_files: set[str] = set()
+        # shard -> sorted [(start, end)] of stream ranges whose records are damaged or missing
+        self._bad_ranges: dict[int, list[tuple[int, int]]] = {}
+        self._shard_sizes: dict[int, int] = {}
+
+    def problem(self, kind: str, message: str, **where) -> None:
+        self.report.problems.append(Problem(kind, message, **where))
+
+    def run(self) -> VerifyReport:
+        # A missing or invalid marker means "not a bundle": that raises, as opening would.
+        marker = read_marker(self.path)
+        if self._check_index_file(marker):
+            try:
+                bundle = Bundle(self.path, check_index=False, cache_size=64 * 1024 * 1024)
+            except (FormatError, OSError) as e:
+                self.problem("index", f"the index cannot be read: {e}")
+            else:
+                # A ShardSet of our own loads records without going through (or filling) the cache.
+                self._shards = ShardSet(self.path, marker)
+                try:
+                    with bundle:
+                        self._scan(bundle)
+                finally:
+                    self._shards.close()
+        self.report.damaged_files = sorted(self._damaged_files)
+        self.report.seconds = time.monotonic() - self._started
+        return self.report
+
+    def _scan(self, bundle: Bundle) -> None:
+        self.report.shards = bundle.config.shard_count
+        self._check_shards(bundle)
+        self._merge_bad_ranges()
+        tree = self._check_entries(bundle)
+        if tree is not None:
+            self._check_files(bundle, tree)
+
+    def _tick(self, phase: str, done: int, total: int) -> None:
+        if self._progress is None:
+            return
+        now = time.monotonic()
+        if now - self._last_tick >= 0.2 or done == total:
+            self._last_tick = now
+            self._progress(
+                VerifyProgress(phase, done, total, self.report.bytes_checked, self._started)
+            )
+
+    # -- marker and index file ---------------------------------------------------------------------
+
+    def _check_index_file(self, marker: fmt.Marker) -> bool:
+        """Size, LMDB meta pages and checksum of data.mdb; False if LMDB must not open it."""
+        self._tick("index", 0, 1)
+        index_path = os.path.join(self.path, fmt.INDEX_DIR, fmt.INDEX_FILE)
+        try:
+            with open(index_path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                head = f.read(fmt.LMDB_META_PROBE + 65536)
+            fmt.check_lmdb_meta(head, size)
+            crc, _ = file_checksum(index_path)
+        except OSError as e:
+            self.problem("index", f"the index {index_path} cannot be read: {e.strerror}")
+            return False
+        except FormatError as e:
+            self.problem("index", f"the index is damaged: {e}")
+            return False
+        self.report.bytes_checked += size
+        if size != marker.index_size:
+            self.problem(
+                "index",
+                f"the index is {size} bytes but the completion marker says {marker.index_size}",
+            )
+            return False
+        if crc != marker.index_crc32c:
+            self.problem("index", "the index fails its checksum (altered or damaged index)")
+            return False
+        return True
+
+    # -- shards and records ------------------------------------------------------------------------
+
+    def _check_shards(self, bundle: Bundle) -> None:
+        index = bundle.index
+        for shard in range(bundle.config.shard_count):
+            try:
+                info = index.shard_info(shard)
+            except FormatError as e:
+                self.problem("shard", f"shard {shard}: descriptor unreadable: {e}", shard=shard)
+                self._mark_bad(shard, 0, fmt.MAX_SHARD_STREAM)
+                continue
+            self._shard_sizes[shard] = info.uncompressed_size
+            file_size = self._check_shard_file(bundle, shard, info)
+            self._check_records(bundle, shard, info, file_size)
+
+    def _check_shard_file(self, bundle: Bundle, shard: int, info: fmt.ShardInfo) -> int | None:
+        path = os.path.join(self.path, fmt.shard_filename(shard))
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                header = f.read(fmt.SHARD_HEADER_SIZE)
+        except OSError as e:
+            self.problem("shard", f"shard {shard}: cannot read {path}: {e.strerror}", shard=shard)
+            return None
+        try:
+            fmt.check_shard_header(header, shard, bundle.index.marker.bundle_id)
+        except BundleError as e:
+            self.problem("shard", f"shard {shard}: bad header: {e}", shard=shard)
+        if size != info.file_size:
+            self.problem(
+                "shard",
+                f"shard {shard}: file is {size} bytes, the index says {info.file_size}",
+                shard=shard,
+            )
+        return size
+
+    def _check_records(
+        self, bundle: Bundle, shard: int, info: fmt.ShardInfo, file_size: int | None
+    ) -> None:
+        expected = 0  # next stream offset a record must start at
+        stored_end = bundle.config.block_size  # records follow the header block, in order
+        count = 0
+        records = bundle.index.iter_records(shard)
+        while True:
+            try:
+                record = next(records)
+            except StopIteration:
+                break
+            except FormatError as e:
+                self.problem("record", f"shard {shard}: record index damaged: {e}", shard=shard)
+                self._mark_bad(shard, expected, max(expected + 1, info.uncompressed_size))
+                return
+            count += 1
+            self.report.records += 1
+            where = f"shard {shard} record at offset {record.offset}"
+            bad = None
+            if record.offset != expected:
+                what = "gap before" if record.offset > expected else "overlap at"
+                bad = f"{what} {where} (expected offset {expected})"
+                self._mark_bad(shard, min(expected, record.offset), max(expected, record.offset))
+            elif record.stored_length and record.stored_offset < stored_end:
+                bad = f"{where}: stored bytes overlap the previous record"
+            elif file_size is not None and record.stored_offset + record.stored_length > file_size:
+                bad = f"{where}: stored bytes run past the end of the shard file"
+            if bad is None:
+                try:
+                    self._shards.load(record)
+                    self.report.bytes_checked += record.stored_length
+                except CorruptDataError as e:
+                    bad = f"{where}: {e.detail}"
+            if bad is not None:
+                self.problem("record", bad, shard=shard, record=record.offset)
+                self._mark_bad(shard, record.offset, record.end)
+            expected = max(expected, record.end)
+            if record.stored_length:
+                stored_end = max(
+                    stored_end,
+                    fmt.pad_to(
+                        record.stored_offset + record.stored_length, bundle.config.block_size
+                    ),
+                )
+            self._tick("records", self.report.records, 0)
+        if expected != info.uncompressed_size:
+            self.problem(
+                "record",
+                f"shard {shard}: records cover {expected} bytes of a "
+                f"{info.uncompressed_size}-byte stream",
+                shard=shard,
+            )
+            self._mark_bad(shard, min(expected, info.uncompressed_size), fmt.MAX_SHARD_STREAM)
+        if count != info.record_count:
+            self.problem(
+                "record",
+                f"shard {shard}: {count} records, the index says {info.record_count}",
+                shard=shard,
+            )
+
+    def _mark_bad(self, shard: int, start: int, end: int) -> None:
+        self._bad_ranges.setdefault(shard, []).append((start, end))
+
+    def _merge_bad_ranges(self) -> None:
+        """Sort and merge each shard's damaged ranges, so a lookup is one bisection."""
+        for shard, ranges in self._bad_ranges.items():
+            merged: list[tuple[int, int]] = []
+            for lo, hi in sorted(ranges):
+                if merged and lo <= merged[-1][1]:
+                    merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+                else:
+                    merged.append((lo, hi))
+            self._bad_ranges[shard] = merged
+
+    def _bad_range_in(self, shard: int, start: int, end: int) -> tuple[int, int] | None:
+        """A damaged range of ``shard`` overlapping stream bytes ``start … end−1``, if any."""
+        ranges = self._bad_ranges.get(shard)
+        if not ranges or start >= end:
+            return None
+        i = bisect.bisect_right(ranges, (end - 1, fmt.MAX_SHARD_STREAM + 1)) - 1
+        if i >= 0 and ranges[i][1] > start:
+            return ranges[i]
+        return None
+
+    # -- entries and the directory tree ------------------------------------------------------------
+
+    def _check_entries(self, bundle: Bundle) -> _Tree | None:
+        config, index = bundle.config, bundle.index
+        n = config.entry_count
+        tree = _Tree(bundle, n)
+        counts = dict(files=0, dirs=0, symlinks=0, hardlinks=0, data_bytes=0)
+        links: list[tuple[int, int]] = []  # (LINK entry, target)
+        nlinks: dict[int, int] = {}  # file with an NLINK part -> its nlink
+        previous: bytes | None = None
+        for ino in range(1, n + 1):
+            self._tick("entries", ino, n)
+            try:
+                entry = index.entry(ino)
+            except FormatError as e:
+                self.problem("entry", f"entry {ino}: {e}")
+                previous = None
+                continue
+            kind = _BAD
+            if entry.is_link:
+                kind = _LINK
+                counts["hardlinks"] += 1
+                links.append((ino, entry.target))
+            elif entry.is_file:
+                kind = _FILE
+                counts["files"] += 1
+                counts["data_bytes"] += entry.size
+                if entry.flags & fmt.FLAG_NLINK:
+                    nlinks[ino] = entry.nlink
+            elif entry.is_dir:
+                kind = _DIR
+                counts["dirs"] += 1
+                tree.add_dir(entry)
+            elif entry.is_symlink:
+                kind = _SYMLINK
+                counts["symlinks"] += 1
+            if previous is not None and entry.name > previous:
+                kind |= _NAME_AFTER_PREVIOUS
+            tree.kinds[ino] = kind
+            previous = entry.name
+        self.report.entries = n
+        self.report.files, self.report.dirs = counts["files"], counts["dirs"]
+        self.report.symlinks, self.report.hardlinks = counts["symlinks"], counts["hardlinks"]
+        try:
+            extra = next(index.iter_entries(n + 1, 1), None)
+        except FormatError:
+            extra = None  # "no entry n+1": as it should be
+        if extra is not None:
+            self.problem("entry", f"entry {n + 1} exists past the entry count {n}")
+        self._check_counts(config, counts)
+        self._check_tree(tree)
+        self._check_links(tree, links, nlinks)
+        return tree
+
+    def _check_counts(self, config: fmt.Config, counts: dict) -> None:
+        claimed = dict(
+            files=config.file_count,
+            dirs=config.dir_count,
+            symlinks=config.symlink_count,
+            hardlinks=config.hardlink_count,
+            data_bytes=config.data_bytes,
+        )
+        for name, value in claimed.items():
+            if counts[name] != value:
+                self.problem(
+                    "config", f"config says {value} {name}, the entries hold {counts[name]}"
+                )
+
+    def _check_tree(self, tree: _Tree) -> None:
+        kinds = tree.kinds
+        if kinds[fmt.ROOT_INO] & 0x0F != _DIR:
+            self.problem("entry", "the root entry is not a readable directory")
+        tree.sort()
+        covered = fmt.ROOT_INO + 1  # the next inode a child range must start at
+        for first, count, directory in tree.ranges:
+            end = first + count
+            if first != covered:
+                what = "no directory holds" if first > covered else "two directories hold"
+                lo, hi = min(first, covered), max(first, covered) - 1
+                self.problem("entry", f"{what} entries {lo}…{hi}")
+            if end - 1 > len(kinds) - 1:
+                self.problem("entry", f"directory {directory} lists children past the last entry")
+            covered = max(covered, end)
+            subdirs = 0
+            for ino in range(first, min(end, len(kinds))):
+                kind = kinds[ino]
+                if kind & 0x0F == _DIR:
+                    subdirs += 1
+                if ino > first and kind and kinds[ino - 1] and not kind & _NAME_AFTER_PREVIOUS:
+                    self.problem(
+                        "entry",
+                        f"{tree.path(ino)}: names in directory {directory} are not strictly "
+                        "increasing (duplicate or out of order)",
+                        path=tree.path(ino),
+                    )
+            parent, nlink = tree.dirs[directory]
+            if nlink != 2 + subdirs:
+                self.problem(
+                    "entry",
+                    f"directory {tree.path(directory)} has nlink {nlink}, expected {2 + subdirs}",
+                )
+        if covered != len(kinds):
+            self.problem("entry", f"no directory holds entries {covered}…{len(kinds) - 1}")
+        for directory, (parent, _nlink) in tree.dirs.items():
+            holder = tree.holder(directory)
+            expected = fmt.ROOT_INO if directory == fmt.ROOT_INO else holder
+            if parent != expected:
+                self.problem(
+                    "entry",
+                    f"directory {tree.path(directory)} names {parent} as its parent, "
+                    f"not {expected}",
+                )
+
+    def _check_links(self, tree: _Tree, links: list, nlinks: dict[int, int]) -> None:
+        names: dict[int, int] = {}
+        for ino, target in links:
+            if not 1 <= target < len(tree.kinds) or tree.kinds[target] & 0x0F != _FILE:
+                self.problem(
+                    "entry",
+                    f"{tree.path(ino)}: hard link to entry {target}, which is not a file",
+                    path=tree.path(ino),
+                )
+                continue
+            names[target] = names.get(target, 1) + 1
+        for ino in set(names) | set(nlinks):
+            if names.get(ino, 1) != nlinks.get(ino, 1):
+                self.problem(
+                    "entry",
+                    f"{tree.path(ino)}: nlink {nlinks.get(ino, 1)} but {names.get(ino, 1)} names",
+                    path=tree.path(ino),
+                )
+
+    # -- file content ------------------------------------------------------------------------------
+
+    def _check_files(self, bundle: Bundle, tree: _Tree) -> None:
+        index = bundle.index
+        n = len(tree.kinds) - 1
+        for ino in range(1, n + 1):
+            self._tick("files", ino, n)
+            if tree.kinds[ino] & 0x0F != _FILE:
+                continue
+            try:
+                entry = index.entry(ino)
+            except FormatError:
+                continue  # reported by the entry scan
+            path = tree.path(ino)
+            message = self._check_file(bundle, entry, path)
+            if message is not None:
+                self._damaged_files.add(path)
+                for link in tree.links_to(ino):
+                    self._damaged_files.add(tree.path(link))
+                self.problem("file", f"{path}: {message}", path=path, shard=entry.shard)
+
+    def _check_file(self, bundle: Bundle, entry: fmt.Entry, path: str) -> str | None:
+        """Why the file is damaged, or None."""
+        if entry.shard not in self._shard_sizes:
+            return f"stored in shard {entry.shard}, which does not exist or is unreadable"
+        if entry.offset + entry.size > self._shard_sizes[entry.shard]:
+            return f"extends past the end of shard {entry.shard}'s stream"
+        message = None
+        try:
+            for piece in iter_content(bundle, entry, path):
+                self.report.bytes_checked += len(piece)
+        except CorruptDataError as e:
+            message = e.detail + (f" (shard {e.shard})" if e.shard is not None else "")
+            if e.record is not None:
+                message = f"{e.detail} (shard {e.shard}, record at offset {e.record})"
+        except (BundleError, OSError) as e:
+            message = str(e)
+        bad = self._bad_range_in(entry.shard, entry.offset, entry.offset + entry.size)
+        if message is None and bad is not None:
+            # Its own bytes check out, but it shares a damaged record: name it all the same.
+            message = f"shares a damaged record (shard {entry.shard}, offset {bad[0]})"
+        return message
+
+
+class _Tree:
+    """Compact facts about the directory tree, enough to check it and to name any inode's path."""
+
+    def __init__(self, bundle: Bundle, entry_count: int) -> None:
+        self._bundle = bundle
+        self.kinds = bytearray(entry_count + 1)
+        self.dirs: dict[int, tuple[int, int]] = {}  # directory -> (parent field, nlink)
+        self._children: dict[int, tuple[int, int]] = {}  # directory -> (first_child, count)
+        self.ranges: list[tuple[int, int, int]] = []  # (first_child, count, directory), sorted
+        self._firsts: list[int] = []
+        self._links: dict[int, list[int]] | None = None
+
+    def add_dir(self, entry: fmt.Entry) -> None:
+        self.dirs[entry.ino] = (entry.parent, entry.nlink)
+        if entry.size:
+            self._children[entry.ino] = (entry.first_child, entry.size)
+
+    def sort(self) -> None:
+        self.ranges = sorted((f, c, d) for d, (f, c) in self._children.items())
+        self._firsts = [f for f, _c, _d in self.ranges]
+
+    def holder(self, ino: int) -> int | None:
+        """The directory whose child range holds ``ino``."""
+        i = bisect.bisect_right(self._firsts, ino) - 1
+        if i >= 0:
+            first, count, directory = self.ranges[i]
+            if first <= ino < first + count:
+                return directory
+        return None
+
+    def path(self, ino: int) -> str:
+        """The path of an inode from the root, as well as a damaged tree allows."""
+        parts: list[bytes] = []
+        seen = set()
+        while ino != fmt.ROOT_INO:
+            if ino in seen or len(parts) > 4096:
+                return f"<inode {ino}: directory cycle>"
+            seen.add(ino)
+            try:
+                parts.append(self._bundle.index.entry(ino).name)
+            except FormatError:
+                parts.append(b"<inode %d>" % ino)
+            holder = self.holder(ino)
+            if holder is None:
+                parts.append(b"<detached>")
+                break
+            ino = holder
+        return os.fsdecode(b"/".join(reversed(parts))) or "/"
+
+    def links_to(self, target: int) -> list[int]:
+        """LINK entries that name ``target`` (built on first use: only damaged files need it)."""
+        if self._links is None:
+            self._links = {}
+            index = self._bundle.index
+            for ino, kind in enumerate(self.kinds):
+                if kind & 0x0F == _LINK:
+                    try:
+                        self._links.setdefault(index.entry(ino).target, []).append(ino)
+                    except FormatError:
+                        continue
+        return self._links.get(target, [])
