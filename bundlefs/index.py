@@ -57,7 +57,7 @@ def read_marker(bundle_dir: str) -> fmt.Marker:
                 f"{bundle_dir} is an incomplete bundle (no completion marker: was pack killed?)"
             ) from None
         raise NotABundleError(f"{bundle_dir} is not a bundle (no completion marker)") from None
-    except IsADirectoryError:
+    except (IsADirectoryError, NotADirectoryError):
         raise NotABundleError(f"{bundle_dir} is not a bundle") from None
     return fmt.decode_marker(data, crc32c)
 

@@ -100,10 +100,15 @@ def pseudo_random_bytes(size: int, seed: int, *, compressible: bool = True) -> b
     if not compressible:
         return rng.randbytes(size)
     words = [rng.randbytes(rng.randint(3, 12)) for _ in range(64)]
-    out = bytearray()
-    while len(out) < size:
-        out += rng.choice(words)
-    return bytes(out[:size])
+    base = bytearray()
+    while len(base) < min(size, 65536):
+        base += rng.choice(words)
+    out = bytearray((bytes(base) * (size // max(1, len(base)) + 1))[:size])
+    # Stamp every 256-byte stretch with its offset: no two stretches are alike, so a read from the
+    # wrong place (say, the wrong record) cannot return the right bytes.
+    for offset in range(0, size - 7, 256):
+        out[offset : offset + 8] = offset.to_bytes(8, "big")
+    return bytes(out)
 
 
 def source_paths(root: str | os.PathLike) -> list[bytes]:
@@ -261,10 +266,9 @@ from mounting import Mount, mounted, sweep_stale_mounts  # noqa: E402
 @pytest.fixture(scope="session", autouse=True)
 def _sweep_stale_mounts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Clear mounts a crashed earlier run left below the pytest temp root, before and after."""
-    root = tmp_path_factory.getbasetemp().parent
-    sweep_stale_mounts(root)
+    sweep_stale_mounts(tmp_path_factory.getbasetemp().parent)
     yield
-    sweep_stale_mounts(root)
+    sweep_stale_mounts(tmp_path_factory.getbasetemp(), live_too=True)
 
 
 @pytest.fixture
