@@ -50,7 +50,7 @@ class MountSettings:
 
     uid: int | None = None  # override every entry's owner (``--owner=mounter``/``--uid``)
     gid: int | None = None
-    load_threads: int = 4  # record loads that may run at once off the event loop
+    load_threads: int = 4  # record loads that may run at once off the event loop; 0: inline
 
 
 def _errno_for(error: BaseException) -> int:
@@ -113,7 +113,9 @@ class BundleOperations(pyfuse3.Operations):
         self.bundle = bundle
         self.settings = settings
         self._on_ready = on_ready
-        self._limiter = trio.CapacityLimiter(settings.load_threads)
+        # load_threads == 0: load records inline on the event loop (no thread hop; blocks it).
+        threads = settings.load_threads
+        self._limiter = trio.CapacityLimiter(threads) if threads else None
         self.eio_count = 0
         self._logged_damage: set[tuple] = set()
 
@@ -222,9 +224,8 @@ class BundleOperations(pyfuse3.Operations):
     async def open(self, inode, flags, ctx):
         if flags & os.O_ACCMODE != os.O_RDONLY or flags & (os.O_TRUNC | os.O_APPEND):
             raise pyfuse3.FUSEError(errno.EROFS)
-        entry = self.bundle.entry(inode)
-        if entry.is_dir:
-            raise pyfuse3.FUSEError(errno.EISDIR)
+        # No lookup: the kernel sends directories to opendir, and every open of a cached file
+        # costs this round trip, so it should do nothing it need not.
         # keep_cache: the page cache stays valid across opens, because the content never changes.
         return pyfuse3.FileInfo(fh=inode, keep_cache=True)
 
@@ -234,6 +235,8 @@ class BundleOperations(pyfuse3.Operations):
         data = self.bundle.read_cached(entry, off, size)
         if data is not None:
             return data
+        if self._limiter is None:
+            return self.bundle.read_at(entry, off, size)
         # pread + CRC + lz4 release the GIL: in worker threads they overlap with each other and
         # with the metadata requests the event loop keeps answering.
         return await trio.to_thread.run_sync(

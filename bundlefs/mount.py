@@ -85,7 +85,9 @@ def add_mount_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help=f"kernel read-ahead for the mount in KiB (root only; default {DEFAULT_READ_AHEAD_KB})",
     )
-    p.add_argument("--threads", type=int, default=4, help="record loads in parallel (4)")
+    p.add_argument(
+        "--threads", type=int, default=4, help="record loads in parallel (4); 0 loads inline"
+    )
     p.add_argument("--no-index-check", action="store_true", help="skip the index checksum")
     p.add_argument("--log-file", help="log here (daemon mode logs to syslog otherwise)")
     p.add_argument(
@@ -148,7 +150,7 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
         read_ahead_kb=DEFAULT_READ_AHEAD_KB
         if values["read_ahead_kb"] is None
         else values["read_ahead_kb"],
-        load_threads=max(1, args.threads),
+        load_threads=max(0, args.threads),
         check_index=not args.no_index_check,
         log_file=values["log_file"],
         debug=args.debug,

@@ -50,7 +50,7 @@ def decode_record_payload(record: fmt.Record, stored: bytes) -> bytes:
 
 
 class ShardWriter:
-    """Appends records to one shard file; its header is written last, when the bundle id is known."""
+    """Appends records to one shard file; the header is written last, with the bundle id."""
 
     def __init__(self, path: str, index: int, config: fmt.Config) -> None:
         self.path = path
