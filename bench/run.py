@@ -74,6 +74,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--cache-size", default="64MiB", help="bundlefs mount --cache-size")
     ap.add_argument("--seed", type=int, default=4)
     ap.add_argument(
+        "--warm-seconds",
+        type=float,
+        help="repeat warm read passes for at least this long (1.0, quick 0.5)",
+    )
+    ap.add_argument(
         "--no-docs",
         action="store_true",
         help="do not rewrite docs/benchmarks.md and .png (JSON is still written)",
@@ -83,6 +88,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.rounds = args.rounds or (3 if args.quick else 5)
     args.pack_rounds = args.pack_rounds or (2 if args.quick else 3)
     args.sample = args.sample or (1000 if args.quick else 5000)
+    if args.warm_seconds is None:
+        args.warm_seconds = 0.5 if args.quick else 1.0
     args.systems = [s for s in args.systems.split(",") if s]
     args.datasets = [d for d in args.datasets.split(",") if d]
     for d in args.datasets:
@@ -189,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     samples = Samples()
     systems = setup_systems(args, samples)
     cache_bytes = parse_size(args.cache_size)
-    bench = Bench(args.workdir, samples, log, cache_bytes)
+    bench = Bench(args.workdir, samples, log, cache_bytes, args.warm_seconds)
     ds_info: dict[str, Any] = {}
 
     for name in args.datasets:

@@ -309,6 +309,7 @@ class Bundlefs(System):
         super().__init__(workdir)
         self.cache_size = cache_size
         self.jobs = jobs or os.cpu_count() or 1
+        self.help: dict[str, str] = {"pack": "", "mount": ""}
 
     @property
     def cli(self) -> list[str]:
@@ -324,6 +325,11 @@ class Bundlefs(System):
             r = subprocess.run([*self.cli, sub, "--help"], capture_output=True, text=True)
             if r.returncode != 0:
                 raise SystemUnavailable(f"'bundlefs {sub}' not usable: {r.stderr.strip()[-500:]}")
+            self.help[sub] = r.stdout
+        if "--foreground" not in self.help["mount"]:
+            raise SystemUnavailable(
+                "'bundlefs mount' has no --foreground (the bench needs the PID)"
+            )
 
     def archive_path(self, dest_dir: Path) -> Path:
         return dest_dir / "archive.bundle"
@@ -333,7 +339,9 @@ class Bundlefs(System):
         _remove(bundle)
         dest_dir.mkdir(parents=True, exist_ok=True)
         cmd = [*self.cli, "pack", str(src), str(bundle), "--force", "--quiet"]
-        cmd += ["--jobs", str(self.jobs)]
+        if "--jobs" in self.help["pack"]:
+            # mksquashfs uses every core by default; give bundlefs the same.
+            cmd += ["--jobs", str(self.jobs)]
         t0 = time.perf_counter()
         _run(cmd)
         seconds = time.perf_counter() - t0
