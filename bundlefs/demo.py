@@ -5,8 +5,8 @@ hundred small files over nested directories, text and random bytes, a symlink, a
 empty directory), then runs the real CLI as a user would (``python -m bundlefs …`` in a
 subprocess), printing each command before its output. Re-running replaces ``./demo``.
 
-``main()`` runs ``STEPS`` in order; each step is a function of the ``Demo`` paths. A step that
-needs more (the mount step) is added to that list.
+``main()`` runs ``STEPS`` in order; each step is a function of the ``Demo`` paths. The demo
+ends by mounting the bundle, comparing the mount with the source and unmounting it.
 """
 
 from __future__ import annotations
@@ -44,6 +44,10 @@ class Demo:
     @property
     def out(self) -> str:
         return os.path.join(self.root, "out")
+
+    @property
+    def mountpoint(self) -> str:
+        return os.path.join(self.root, "mnt")
 
 
 def build_sample_tree(root: str, *, seed: int = 2024) -> int:
@@ -103,6 +107,10 @@ def run(*argv: str) -> subprocess.CompletedProcess:
 
 
 def step_build(d: Demo) -> None:
+    from .mount import is_mountpoint
+
+    if is_mountpoint(d.mountpoint):  # left by an interrupted earlier demo
+        run("bundlefs", "umount", "--lazy", d.mountpoint)
     if os.path.lexists(d.root):
         shutil.rmtree(d.root)
     os.makedirs(d.root)
@@ -137,7 +145,19 @@ def step_extract(d: Demo) -> None:
     print("(no differences: the extracted tree is identical to the source)")
 
 
-# The mount step goes between verify and extract: a function taking the Demo, added to STEPS.
+def step_mount(d: Demo) -> None:
+    """Serve the bundle as a read-only tree, look at it with ordinary tools, unmount."""
+    os.makedirs(d.mountpoint, exist_ok=True)
+    run("bundlefs", "mount", d.bundle, d.mountpoint)
+    try:
+        run("ls", "-l", d.mountpoint)
+        run("find", d.mountpoint, "-maxdepth", "2", "-type", "d")
+        run("diff", "-r", "--no-dereference", d.src, d.mountpoint)
+        print("(no differences: the mounted bundle is identical to the source)")
+    finally:
+        run("bundlefs", "umount", d.mountpoint)
+
+
 STEPS: list[Callable[[Demo], None]] = [
     step_build,
     step_pack,
@@ -146,6 +166,7 @@ STEPS: list[Callable[[Demo], None]] = [
     step_cat,
     step_verify,
     step_extract,
+    step_mount,
 ]
 
 
