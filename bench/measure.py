@@ -174,7 +174,7 @@ class Bench:
         p.write_text("".join(r + "\n" for r in rels))
         return p
 
-    def _fail(self, what: str, system: System, dataset: Dataset, e: BaseException) -> None:
+    def fail(self, what: str, system: System, dataset: Dataset, e: BaseException) -> None:
         msg = f"{dataset.name}/{system.name}: {what} failed: {e}"
         self.samples.errors.append(msg)
         self.log("ERROR " + msg)
@@ -192,7 +192,7 @@ class Bench:
                 try:
                     info = system.pack(dataset.root, self.dest(system, dataset))
                 except Exception as e:  # noqa: BLE001 - one broken system must not stop the run
-                    self._fail("pack", system, dataset, e)
+                    self.fail("pack", system, dataset, e)
                     ok.remove(system)
                     continue
                 self.packs[dataset.name][system.name] = info
@@ -223,6 +223,14 @@ class Bench:
     def _record_mount(self, system: System, dataset: Dataset, m: Mounted) -> None:
         if system.is_fuse:
             self.samples.add(dataset.name, system.name, "mount_ready_ms", m.ready_seconds * 1000)
+
+    def _add_rss(self, system: System, dataset: Dataset, peak: list[int]) -> None:
+        if not peak:
+            return
+        self.samples.add(dataset.name, system.name, "rss_peak_mb", max(peak) / MB)
+        if system.name == "bundlefs":  # only bundlefs has a configured cache to subtract
+            beyond = (max(peak) - self.cache_bytes) / MB
+            self.samples.add(dataset.name, system.name, "rss_beyond_cache_mb", beyond)
 
     def _record_rss(self, system: System, dataset: Dataset, m: Mounted, peak: list[int]) -> None:
         if m.pid is not None:
@@ -290,9 +298,7 @@ class Bench:
                 s.add(d, n, f"rand_warm_{readers}_mbps", r.mb_per_s)
             self._record_rss(system, dataset, m, peak)
 
-        if peak:
-            s.add(d, n, "rss_peak_mb", max(peak) / MB)
-            s.add(d, n, "rss_beyond_cache_mb", (max(peak) - self.cache_bytes) / MB)
+        self._add_rss(system, dataset, peak)
 
     def api_round(self, system: System, dataset: Dataset, sample_list: Path, expect: int) -> None:
         """bundlefs's Python API (no FUSE): cold (dropped caches) then warm, 1 and 2 readers."""
@@ -332,9 +338,7 @@ class Bench:
             self._check_bytes(r, expect, system, dataset)
             s.add(d, n, "seq_warm_mbps", r.mb_per_s)
             self._record_rss(system, dataset, m, peak)
-        if peak:
-            s.add(d, n, "rss_peak_mb", max(peak) / MB)
-            s.add(d, n, "rss_beyond_cache_mb", (max(peak) - self.cache_bytes) / MB)
+        self._add_rss(system, dataset, peak)
 
 
 def rotate(items: list[System], r: int) -> list[System]:

@@ -37,7 +37,6 @@ METRICS: tuple[Metric, ...] = (
     Metric("pack_s", "pack time (s)", "{:,.2f}", False),
     Metric("pack_mbps", "pack throughput (MB/s of source)", "{:,.1f}", True),
     Metric("archive_mb", "archive size (MB)", "{:,.1f}", False),
-    Metric("archive_ratio", "archive / source size", "{:.3f}", False),
     Metric("index_bytes_per_file", "index bytes per file", "{:,.1f}", False),
     Metric("mount_ready_ms", "mount ready (ms)", "{:,.1f}", False),
     Metric("find_cold_s", "find, fresh mount + dropped caches (s)", "{:,.3f}", False),
@@ -54,7 +53,14 @@ METRICS: tuple[Metric, ...] = (
     Metric("api_warm_1_fps", "Python API reads warm, 1 reader (files/s)", "{:,.0f}", True),
     Metric("api_warm_2_fps", "Python API reads warm, 2 readers (files/s)", "{:,.0f}", True),
     Metric("rss_peak_mb", "daemon peak RSS (MB, VmHWM)", "{:,.1f}", False),
+    Metric("rss_beyond_cache_mb", "daemon peak RSS beyond configured cache (MB)", "{:,.1f}", False),
 )
+
+
+def _ordered(by_dataset: dict[str, Any]) -> list[str]:
+    """Datasets in the report's order (JSON round trips sort them alphabetically)."""
+    known = [d for d in DATASET_TITLES if d in by_dataset]
+    return known + sorted(d for d in by_dataset if d not in DATASET_TITLES)
 
 
 def medians(samples: dict[str, dict[str, dict[str, list[float]]]]) -> Medians:
@@ -87,18 +93,30 @@ def _cell(med: dict[str, dict[str, float]], system: str, metric: Metric) -> str:
     return text + (f" <sub>({', '.join(notes)})</sub>" if notes else "")
 
 
-def dataset_table(med: Medians, dataset: str, systems: list[str]) -> str:
+def _target_notes(verdicts: list[Verdict], dataset: str, metric: str) -> str:
+    """The targets attached to one figure, e.g. '0.19× (≥ 0.5× squashfuse_ll): NOT met'."""
+    notes = []
+    for v in verdicts:
+        t = v.target
+        if t.metric == metric and t.dataset in (dataset, "*"):
+            status = f"**{v.status}**" if v.met is False else v.status
+            notes.append(f"{format_value(v)} ({t.describe()}): {status}")
+    return "<br>".join(notes)
+
+
+def dataset_table(med: Medians, dataset: str, systems: list[str], verdicts: list[Verdict]) -> str:
     dm = med.get(dataset, {})
     cols = [s for s in SYSTEM_ORDER if s in systems and s in dm]
     lines = [
-        "| metric | " + " | ".join(cols) + " |",
-        "|---|" + "---:|" * len(cols),
+        "| metric | " + " | ".join(cols) + " | bundlefs target |",
+        "|---|" + "---:|" * len(cols) + "---|",
     ]
     for metric in METRICS:
         if not any(metric.key in dm.get(s, {}) for s in cols):
             continue
         arrow = "↑" if metric.higher_is_better else "↓"
         row = [f"{metric.label} {arrow}"] + [_cell(dm, s, metric) for s in cols]
+        row.append(_target_notes(verdicts, dataset, metric.key))
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -107,7 +125,7 @@ def targets_table(verdicts: list[Verdict]) -> str:
     lines = ["| target | bundlefs figure | required | status |", "|---|---:|---|---|"]
     for v in verdicts:
         t = v.target
-        where = "worst dataset" if t.dataset == "*" else f"{t.dataset}"
+        where = "worst dataset" if t.dataset == "*" else t.dataset
         status = f"**{v.status}**" if v.met is False else v.status
         if v.why:
             status += f" ({v.why})"
@@ -117,7 +135,7 @@ def targets_table(verdicts: list[Verdict]) -> str:
 
 def console_summary(med: Medians, verdicts: list[Verdict], systems: list[str]) -> str:
     out = []
-    for d in med:
+    for d in _ordered(med):
         out.append(f"\n== {DATASET_TITLES.get(d, d)} ==")
         dm = med[d]
         cols = [s for s in SYSTEM_ORDER if s in systems and s in dm]
@@ -252,10 +270,11 @@ def markdown(
         f"{meta['pack_rounds']} for packing; every figure is the median over rounds. "
         f"bundlefs daemon cache: {meta['cache_size']}. Systems: {', '.join(systems)}.",
         "",
-        "| dataset | files | bytes | random-read sample |",
+        "| dataset | files | bytes | files read per pass |",
         "|---|---:|---:|---:|",
     ]
-    for name, d in ds.items():
+    for name in _ordered(ds):
+        d = ds[name]
         parts.append(
             f"| {name} | {d['files']:,} | {d['bytes'] / 1e6:,.1f} MB | {d.get('sample', '—')} |"
         )
@@ -277,8 +296,13 @@ def markdown(
         "(`sq`) from the same run. ↑ higher is better, ↓ lower is better.",
         "",
     ]
-    for d in med:
-        parts += [f"### {DATASET_TITLES.get(d, d)}", "", dataset_table(med, d, systems), ""]
+    for d in _ordered(med):
+        parts += [
+            f"### {DATASET_TITLES.get(d, d)}",
+            "",
+            dataset_table(med, d, systems, verdicts),
+            "",
+        ]
     parts += ["## Method", "", METHOD, ""]
     if results.get("errors"):
         parts += ["## Errors in this run", ""] + [f"- {e}" for e in results["errors"]] + [""]

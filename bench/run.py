@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import platform
 import re
@@ -28,6 +29,7 @@ from bench.systems import (
     SystemUnavailable,
     fusermount_unmount,
     make_system,
+    mount_points,
 )
 from bench.targets import evaluate
 
@@ -73,6 +75,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--cache-size", default="64MiB", help="bundlefs mount --cache-size")
     ap.add_argument("--seed", type=int, default=4)
+    ap.add_argument(
+        "--render",
+        type=Path,
+        metavar="JSON",
+        help="only rewrite docs/benchmarks.md/.png from a saved bench-results JSON",
+    )
     ap.add_argument(
         "--warm-seconds",
         type=float,
@@ -124,12 +132,12 @@ def preflight(workdir: Path) -> None:
         sys.exit("bench.run needs root: it drops the page cache and may apt-get install peers")
     if not os.path.exists("/dev/fuse"):
         sys.exit("/dev/fuse is missing: FUSE mounts are impossible here")
-    # A previous run killed hard may have left mounts behind: clear them (bounded: one pass).
-    mnt_root = workdir / "mnt"
-    if mnt_root.is_dir():
-        for p in sorted(mnt_root.iterdir()):
-            if p.is_dir() or os.path.ismount(p):
-                fusermount_unmount(p)
+    # A previous run killed hard may have left mounts behind: clear them (one bounded pass).
+    root = workdir.absolute()
+    for p in mount_points():
+        if p.is_relative_to(root):
+            log(f"unmounting a stale mount left by an earlier run: {p}")
+            fusermount_unmount(p)
 
 
 def setup_systems(args: argparse.Namespace, samples: Samples) -> list[System]:
@@ -162,7 +170,7 @@ def bench_dataset(
         try:
             bench.verify(system, ds, rels)
         except Exception as e:  # noqa: BLE001 - report and carry on with the other systems
-            bench._fail("verify", system, ds, e)
+            bench.fail("verify", system, ds, e)
             ok.remove(system)
 
     for r in range(args.rounds):
@@ -177,15 +185,43 @@ def bench_dataset(
                     if system.name == "bundlefs":
                         bench.api_round(system, ds, list_path, expect)
             except Exception as e:  # noqa: BLE001
-                bench._fail(f"round {r + 1}", system, ds, e)
+                bench.fail(f"round {r + 1}", system, ds, e)
                 ok.remove(system)
                 continue
             log(f"    {system.name:14} {time.perf_counter() - t0:6.1f} s")
     return {"files": len(ds.files), "bytes": ds.total_bytes, "sample": len(rels)}
 
 
+def write_docs(results: dict[str, Any], names: list[str]) -> None:
+    """docs/benchmarks.md (+ .png when matplotlib is there) from one run's results."""
+    docs = REPO / "docs"
+    med = report.medians(results["samples"])
+    verdicts = evaluate(med)
+    png: str | None = None
+    if report.ensure_matplotlib(log):
+        try:
+            meta = results["meta"]
+            title = f"bundlefs benchmarks, scale {meta['scale']}, {meta['started']}"
+            report.plot(med, names, docs / "benchmarks.png", title)
+            png = "benchmarks.png"
+        except Exception as e:  # noqa: BLE001 - a missing plot must not lose the tables
+            log(f"plot failed: {e}")
+    (docs / "benchmarks.md").write_text(report.markdown(results, med, verdicts, names, png))
+    log(f"wrote {docs / 'benchmarks.md'}")
+
+
+def render_only(path: Path) -> int:
+    """Rewrite the docs from a saved results JSON (no measuring)."""
+    results = json.loads(path.read_text())
+    names = [s for s in ALL_SYSTEMS if any(s in d for d in results["samples"].values())]
+    write_docs(results, names)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.render is not None:
+        return render_only(args.render)
     argv_shown = sys.argv[1:] if argv is None else argv
     started = dt.datetime.now(dt.UTC)
     t_start = time.perf_counter()
@@ -252,17 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"raw results: {json_path}")
 
     if not args.no_docs:
-        docs = REPO / "docs"
-        png: str | None = None
-        if report.ensure_matplotlib(log):
-            try:
-                title = f"bundlefs benchmarks, scale {args.scale}, {results['meta']['started']}"
-                report.plot(med, names, docs / "benchmarks.png", title)
-                png = "benchmarks.png"
-            except Exception as e:  # noqa: BLE001 - a missing plot must not lose the tables
-                log(f"plot failed: {e}")
-        (docs / "benchmarks.md").write_text(report.markdown(results, med, verdicts, names, png))
-        log(f"wrote {docs / 'benchmarks.md'}")
+        write_docs(results, names)
     if samples.errors:
         log(f"{len(samples.errors)} error(s): see the report")
     return 0

@@ -96,12 +96,32 @@ def vm_hwm_bytes(pid: int) -> int | None:
     return None
 
 
+def mount_points() -> list[Path]:
+    """Every mount point in the mount table.
+
+    Read from /proc rather than ``os.path.ismount``, which says False for a FUSE mount whose
+    daemon died ("Transport endpoint is not connected"): exactly the mount we must clean up.
+    """
+    out = []
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) >= 2:
+                # /proc/mounts escapes space, tab, newline and backslash as octal.
+                out.append(Path(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[1])))
+    return out
+
+
+def is_mounted(mnt: Path) -> bool:
+    return mnt.absolute() in mount_points()
+
+
 def fusermount_unmount(mnt: Path) -> None:
     """Unmount ``mnt`` if it is mounted: normal first, lazy as the fallback."""
-    if not os.path.ismount(mnt):
+    if not is_mounted(mnt):
         return
     r = subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
-    if r.returncode != 0 and os.path.ismount(mnt):
+    if r.returncode != 0 and is_mounted(mnt):
         subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True)
 
 

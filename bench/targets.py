@@ -72,7 +72,7 @@ TARGETS: tuple[Target, ...] = (
            "squashfuse_ll", 1.0, True),
     Target("mount_ready", "mount ready", "small", "mount_ready_ms", None, 200.0, False,
            unit=" ms"),
-    Target("rss", "daemon peak RSS beyond configured cache (worst dataset)", "*",
+    Target("rss", "daemon peak RSS beyond configured cache", "*",
            "rss_beyond_cache_mb", None, 40.0, False, unit=" MB"),
     Target("api_warm", "Python API random whole-file reads vs raw dir warm (1 reader)", "small",
            "api_warm_1_fps", "raw", 0.8, True, ref_metric="rand_warm_1_fps"),
