@@ -148,6 +148,13 @@ def _pack_args(p: argparse.ArgumentParser) -> None:
         metavar="PATTERN",
         help="skip names or relative paths matching this shell pattern (repeatable)",
     )
+    p.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=4,
+        help="threads reading source files ahead (default 4; 1: none)",
+    )
     p.add_argument("--force", action="store_true", help="replace an existing DEST")
     p.add_argument(
         "--skip-errors", action="store_true", help="skip unreadable files, and list them"
@@ -167,6 +174,7 @@ def _run_pack(args: argparse.Namespace) -> int:
         excludes=tuple(args.exclude),
         force=args.force,
         skip_errors=args.skip_errors,
+        jobs=max(1, args.jobs),
     )
 
     def progress(p) -> None:

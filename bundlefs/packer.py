@@ -20,7 +20,8 @@ import shutil
 import stat as statmod
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from . import format as fmt
@@ -45,6 +46,9 @@ class PackOptions:
     excludes: tuple[str, ...] = ()
     force: bool = False
     skip_errors: bool = False
+    # Threads that stat and read small files ahead of the writer: source reads overlap (a cold
+    # disk or NFS serves many requests at once) while the output stays in one deterministic order.
+    jobs: int = 4
     # Called with (relative path bytes, lstat result); returns bytes to attach to the entry or None.
     user_data: Callable[[bytes, os.stat_result], bytes | None] | None = None
 
@@ -69,6 +73,49 @@ class PackSummary:
     seconds: float
     skipped: list[str] = field(default_factory=list)  # special files and (with skip_errors) errors
     changed: list[str] = field(default_factory=list)  # files that changed while being read
+
+
+_READ_AHEAD_FILES = 64  # files probed ahead of the writer; each holds at most _READ_AHEAD_MAX bytes
+_READ_AHEAD_MAX = 1024 * 1024
+
+
+@dataclass
+class _Probe:
+    """What a reader thread learned about one source path before the writer reached it."""
+
+    st: os.stat_result | None = None  # lstat
+    error: OSError | None = None
+    data: bytes | None = None  # the whole content of a small regular file
+    before: os.stat_result | None = None  # fstat of the open file, before and after reading
+    after: os.stat_result | None = None
+
+
+def _probe(path: bytes) -> _Probe:
+    probe = _Probe()
+    try:
+        probe.st = os.lstat(path)
+    except OSError as e:
+        probe.error = e
+        return probe
+    if not statmod.S_ISREG(probe.st.st_mode) or probe.st.st_size > _READ_AHEAD_MAX:
+        return probe
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return probe  # the writer retries and reports it with its own policy
+    try:
+        probe.before = os.fstat(fd)
+        if statmod.S_ISREG(probe.before.st_mode):
+            chunks = []
+            while chunk := os.read(fd, _READ_CHUNK):
+                chunks.append(chunk)
+            probe.data = b"".join(chunks)
+            probe.after = os.fstat(fd)
+    except OSError:
+        probe.data = None
+    finally:
+        os.close(fd)
+    return probe
 
 
 def partial_dir(dest: str) -> str:
@@ -162,6 +209,7 @@ class _Packer:
         self.hardlinks: dict[tuple[int, int], list] = {}  # (st_dev, st_ino) -> [entry, names]
         self.counts = dict(files=0, dirs=0, symlinks=0, hardlinks=0, data_bytes=0)
         self.next_ino = fmt.ROOT_INO + 1
+        self.pool = ThreadPoolExecutor(options.jobs) if options.jobs > 1 else None
         self.skipped: list[str] = []
         self.changed: list[str] = []
 
@@ -190,6 +238,9 @@ class _Packer:
             if self.shard is not None:
                 self.shard.abort()
             raise
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown(cancel_futures=True)
         index_path = os.path.join(self.work, fmt.INDEX_DIR, fmt.INDEX_FILE)
         marker = self._seal(index_path)
         stored = sum(s.file_size for s in self.shards)
@@ -210,8 +261,7 @@ class _Packer:
         except OSError as e:
             self._source_error(rel, e)
             names = []
-        first_child = self.next_ino
-        subdirs = 0
+        children = []
         for name in names:
             child_rel = rel + b"/" + name if rel else name
             if self._excluded(child_rel, name):
@@ -219,7 +269,11 @@ class _Packer:
             if len(name) > fmt.MAX_NAME:
                 self._source_error(child_rel, OSError(errno.ENAMETOOLONG, "name too long"))
                 continue
-            child = self._pack_child(child_rel, name, directory.ino)
+            children.append((name, child_rel))
+        first_child = self.next_ino
+        subdirs = 0
+        for (name, child_rel), probe in zip(children, self._probes(children), strict=True):
+            child = self._pack_child(child_rel, name, directory.ino, probe)
             if child is None:
                 continue
             if child.is_dir:
@@ -235,12 +289,25 @@ class _Packer:
         self.index.replace_entry(final)
         self.progress.dirs += 1
 
-    def _pack_child(self, rel: bytes, name: bytes, parent: int) -> fmt.Entry | None:
-        try:
-            st = os.lstat(os.path.join(self.source, rel))
-        except OSError as e:
-            self._source_error(rel, e)
+    def _probes(self, children: list[tuple[bytes, bytes]]) -> Iterator[_Probe]:
+        """Probes of ``children`` in order, computed up to _READ_AHEAD_FILES ahead on the pool."""
+        paths = (os.path.join(self.source, rel) for _name, rel in children)
+        if self.pool is None:
+            yield from map(_probe, paths)
+            return
+        pending: deque = deque()
+        for path in paths:
+            pending.append(self.pool.submit(_probe, path))
+            if len(pending) >= _READ_AHEAD_FILES:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+    def _pack_child(self, rel: bytes, name: bytes, parent: int, probe: _Probe) -> fmt.Entry | None:
+        if probe.error is not None:
+            self._source_error(rel, probe.error)
             return None
+        st = probe.st
         ino = self.next_ino
         if ino > fmt.MAX_ENTRIES:
             raise PackError("the tree has more entries than a bundle can hold (2^32 - 1)")
@@ -250,7 +317,7 @@ class _Packer:
         elif kind == statmod.S_IFLNK:
             entry = self._symlink_entry(ino, name, st, rel)
         elif kind == statmod.S_IFREG:
-            entry = self._file_entry(ino, name, st, rel)
+            entry = self._file_entry(ino, name, st, rel, probe)
         else:
             log.warning("skipping %s: not a regular file, directory or symlink", _show(rel))
             self.skipped.append(_show(rel))
@@ -311,7 +378,7 @@ class _Packer:
             ino=ino, size=len(target), name=name, symlink=target, **self._common(st, rel)
         )
 
-    def _file_entry(self, ino, name, st, rel) -> fmt.Entry | None:
+    def _file_entry(self, ino, name, st, rel, probe: _Probe) -> fmt.Entry | None:
         link_key = (st.st_dev, st.st_ino)
         if st.st_nlink > 1 and link_key in self.hardlinks:
             first = self.hardlinks[link_key]
@@ -328,7 +395,10 @@ class _Packer:
                 flags=fmt.FLAG_LINK,
                 target=target.ino,
             )
-        stored = self._store_content(rel, st)
+        if probe.data is not None:
+            stored = self._store_bytes(rel, probe.data, probe.before, probe.after)
+        else:
+            stored = self._store_content(rel, st)
         if stored is None:
             return None
         shard, offset, size, crc, st = stored
@@ -386,6 +456,18 @@ class _Packer:
             after = os.fstat(fd)
         finally:
             os.close(fd)
+        return self._stored(rel, shard, offset, size, crc, before, after)
+
+    def _store_bytes(self, rel: bytes, data: bytes, before, after):
+        """Store content a reader thread already read whole (same result as _store_content)."""
+        shard = self._shard_for(len(data))
+        offset = shard.stream_size
+        shard.write(data)
+        self.progress.bytes_read += len(data)
+        self._tick()
+        return self._stored(rel, shard, offset, len(data), crc32c(data), before, after)
+
+    def _stored(self, rel, shard: ShardWriter, offset, size, crc, before, after):
         if size != before.st_size or after.st_mtime_ns != before.st_mtime_ns:
             log.warning("%s changed while it was packed; stored the bytes read", _show(rel))
             self.changed.append(_show(rel))
