@@ -208,13 +208,19 @@ def _run_pack(args: argparse.Namespace) -> int:
 
 
 def _info_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("bundle")
+    p.add_argument("bundle", help="a bundle, or a bundlefs mount point (adds daemon statistics)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def _run_info(args: argparse.Namespace) -> int:
     from .format import FORMAT_VERSION
+    from .mount import daemon_stats, mounted_bundle
 
+    daemon = None
+    served = mounted_bundle(args.bundle)
+    if served is not None:
+        daemon = daemon_stats(args.bundle)
+        args.bundle = served
     with _open_bundle(args.bundle) as bundle:
         info = bundle.info()
     c = info.config
@@ -238,6 +244,8 @@ def _run_info(args: argparse.Namespace) -> int:
         "compression": c.compression_name,
         "created_ns": c.created_ns,
     }
+    if daemon is not None:
+        facts["daemon"] = daemon
     if args.json:
         _out(json.dumps(facts, indent=2))
         return EXIT_OK
@@ -261,6 +269,8 @@ def _run_info(args: argparse.Namespace) -> int:
     if c.created_ns:
         created = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(c.created_ns // 10**9))
         rows.append(("created", created))
+    if daemon is not None:
+        rows += [(f"daemon {k.replace('_', ' ')}", f"{v:,}") for k, v in sorted(daemon.items())]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         _out(f"{key:<{width}}  {value}")

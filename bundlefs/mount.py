@@ -30,6 +30,7 @@ from .units import parse_size
 log = logging.getLogger("bundlefs")
 
 READY_TIMEOUT = 60.0
+XATTR_STATS = "user.bundlefs.stats"  # the root's xattr holding the daemon's counters (see fs.py)
 DEFAULT_READ_AHEAD_KB = 1024
 
 # Options mount(8)/mount.fuse3 and fstab pass that mean nothing here (or that we always set).
@@ -175,18 +176,40 @@ def run_umount(args: argparse.Namespace) -> int:
 # -- mounting ------------------------------------------------------------------------------------
 
 
-def is_mountpoint(path: str) -> bool:
-    """Whether something is mounted on ``path``, read from the mount table.
+def _mount_entry(path: str) -> tuple[str, str] | None:
+    """(source, fstype) of what is mounted on ``path``, from the mount table, or None.
 
     The table, not ``stat``: touching a dead FUSE daemon's mount fails with ENOTCONN.
     """
     target = os.path.abspath(path)
+    found = None
     with open("/proc/self/mounts") as f:
         for line in f:
             fields = line.split()
-            if len(fields) > 1 and _unescape_mount_path(fields[1]) == target:
-                return True
-    return False
+            if len(fields) > 2 and _unescape_mount_path(fields[1]) == target:
+                found = (_unescape_mount_path(fields[0]), fields[2])  # the last one is on top
+    return found
+
+
+def is_mountpoint(path: str) -> bool:
+    """Whether something is mounted on ``path``."""
+    return _mount_entry(path) is not None
+
+
+def mounted_bundle(path: str) -> str | None:
+    """The bundle served on ``path`` if it is a bundlefs mount point, else None."""
+    entry = _mount_entry(path)
+    return entry[0] if entry is not None and entry[1] == "fuse.bundlefs" else None
+
+
+def daemon_stats(mountpoint: str) -> dict:
+    """The serving daemon's counters (cache hits, misses, evictions, bytes decompressed, EIOs)."""
+    import json
+
+    try:
+        return json.loads(os.getxattr(mountpoint, XATTR_STATS))
+    except (OSError, ValueError) as e:
+        raise MountError(f"cannot read the daemon statistics of {mountpoint}: {e}") from None
 
 
 def _unescape_mount_path(field: str) -> str:

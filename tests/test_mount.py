@@ -430,3 +430,17 @@ def test_umount_clears_a_stale_mount(sample_bundle_path, mount_bundle):
     assert result.returncode == 0, result.stderr
     assert wait_until(lambda: not is_mounted(m.mountpoint))
     assert stat.S_ISDIR(os.stat(m.mountpoint).st_mode)
+
+
+def test_info_json_on_a_mount_point_reports_daemon_statistics(sample_mount):
+    import json
+
+    (sample_mount.mountpoint / "noise.bin").read_bytes()
+    result = run(*BUNDLEFS, "info", "--json", str(sample_mount.mountpoint))
+    assert result.returncode == 0, result.stderr
+    facts = json.loads(result.stdout)
+    assert facts["path"] == str(sample_mount.bundle)
+    daemon = facts["daemon"]
+    for key in ("cache_hits", "cache_misses", "cache_evictions", "bytes_decompressed", "eio_count"):
+        assert isinstance(daemon[key], int)
+    assert daemon["cache_misses"] > 0
