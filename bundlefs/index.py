@@ -78,6 +78,11 @@ class IndexReader:
         )
         if self.config.shard_count != self.marker.shard_count:
             raise FormatError("config and completion marker disagree on the shard count")
+        # Readers size tables by entry_count (verify keeps a byte per inode): a forged count must
+        # not make them allocate gigabytes. LMDB knows how many keys there really are.
+        held = self._txn().stat(self._dbs[fmt.DB_ENTRIES])["entries"]
+        if held != self.config.entry_count:
+            raise FormatError(f"config claims {self.config.entry_count} entries, the index {held}")
         self.owners = self._load_owners()
         _open_readers.add(self)
 
