@@ -150,7 +150,7 @@ def test_the_prober_catches_wrong_bytes(bundles, sample_tree, tmp_path):
     assert any("wrong bytes reading b'hello.txt'" in v for v in violations)
 
 
-# --- through a real mount -----------------------------------------------------------------------
+# --- through a real mount -------------------------------------------------------------------------
 
 
 def _record_of(bundle: Path, path: str):

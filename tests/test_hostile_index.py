@@ -4,7 +4,8 @@ Each case rewrites index values through LMDB and re-seals ``COMPLETE`` (``hostil
 index checksum matches and the forged values reach the decoders and the readers. Every reader —
 ``Bundle`` open/walk/lookup/read, ``verify``, ``extract`` — runs in a worker subprocess with a
 memory and a time limit (``hostile.Prober``) and must either work or raise a ``BundleError``;
-``verify`` must report every forgery that makes the bundle invalid. A few cases go through a real mount.
+``verify`` must report every forgery that makes the bundle invalid. A few cases go through a real
+mount.
 """
 
 from __future__ import annotations
