@@ -445,7 +445,10 @@ class _Packer:
                 try:
                     chunk = os.read(fd, _READ_CHUNK)
                 except OSError as e:
-                    raise PackError(f"cannot read {_show(rel)}: {e.strerror}") from None
+                    # Skipped with skip_errors like any unreadable file; the bytes already in the
+                    # shard stream belong to no entry, which readers never notice.
+                    self._source_error(rel, e)
+                    return None
                 if not chunk:
                     break
                 shard.write(chunk)
