@@ -31,6 +31,7 @@ from .errors import (
     NotADirectory,
     NotASymlink,
 )
+from .shards import WouldBlock
 
 log = logging.getLogger(__name__)
 
@@ -232,13 +233,15 @@ class BundleOperations(pyfuse3.Operations):
     @_handler
     async def read(self, fh, off, size):
         entry = self.bundle.entry(fh)
-        data = self.bundle.read_cached(entry, off, size)
-        if data is not None:
-            return data
         if self._limiter is None:
             return self.bundle.read_at(entry, off, size)
-        # pread + CRC + lz4 release the GIL: in worker threads they overlap with each other and
-        # with the metadata requests the event loop keeps answering.
+        try:
+            # Cached records and page-cached bytes are served inline: a thread hop costs more.
+            return self.bundle.read_at(entry, off, size, nowait=True)
+        except WouldBlock:
+            pass
+        # A real disk read: in worker threads, pread + CRC + lz4 (which release the GIL) overlap
+        # with each other and with the requests the event loop keeps answering.
         return await trio.to_thread.run_sync(
             self.bundle.read_at, entry, off, size, limiter=self._limiter
         )
