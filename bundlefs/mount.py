@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import errno
 import logging
 import logging.handlers
@@ -30,6 +31,7 @@ from .units import parse_size
 log = logging.getLogger("bundlefs")
 
 READY_TIMEOUT = 60.0
+_M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
 XATTR_STATS = "user.bundlefs.stats"  # the root's xattr holding the daemon's counters (see fs.py)
 DEFAULT_READ_AHEAD_KB = 1024
 
@@ -256,6 +258,7 @@ def _fuse_options(options: MountOptions) -> set[str]:
 def mount(options: MountOptions) -> int:
     """Mount and serve until unmounted or signalled. Returns the exit code."""
     _check_mountpoint(options.mountpoint)
+    _return_freed_buffers_to_the_os()
     # Open (and so validate) the bundle before mounting: a bad bundle fails here, clearly.
     bundle = Bundle(options.bundle, cache_size=options.cache_size, check_index=options.check_index)
 
@@ -367,12 +370,42 @@ def _serve(ops, pyfuse3) -> int:
     return code
 
 
+def _mount_device(path: str) -> str | None:
+    """``major:minor`` of the mount on ``path``, from /proc/self/mountinfo (no request to it)."""
+    target = os.path.abspath(path)
+    found = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) > 4 and _unescape_mount_path(fields[4]) == target:
+                found = fields[2]
+    return found
+
+
+def _return_freed_buffers_to_the_os() -> None:
+    """Keep freed record buffers from piling up in glibc's heaps.
+
+    Records (256 KiB) are allocated and freed all the time, by several threads. glibc raises its
+    mmap threshold after the first such free, and from then on serves them from per-thread heaps
+    that do not shrink: the soak test measured 100 MiB RSS for a 32 MiB cache. A fixed threshold
+    keeps each buffer its own mapping, returned to the OS when freed (65 MiB in the same test).
+    """
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(_M_MMAP_THRESHOLD, 128 * 1024)
+    except (OSError, AttributeError) as e:  # not glibc: nothing to tune
+        log.debug("mallopt unavailable: %s", e)
+
+
 def _set_read_ahead(options: MountOptions) -> None:
     """Raise the kernel's read-ahead for this mount (root only): big sequential reads gain ~2.5×."""
     try:
-        dev = os.stat(options.mountpoint).st_dev
-        path = f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb"
-        with open(path, "w") as f:
+        # The device from the mount table, not stat(): a request to the mount from here could
+        # race an unmount and make it fail with EBUSY.
+        device = _mount_device(options.mountpoint)
+        if device is None:
+            return
+        with open(f"/sys/class/bdi/{device}/read_ahead_kb", "w") as f:
             f.write(str(options.read_ahead_kb))
     except OSError as e:
         log.debug("could not set read_ahead_kb: %s", e)
