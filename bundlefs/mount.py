@@ -21,7 +21,6 @@ import socket
 import stat
 import subprocess
 import sys
-import threading
 from dataclasses import dataclass
 
 from .bundle import DEFAULT_CACHE_SIZE, Bundle
@@ -178,30 +177,39 @@ def run_umount(args: argparse.Namespace) -> int:
 # -- mounting ------------------------------------------------------------------------------------
 
 
-def _mount_entry(path: str) -> tuple[str, str] | None:
-    """(source, fstype) of what is mounted on ``path``, from the mount table, or None.
+@dataclass(frozen=True)
+class _MountInfo:
+    device: str  # major:minor
+    fstype: str
+    source: str
 
-    The table, not ``stat``: touching a dead FUSE daemon's mount fails with ENOTCONN.
+
+def _mount_info(path: str) -> _MountInfo | None:
+    """What is mounted on ``path`` (the topmost mount), from /proc/self/mountinfo, or None.
+
+    The table, not ``stat``: touching a dead FUSE daemon's mount fails with ENOTCONN, and a
+    request to a live one could race an unmount and make it fail with EBUSY.
     """
     target = os.path.abspath(path)
     found = None
-    with open("/proc/self/mounts") as f:
+    with open("/proc/self/mountinfo") as f:
         for line in f:
-            fields = line.split()
-            if len(fields) > 2 and _unescape_mount_path(fields[1]) == target:
-                found = (_unescape_mount_path(fields[0]), fields[2])  # the last one is on top
+            head, _, tail = line.partition(" - ")
+            fields, rest = head.split(), tail.split()
+            if len(fields) > 4 and len(rest) > 1 and _unescape_mount_path(fields[4]) == target:
+                found = _MountInfo(fields[2], rest[0], _unescape_mount_path(rest[1]))
     return found
 
 
 def is_mountpoint(path: str) -> bool:
     """Whether something is mounted on ``path``."""
-    return _mount_entry(path) is not None
+    return _mount_info(path) is not None
 
 
 def mounted_bundle(path: str) -> str | None:
     """The bundle served on ``path`` if it is a bundlefs mount point, else None."""
-    entry = _mount_entry(path)
-    return entry[0] if entry is not None and entry[1] == "fuse.bundlefs" else None
+    info = _mount_info(path)
+    return info.source if info is not None and info.fstype == "fuse.bundlefs" else None
 
 
 def daemon_stats(mountpoint: str) -> dict:
@@ -270,12 +278,12 @@ def mount(options: MountOptions) -> int:
 
     def on_ready() -> None:
         log.info("mounted %s on %s", options.bundle, options.mountpoint)
+        if options.read_ahead_kb:
+            _set_read_ahead(options)  # before "ready", so the first big read already gains
         if ready_write is not None:
             os.write(ready_write, b"1")
             os.close(ready_write)
         notify_systemd(f"READY=1\nSTATUS=serving {options.bundle}")
-        if options.read_ahead_kb:
-            threading.Thread(target=_set_read_ahead, args=(options,), daemon=True).start()
 
     settings = MountSettings(uid=options.uid, gid=options.gid, load_threads=options.load_threads)
     ops = BundleOperations(bundle, settings, on_ready)
@@ -370,18 +378,6 @@ def _serve(ops, pyfuse3) -> int:
     return code
 
 
-def _mount_device(path: str) -> str | None:
-    """``major:minor`` of the mount on ``path``, from /proc/self/mountinfo (no request to it)."""
-    target = os.path.abspath(path)
-    found = None
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            if len(fields) > 4 and _unescape_mount_path(fields[4]) == target:
-                found = fields[2]
-    return found
-
-
 def _return_freed_buffers_to_the_os() -> None:
     """Keep freed record buffers from piling up in glibc's heaps.
 
@@ -400,12 +396,10 @@ def _return_freed_buffers_to_the_os() -> None:
 def _set_read_ahead(options: MountOptions) -> None:
     """Raise the kernel's read-ahead for this mount (root only): big sequential reads gain ~2.5×."""
     try:
-        # The device from the mount table, not stat(): a request to the mount from here could
-        # race an unmount and make it fail with EBUSY.
-        device = _mount_device(options.mountpoint)
-        if device is None:
+        info = _mount_info(options.mountpoint)
+        if info is None:
             return
-        with open(f"/sys/class/bdi/{device}/read_ahead_kb", "w") as f:
+        with open(f"/sys/class/bdi/{info.device}/read_ahead_kb", "w") as f:
             f.write(str(options.read_ahead_kb))
     except OSError as e:
         log.debug("could not set read_ahead_kb: %s", e)

@@ -7,7 +7,8 @@ import os
 import shutil
 
 import pytest
-from trees import assert_one_line_error, build_rich_tree, flip_byte, run_cli
+from conftest import flip_byte
+from trees import assert_one_line_error, build_rich_tree, run_cli
 
 from bundlefs import NotABundleError, PackOptions, pack
 from bundlefs.format import MARKER_NAME, shard_filename

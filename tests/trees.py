@@ -124,13 +124,6 @@ def assert_one_line_error(result: subprocess.CompletedProcess, status: int = 1) 
     return lines[0]
 
 
-def flip_byte(path: str | os.PathLike, offset: int) -> None:
-    """Invert every bit of the byte at ``offset``."""
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        (byte,) = f.read(1)
-        f.seek(offset)
-        f.write(bytes([byte ^ 0xFF]))
 
 
 def diff_r(a: str | os.PathLike, b: str | os.PathLike) -> subprocess.CompletedProcess:
