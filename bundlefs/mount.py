@@ -276,14 +276,24 @@ def mount(options: MountOptions) -> int:
 
     ready_read, ready_write = (None, None) if options.foreground else os.pipe()
 
-    def on_ready() -> None:
+    async def announce_ready() -> None:
         log.info("mounted %s on %s", options.bundle, options.mountpoint)
-        if options.read_ahead_kb:
-            _set_read_ahead(options)  # before "ready", so the first big read already gains
-        if ready_write is not None:
-            os.write(ready_write, b"1")
-            os.close(ready_write)
-        notify_systemd(f"READY=1\nSTATUS=serving {options.bundle}")
+        try:
+            if options.read_ahead_kb:
+                _set_read_ahead(options)  # before "ready": the first big read already gains
+        finally:
+            if ready_write is not None:
+                os.write(ready_write, b"1")
+                os.close(ready_write)
+            notify_systemd(f"READY=1\nSTATUS=serving {options.bundle}")
+
+    def on_ready() -> None:
+        # pyfuse3 calls this while handling FUSE_INIT, before it replies; the kernel applies the
+        # reply (and its own read-ahead default) when it arrives. A task started here runs after
+        # the reply is written, so "ready" means the handshake is complete.
+        import trio
+
+        trio.lowlevel.spawn_system_task(announce_ready)
 
     settings = MountSettings(uid=options.uid, gid=options.gid, load_threads=options.load_threads)
     ops = BundleOperations(bundle, settings, on_ready)

@@ -444,3 +444,10 @@ def test_info_json_on_a_mount_point_reports_daemon_statistics(sample_mount):
     for key in ("cache_hits", "cache_misses", "cache_evictions", "bytes_decompressed", "eio_count"):
         assert isinstance(daemon[key], int)
     assert daemon["cache_misses"] > 0
+
+
+def test_kernel_read_ahead_is_raised_before_ready(sample_mount):
+    # Large sequential reads arrive in read_ahead_kb pieces; the daemon raises it (root only)
+    # before it reports READY=1.
+    device = run("mountpoint", "-d", str(sample_mount.mountpoint)).stdout.strip()
+    assert Path(f"/sys/class/bdi/{device}/read_ahead_kb").read_text().strip() == "1024"
