@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -218,8 +219,14 @@ def render_only(path: Path) -> int:
     return 0
 
 
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    # Turn SIGTERM into SystemExit so the `finally` blocks unmount everything on the way out.
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     if args.render is not None:
         return render_only(args.render)
     argv_shown = sys.argv[1:] if argv is None else argv
