@@ -268,7 +268,9 @@ def markdown(
         "",
         f"Scale {meta['scale']}, {meta['rounds']} rounds for reads and mounts, "
         f"{meta['pack_rounds']} for packing; every figure is the median over rounds. "
-        f"bundlefs daemon cache: {meta['cache_size']}. Systems: {', '.join(systems)}.",
+        f"bundlefs daemon cache: {meta['cache_size']}; bundlefs at commit "
+        f"`{meta.get('git_head', '?')}`. Systems: {', '.join(systems)}. Raw per-round samples "
+        "are in `bench-results/` (gitignored).",
         "",
         "| dataset | files | bytes | files read per pass |",
         "|---|---:|---:|---:|",

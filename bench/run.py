@@ -110,8 +110,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def _cmd_output(cmd: list[str]) -> str:
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-        return (r.stdout or r.stderr).strip().splitlines()[0]
-    except (OSError, subprocess.TimeoutExpired, IndexError):
+        lines = (r.stdout or r.stderr).strip().splitlines()
+        return lines[0] if lines else ""
+    except (OSError, subprocess.TimeoutExpired):
         return "?"
 
 
@@ -235,6 +236,10 @@ def main(argv: list[str] | None = None) -> int:
     args.workdir.mkdir(parents=True, exist_ok=True)
     preflight(args.workdir)
     load_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    # The bundlefs under test: taken at the start, marked if its sources differ from HEAD.
+    git_head = _cmd_output(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"])
+    if _cmd_output(["git", "-C", str(REPO), "status", "--porcelain", "bundlefs"]) not in ("", "?"):
+        git_head += "+uncommitted changes"
 
     samples = Samples()
     systems = setup_systems(args, samples)
@@ -269,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             "pack_rounds": args.pack_rounds,
             "seed": args.seed,
             "cache_size": args.cache_size,
-            "git_head": _cmd_output(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]),
+            "git_head": git_head,
             "versions": {
                 "mksquashfs": _cmd_output(["mksquashfs", "-version"]),
                 "squashfuse_ll": _cmd_output(["squashfuse_ll", "--version"]),
