@@ -282,9 +282,13 @@ KIND_DIR = statmod.S_IFDIR
 KIND_SYMLINK = statmod.S_IFLNK
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Entry:
-    """One decoded entry. Fields that do not apply to the entry's kind are zero or empty."""
+    """One decoded entry. Fields that do not apply to the entry's kind are zero or empty.
+
+    Treat it as read-only. It is not frozen because a frozen dataclass of this size costs ~6 µs
+    to construct against ~1.3 µs, and every lookup, getattr and read builds one.
+    """
 
     ino: int
     mode: int
@@ -328,8 +332,11 @@ class Entry:
         return self.size if self.is_dir else 0
 
 
+_DOTS = (b".", b"..")
+
+
 def validate_name(name: bytes) -> None:
-    if not name or len(name) > MAX_NAME or b"/" in name or b"\0" in name or name in (b".", b".."):
+    if not name or len(name) > MAX_NAME or b"/" in name or b"\0" in name or name in _DOTS:
         raise FormatError(f"invalid entry name {name!r}")
 
 
@@ -394,26 +401,26 @@ def decode_entry(ino: int, data: bytes) -> Entry:
         raise FormatError(f"entry {ino} has unknown flags 0x{flags:x}")
     pos = _HEADER.size
     kind = mode & 0o170000
-    fields: dict = {}
+    shard = offset = crc = target = parent = first_child = 0
+    nlink = 1
+    symlink = user_data = b""
     try:
         if kind == KIND_FILE:
             if flags & FLAG_LINK:
                 if flags & FLAG_NLINK:
                     raise FormatError(f"entry {ino}: a LINK entry cannot carry NLINK")
-                fields["target"] = _LINK.unpack_from(data, pos)[0]
+                (target,) = _LINK.unpack_from(data, pos)
                 pos += _LINK.size
             else:
                 location, crc = _FILE.unpack_from(data, pos)
                 pos += _FILE.size
-                fields["shard"] = location >> _LOCATION_SHIFT
-                fields["offset"] = location & _LOCATION_MASK
-                fields["crc32c"] = crc
-                if fields["offset"] + size > MAX_SHARD_STREAM:
+                shard, offset = location >> _LOCATION_SHIFT, location & _LOCATION_MASK
+                if offset + size > MAX_SHARD_STREAM:
                     raise FormatError(f"entry {ino}: file extends past the shard stream limit")
                 if flags & FLAG_NLINK:
-                    fields["nlink"] = _U32.unpack_from(data, pos)[0]
+                    (nlink,) = _U32.unpack_from(data, pos)
                     pos += 4
-                    if fields["nlink"] < 1:
+                    if nlink < 1:
                         raise FormatError(f"entry {ino}: nlink 0")
         elif kind == KIND_DIR:
             if flags & (FLAG_LINK | FLAG_NLINK):
@@ -426,16 +433,14 @@ def decode_entry(ino: int, data: bytes) -> Entry:
                 raise FormatError(f"directory entry {ino}: first child without children")
             if size > MAX_ENTRIES or first_child + size - 1 > MAX_ENTRIES:
                 raise FormatError(f"directory entry {ino}: child range out of bounds")
-            fields.update(parent=parent, first_child=first_child, nlink=nlink)
         elif kind == KIND_SYMLINK:
             if flags & (FLAG_LINK | FLAG_NLINK):
                 raise FormatError(f"entry {ino}: symlink with file-only flags")
             if not 1 <= size <= MAX_SYMLINK_TARGET or pos + size > n:
                 raise FormatError(f"symlink entry {ino}: target length {size} is invalid")
-            target = data[pos : pos + size]
-            if b"\0" in target:
+            symlink = data[pos : pos + size]
+            if b"\0" in symlink:
                 raise FormatError(f"symlink entry {ino}: target contains NUL")
-            fields["symlink"] = target
             pos += size
         else:
             raise FormatError(f"entry {ino} has unsupported file type 0o{kind:o}")
@@ -444,7 +449,7 @@ def decode_entry(ino: int, data: bytes) -> Entry:
             pos += 2
             if not 1 <= length <= MAX_USER_DATA or pos + length > n:
                 raise FormatError(f"entry {ino}: user data length {length} is invalid")
-            fields["user_data"] = data[pos : pos + length]
+            user_data = data[pos : pos + length]
             pos += length
     except struct.error:
         raise FormatError(f"entry {ino} is truncated") from None
@@ -452,9 +457,12 @@ def decode_entry(ino: int, data: bytes) -> Entry:
     if ino == ROOT_INO:
         if name or kind != KIND_DIR:
             raise FormatError("the root entry must be a nameless directory")
-    else:
-        validate_name(name)
-    return Entry(ino, mode, owner, mtime_ns, size, name, flags, **fields)
+    elif not name or len(name) > MAX_NAME or b"/" in name or b"\0" in name or name in _DOTS:
+        raise FormatError(f"invalid entry name {name!r}")
+    return Entry(
+        ino, mode, owner, mtime_ns, size, name, flags, shard, offset, crc, nlink, target,
+        parent, first_child, symlink, user_data,
+    )  # fmt: skip
 
 
 # --- records -------------------------------------------------------------------------------------
@@ -463,8 +471,10 @@ _RECORD = struct.Struct(">QIIIB")
 RECORD_VALUE_SIZE = _RECORD.size  # 21
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Record:
+    """A record descriptor (treat as read-only; not frozen for the same reason as ``Entry``)."""
+
     shard: int
     offset: int  # first byte in the uncompressed stream
     stored_offset: int

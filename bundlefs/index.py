@@ -237,6 +237,26 @@ class IndexReader:
             raise FormatError(f"index is damaged listing entries: {e}") from None
         raise FormatError(f"index is missing entry {expected}")
 
+    def iter_names(self, first: int, count: int) -> Iterator[tuple[int, bytes]]:
+        """(inode, name) for inodes ``first … first+count−1``: one cursor scan, nothing decoded."""
+        if count <= 0:
+            return
+        try:
+            cursor = self._txn().cursor(db=self._dbs[fmt.DB_ENTRIES])
+            if not cursor.set_key(fmt.entry_key(first)):
+                raise FormatError(f"index has no entry {first}")
+            ino, end = first, first + count
+            for key, value in cursor:
+                if key != fmt.entry_key(ino):
+                    raise FormatError(f"index is missing entry {ino}")
+                yield ino, fmt.entry_name(value)
+                ino += 1
+                if ino == end:
+                    return
+            raise FormatError(f"index is missing entry {ino}")
+        except lmdb.Error as e:
+            raise FormatError(f"index is damaged listing names: {e}") from None
+
     def record_at(self, shard: int, offset: int) -> fmt.Record:
         """The record of ``shard`` whose uncompressed range holds ``offset``."""
         try:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 
 import pytest
+from conftest import flip_byte
 from trees import (
     ODD_NAME,
     PRE_1970_NS,
     assert_one_line_error,
     build_rich_tree,
     diff_r,
-    flip_byte,
     run_cli,
     snapshot,
 )
