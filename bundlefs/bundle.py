@@ -122,17 +122,21 @@ class Bundle:
         self.path = os.fsdecode(os.fspath(path))
         self._index = IndexReader(self.path, check_checksum=check_index)
         self.config = self._index.config
-        self._shards = ShardSet(self.path, self._index.marker)
+        try:
+            self._shards = ShardSet(self.path, self._index.marker)
+            self.root = self._index.entry(fmt.ROOT_INO)
+        except BaseException:
+            self._index.close()
+            raise
         self.cache = RecordCache(cache_size)
+        self._shard_bytes: int | None = None
+        self._paths: dict[int, str] = {}  # path_of results: error paths only, bounded
         self._inflight: dict[tuple[int, int], threading.Event] = {}
         self._inflight_lock = threading.Lock()
         self._name_cache_limit = name_cache
         self._name_tables: OrderedDict[int, dict[bytes, int]] = OrderedDict()
         self._names_held = 0
         self._names_lock = threading.Lock()
-        self.root = self._index.entry(fmt.ROOT_INO)
-        if not self.root.is_dir:
-            raise FormatError("the root entry is not a directory")
 
     def __enter__(self) -> Bundle:
         return self
@@ -148,15 +152,16 @@ class Bundle:
     # -- facts about the bundle --------------------------------------------------------------------
 
     def info(self) -> BundleInfo:
-        shard_bytes = sum(
-            self._index.shard_info(i).file_size for i in range(self.config.shard_count)
-        )
+        if self._shard_bytes is None:
+            self._shard_bytes = sum(
+                self._index.shard_info(i).file_size for i in range(self.config.shard_count)
+            )
         return BundleInfo(
             self.path,
             self.config,
             self._index.marker.bundle_id,
             self._index.marker.index_size,
-            shard_bytes,
+            self._shard_bytes,
         )
 
     def cache_stats(self) -> CacheStats:
@@ -264,22 +269,39 @@ class Bundle:
         return parent
 
     def path_of(self, ino: int) -> str:
-        """The path of an inode, for messages. Scans directories: only for error paths."""
-        if ino == fmt.ROOT_INO:
-            return "/"
-        parent = None
-        for candidate in self._index.iter_entries(1, ino - 1):
-            if (
-                candidate.is_dir
-                and candidate.first_child <= ino < candidate.first_child + candidate.size
-            ):
-                parent = candidate
-                break
-        if parent is None:
+        """The path of an inode, for error messages.
+
+        Files do not record their directory, so this scans entries up to ``ino`` for the directory
+        whose child range holds it (decoding directories only), then follows parent pointers:
+        fine for an error path, never used on a hot one.
+        """
+        known = self._paths.get(ino)
+        if known is not None:
+            return known
+        names: list[bytes] = []
+        current = ino
+        try:
+            while current != fmt.ROOT_INO:
+                names.append(self._index.entry(current).name)
+                parent = self._directory_holding(current)
+                if parent is None or len(names) > fmt.MAX_ENTRIES:
+                    return f"<inode {ino}>"
+                current = parent
+        except FormatError:
             return f"<inode {ino}>"
-        name = os.fsdecode(self._index.entry(ino).name)
-        prefix = self.path_of(parent.ino)
-        return prefix.rstrip("/") + "/" + name
+        path = "/" + "/".join(os.fsdecode(n) for n in reversed(names))
+        if len(self._paths) >= 1024:
+            self._paths.clear()
+        self._paths[ino] = path
+        return path
+
+    def _directory_holding(self, ino: int) -> int | None:
+        for candidate, value in self._index.iter_raw(1, ino - 1):
+            if fmt.is_directory_value(value):
+                entry = fmt.decode_entry(candidate, value)
+                if entry.first_child <= ino < entry.first_child + entry.size:
+                    return candidate
+        return None
 
     # -- reading file content ----------------------------------------------------------------------
 
@@ -348,13 +370,16 @@ class Bundle:
         while pos < stop:
             record = self._index.record_at(entry.shard, pos)
             take = min(stop, record.end) - pos
-            cached = self.cache.get((record.shard, record.offset)) if whole else None
-            if whole and cached is None and record.flags & fmt.RECORD_RAW:
-                # A whole-file read is checked by the file CRC, so a raw record's slice can be read
-                # directly instead of the whole record (4.6 KB file: ~9 µs instead of ~124 µs).
-                pieces.append(self._shards.read_raw(record, pos, take, nowait=nowait))
-            else:
-                data = cached if cached is not None else self._load(record, nowait)
+            data = None
+            if whole and record.flags & fmt.RECORD_RAW:
+                data = self.cache.get((record.shard, record.offset))
+                if data is None:
+                    # A whole-file read is checked by the file CRC, so a raw record's slice can be
+                    # read directly instead of the whole record (4.6 KB: ~9 µs, not ~124 µs).
+                    pieces.append(self._shards.read_raw(record, pos, take, nowait=nowait))
+            if data is None and not (whole and record.flags & fmt.RECORD_RAW):
+                data = self._load(record, nowait)
+            if data is not None:
                 start = pos - record.offset
                 pieces.append(data[start : start + take])
             pos += take
@@ -429,10 +454,16 @@ class Bundle:
         return True
 
     def isdir(self, path: Path) -> bool:
-        return self.exists(path) and self.resolve(path).is_dir
+        try:
+            return self.resolve(path).is_dir
+        except (EntryNotFound, NotADirectory):
+            return False
 
     def isfile(self, path: Path) -> bool:
-        return self.exists(path) and self.resolve(path).is_file
+        try:
+            return self.resolve(path).is_file
+        except (EntryNotFound, NotADirectory):
+            return False
 
     def islink(self, path: Path) -> bool:
         try:
@@ -464,32 +495,37 @@ class Bundle:
         return [d.name for d in self.scandir(path)]
 
     def walk(self, top: Path = "") -> Iterator[tuple]:
-        """Like ``os.walk`` (top-down, symlinks to directories are not followed)."""
-        dirs, files, links = [], [], set()
-        for d in self.scandir(top):
-            # As os.walk: a symlink to a directory is listed among the directories, not entered.
-            if d.is_dir():
-                dirs.append(d.name)
-                if d.is_symlink():
-                    links.add(d.name)
-            else:
-                files.append(d.name)
-        yield top, dirs, files
-        for name in dirs:
-            if name in links:
-                continue
-            sub = os.path.join(top, name) if top else name
-            yield from self.walk(sub)
+        """Like ``os.walk``: top-down (prune by editing ``dirs``), symlinked dirs not entered."""
+        pending = [top]
+        while pending:  # iterative: bundles may nest deeper than Python's recursion limit
+            current = pending.pop()
+            dirs, files, links = [], [], set()
+            for d in self.scandir(current):
+                # As os.walk: a symlink to a directory is listed among the directories.
+                if d.is_dir():
+                    dirs.append(d.name)
+                    if d.is_symlink():
+                        links.add(d.name)
+                else:
+                    files.append(d.name)
+            yield current, dirs, files
+            for name in reversed(dirs):
+                if name not in links:
+                    pending.append(os.path.join(current, name) if current else name)
 
     def __iter__(self) -> Iterator[tuple[str, fmt.Entry]]:
-        """Every entry but the root as (path, entry), in pack order (breadth first)."""
-        for top, _dirs, files in self.walk(""):
-            for name in files:
-                path = os.path.join(top, name) if top else name
-                yield path, self.resolve(path, follow_symlinks=False)
-            for name in _dirs:
-                path = os.path.join(top, name) if top else name
-                yield path, self.resolve(path, follow_symlinks=False)
+        """Every entry but the root as (path, entry): depth first, each directory's names in
+        order; a hard link's entry is the file it names."""
+        pending: list[tuple[str, fmt.Entry]] = [("", self.root)]
+        while pending:
+            top, directory = pending.pop()
+            subdirs = []
+            for name, entry in self.children(directory):
+                path = os.path.join(top, os.fsdecode(name)) if top else os.fsdecode(name)
+                yield path, entry
+                if entry.is_dir:
+                    subdirs.append((path, entry))
+            pending.extend(reversed(subdirs))
 
     def glob(self, pattern: str) -> list[str]:
         """Paths matching a shell pattern; ``*`` does not cross ``/``; ``**`` matches any depth."""

@@ -19,6 +19,10 @@ class IncompleteBundleError(NotABundleError):
     """The directory looks like a bundle under construction or an interrupted pack."""
 
 
+class BundleClosedError(BundleError):
+    """The bundle was used after ``close()``."""
+
+
 class UnsupportedVersionError(BundleError):
     """The bundle was written by a newer, incompatible format version."""
 

@@ -369,6 +369,11 @@ def encode_entry(e: Entry) -> bytes:
 _NAME_OFFSET = {KIND_DIR: _HEADER.size + _DIR.size}
 
 
+def is_directory_value(data: bytes) -> bool:
+    """Whether an (undecoded) entry value is a directory's: for scans that skip everything else."""
+    return len(data) >= 2 and (data[0] << 8) & 0o170000 == KIND_DIR
+
+
 def entry_name(data: bytes) -> bytes:
     """Just the name of an entry value, without decoding or validating the rest.
 

@@ -17,7 +17,13 @@ import lmdb
 
 from . import format as fmt
 from .checksum import crc32c, file_checksum
-from .errors import FormatError, IncompleteBundleError, NotABundleError
+from .errors import (
+    BundleClosedError,
+    BundleError,
+    FormatError,
+    IncompleteBundleError,
+    NotABundleError,
+)
 
 # Open readers, so that a forked child (a DataLoader worker) reopens LMDB instead of using the
 # parent's environment, which must never cross a fork.
@@ -71,19 +77,27 @@ class IndexReader:
         self._check_checksum = check_checksum
         self._env: lmdb.Environment | None = None
         self._local = threading.local()
+        self._closed = False
+        self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the validated file
         self._validate_file()
-        self._open()
-        self.config = fmt.decode_config(
-            self._get(self._dbs[fmt.DB_CONFIG], fmt.CONFIG_KEY, "config")
-        )
-        if self.config.shard_count != self.marker.shard_count:
-            raise FormatError("config and completion marker disagree on the shard count")
-        # Readers size tables by entry_count (verify keeps a byte per inode): a forged count must
-        # not make them allocate gigabytes. LMDB knows how many keys there really are.
-        held = self._txn().stat(self._dbs[fmt.DB_ENTRIES])["entries"]
-        if held != self.config.entry_count:
-            raise FormatError(f"config claims {self.config.entry_count} entries, the index {held}")
-        self.owners = self._load_owners()
+        try:
+            self._open()
+            self.config = fmt.decode_config(
+                self._get(self._dbs[fmt.DB_CONFIG], fmt.CONFIG_KEY, "config")
+            )
+            if self.config.shard_count != self.marker.shard_count:
+                raise FormatError("config and completion marker disagree on the shard count")
+            # Readers size tables by entry_count (verify keeps a byte per inode): a forged count
+            # must not make them allocate gigabytes. LMDB knows how many keys there really are.
+            held = self._txn().stat(self._dbs[fmt.DB_ENTRIES])["entries"]
+            if held != self.config.entry_count:
+                raise FormatError(
+                    f"config claims {self.config.entry_count} entries, the index {held}"
+                )
+            self.owners = self._load_owners()
+        except BaseException:
+            self.close()  # else the shared environment would stay open for the process's life
+            raise
         _open_readers.add(self)
 
     # -- opening ---------------------------------------------------------------------------------
@@ -96,7 +110,8 @@ class IndexReader:
         path = self.index_path
         try:
             with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
+                st = os.fstat(f.fileno())
+                size, self._identity = st.st_size, (st.st_dev, st.st_ino)
                 head = f.read(fmt.LMDB_META_PROBE + 65536)
         except OSError as e:
             raise NotABundleError(f"cannot read the index {path}: {e.strerror}") from None
@@ -113,6 +128,10 @@ class IndexReader:
         try:
             st = os.stat(self.index_path)
             self._env_key = (st.st_dev, st.st_ino)
+            if self._env_key != self._identity:
+                # Replaced since it was validated (a `pack --force` over it, then a fork):
+                # serving the new index with the old marker and caches could mix two bundles.
+                raise FormatError("the bundle was replaced on disk; open it again")
             with _envs_lock:
                 held = _envs.get(self._env_key)
                 if held is None:
@@ -159,10 +178,13 @@ class IndexReader:
             self._release_env()
             try:
                 self._open()
-            except FormatError as e:
+            except BundleError as e:
                 log.error("cannot reopen the index after fork: %s", e)
 
     def close(self) -> None:
+        """Close the index. Must not race reads in other threads (LMDB would be unmapped)."""
+        self._closed = True
+        self._local = threading.local()  # every thread's transaction goes with the environment
         _open_readers.discard(self)
         self._release_env()
 
@@ -173,8 +195,10 @@ class IndexReader:
         # per thread is safe and saves ~1.5 µs per call over beginning one each time.
         txn = getattr(self._local, "txn", None)
         if txn is None:
+            if self._closed:
+                raise BundleClosedError("the bundle is closed")
             if self._env is None:
-                raise FormatError("the index is closed")
+                raise FormatError("the index could not be reopened after fork")
             txn = self._local.txn = self._env.begin(buffers=False)
         return txn
 
@@ -237,8 +261,8 @@ class IndexReader:
             raise FormatError(f"index is damaged listing entries: {e}") from None
         raise FormatError(f"index is missing entry {expected}")
 
-    def iter_names(self, first: int, count: int) -> Iterator[tuple[int, bytes]]:
-        """(inode, name) for inodes ``first … first+count−1``: one cursor scan, nothing decoded."""
+    def iter_raw(self, first: int, count: int) -> Iterator[tuple[int, bytes]]:
+        """(inode, undecoded value) for inodes ``first … first+count−1``: one cursor scan."""
         if count <= 0:
             return
         try:
@@ -249,13 +273,18 @@ class IndexReader:
             for key, value in cursor:
                 if key != fmt.entry_key(ino):
                     raise FormatError(f"index is missing entry {ino}")
-                yield ino, fmt.entry_name(value)
+                yield ino, value
                 ino += 1
                 if ino == end:
                     return
             raise FormatError(f"index is missing entry {ino}")
         except lmdb.Error as e:
-            raise FormatError(f"index is damaged listing names: {e}") from None
+            raise FormatError(f"index is damaged listing entries: {e}") from None
+
+    def iter_names(self, first: int, count: int) -> Iterator[tuple[int, bytes]]:
+        """(inode, name) for inodes ``first … first+count−1``, nothing else decoded."""
+        for ino, value in self.iter_raw(first, count):
+            yield ino, fmt.entry_name(value)
 
     def record_at(self, shard: int, offset: int) -> fmt.Record:
         """The record of ``shard`` whose uncompressed range holds ``offset``."""

@@ -15,7 +15,7 @@ import lz4.block
 
 from . import format as fmt
 from .checksum import crc32c
-from .errors import CorruptDataError, FormatError
+from .errors import BundleClosedError, CorruptDataError, FormatError
 
 
 def encode_record_payload(data: bytes, compression: int) -> tuple[bytes, int]:
@@ -157,10 +157,17 @@ class ShardSet:
     """The shard files of one bundle, opened lazily, read with pread. Thread-safe."""
 
     def __init__(self, bundle_dir: str, marker: fmt.Marker) -> None:
-        self._dir = bundle_dir
         self._marker = marker
         self._fds: dict[int, int] = {}
         self._lock = threading.Lock()
+        # Shards are opened lazily, relative to the directory opened now: a bundle replaced at
+        # the same path later (pack --force) cannot lend this one its shards.
+        try:
+            self._dir_fd: int | None = os.open(
+                bundle_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+            )
+        except OSError as e:
+            raise FormatError(f"cannot open the bundle directory: {e.strerror}") from None
 
     def _fd(self, shard: int) -> int:
         fd = self._fds.get(shard)
@@ -176,9 +183,10 @@ class ShardSet:
     def _open(self, shard: int) -> int:
         if not 0 <= shard < self._marker.shard_count:
             raise FormatError(f"shard {shard} does not exist")
-        path = os.path.join(self._dir, fmt.shard_filename(shard))
+        if self._dir_fd is None:
+            raise BundleClosedError("the bundle is closed")
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(fmt.shard_filename(shard), os.O_RDONLY | os.O_CLOEXEC, dir_fd=self._dir_fd)
         except OSError as e:
             raise CorruptDataError(f"cannot open shard file: {e.strerror}", shard=shard) from None
         try:
@@ -238,7 +246,11 @@ class ShardSet:
         return self._pread(record, length, record.stored_offset + start - record.offset, nowait)
 
     def close(self) -> None:
+        """Close every shard. Must not race reads in other threads."""
         with self._lock:
             for fd in self._fds.values():
                 os.close(fd)
             self._fds.clear()
+            if self._dir_fd is not None:
+                os.close(self._dir_fd)
+                self._dir_fd = None
