@@ -74,7 +74,12 @@ class ReadResult:
 
 
 def run_readers(
-    root: Path, list_path: Path, readers: int, mode: str = "fs", min_seconds: float = 0.0
+    root: Path,
+    list_path: Path,
+    readers: int,
+    mode: str = "fs",
+    min_seconds: float = 0.0,
+    bundlefs_source: Path | None = None,
 ) -> ReadResult:
     """Run ``readers`` worker processes over the list (interleaved shares), all started together.
 
@@ -82,6 +87,10 @@ def run_readers(
     meaningful for warm runs (a second pass of a cold run would be warm).
     """
     procs: list[subprocess.Popen[str]] = []
+    # cwd is not the repository: `-m` puts cwd first on sys.path, and the reader must import
+    # bundlefs from the snapshot when one is given. PYTHONPATH supplies bench (and bundlefs).
+    path = [str(bundlefs_source)] if bundlefs_source else []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*path, str(BENCH_ROOT)])}
     try:
         for i in range(readers):
             cmd = [sys.executable, "-m", "bench.reader", "--mode", mode, "--root", str(root)]
@@ -94,7 +103,8 @@ def run_readers(
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     text=True,
-                    cwd=BENCH_ROOT,
+                    cwd="/",
+                    env=env,
                 )
             )
         # Wait until every worker has started up (imports, opening the bundle) before any of
@@ -305,11 +315,19 @@ class Bench:
         d, n, s = dataset.name, system.name, self.samples
         bundle = self.packs[d][n].archive
         drop_caches()
-        r = run_readers(bundle, sample_list, 1, mode="api")
+        src = getattr(system, "source", None)
+        r = run_readers(bundle, sample_list, 1, mode="api", bundlefs_source=src)
         self._check_bytes(r, expect, system, dataset)
         s.add(d, n, "api_cold_1_fps", r.files_per_s)
         for readers in (1, 2):
-            r = run_readers(bundle, sample_list, readers, mode="api", min_seconds=self.warm_seconds)
+            r = run_readers(
+                bundle,
+                sample_list,
+                readers,
+                mode="api",
+                min_seconds=self.warm_seconds,
+                bundlefs_source=src,
+            )
             self._check_bytes(r, expect, system, dataset)
             s.add(d, n, f"api_warm_{readers}_fps", r.files_per_s)
             s.add(d, n, f"api_warm_{readers}_mbps", r.mb_per_s)

@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -75,6 +76,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"comma-separated subset of {','.join(ALL_DATASETS)}",
     )
     ap.add_argument("--cache-size", default="64MiB", help="bundlefs mount --cache-size")
+    ap.add_argument(
+        "--bundlefs-ref",
+        metavar="REF",
+        help="measure bundlefs as committed at this git ref (e.g. HEAD) instead of the work tree",
+    )
     ap.add_argument("--seed", type=int, default=4)
     ap.add_argument(
         "--render",
@@ -142,10 +148,29 @@ def preflight(workdir: Path) -> None:
             fusermount_unmount(p)
 
 
-def setup_systems(args: argparse.Namespace, samples: Samples) -> list[System]:
+def bundlefs_snapshot(ref: str, workdir: Path) -> tuple[Path, str]:
+    """Extract ``bundlefs/`` as committed at ``ref`` (read-only for the repository: git archive)."""
+    sha = _cmd_output(["git", "-C", str(REPO), "rev-parse", "--short", ref])
+    dest = workdir / "bundlefs-src" / sha
+    if not (dest / "bundlefs" / "__init__.py").exists():
+        tmp = dest.with_name(sha + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        archive = subprocess.run(
+            ["git", "-C", str(REPO), "archive", ref, "bundlefs"], capture_output=True, check=True
+        )
+        subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive.stdout, check=True)
+        shutil.rmtree(dest, ignore_errors=True)
+        tmp.rename(dest)
+    return dest, sha
+
+
+def setup_systems(
+    args: argparse.Namespace, samples: Samples, bundlefs_source: Path | None
+) -> list[System]:
     systems = []
     for name in args.systems:
-        system = make_system(name, args.workdir, args.cache_size)
+        system = make_system(name, args.workdir, args.cache_size, bundlefs_source)
         try:
             system.ensure(log)
         except SystemUnavailable as e:
@@ -236,13 +261,20 @@ def main(argv: list[str] | None = None) -> int:
     args.workdir.mkdir(parents=True, exist_ok=True)
     preflight(args.workdir)
     load_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    # The bundlefs under test: taken at the start, marked if its sources differ from HEAD.
-    git_head = _cmd_output(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"])
-    if _cmd_output(["git", "-C", str(REPO), "status", "--porcelain", "bundlefs"]) not in ("", "?"):
-        git_head += "+uncommitted changes"
+    # The bundlefs under test: a snapshot of a commit, or the work tree (marked when it differs
+    # from HEAD: the package may be mid-edit while the bench runs).
+    bundlefs_source: Path | None = None
+    if args.bundlefs_ref:
+        bundlefs_source, git_head = bundlefs_snapshot(args.bundlefs_ref, args.workdir)
+        log(f"bundlefs: commit {git_head}, snapshot in {bundlefs_source}")
+    else:
+        git_head = _cmd_output(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"])
+        status = ["git", "-C", str(REPO), "status", "--porcelain", "bundlefs"]
+        if _cmd_output(status) not in ("", "?"):
+            git_head += " + uncommitted work-tree changes"
 
     samples = Samples()
-    systems = setup_systems(args, samples)
+    systems = setup_systems(args, samples, bundlefs_source)
     cache_bytes = parse_size(args.cache_size)
     bench = Bench(args.workdir, samples, log, cache_bytes, args.warm_seconds)
     ds_info: dict[str, Any] = {}

@@ -137,6 +137,10 @@ class System:
     def ensure(self, log: Log) -> None:
         """Install what this system needs, or raise SystemUnavailable."""
 
+    def env(self) -> dict[str, str] | None:
+        """Environment for this system's processes (None: inherit ours)."""
+        return None
+
     def archive_path(self, dest_dir: Path) -> Path:
         raise NotImplementedError
 
@@ -155,6 +159,8 @@ class System:
         t0 = time.perf_counter()
         proc = subprocess.Popen(
             self.daemon_cmd(archive, mnt),
+            env=self.env(),
+            cwd="/",  # never pick up a package from the bench's working directory
             stdin=subprocess.DEVNULL,
             stdout=logf,
             stderr=subprocess.STDOUT,
@@ -325,24 +331,45 @@ class Bundlefs(System):
 
     name = "bundlefs"
 
-    def __init__(self, workdir: Path, cache_size: str = "64MiB", jobs: int | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        cache_size: str = "64MiB",
+        jobs: int | None = None,
+        source: Path | None = None,
+    ) -> None:
         super().__init__(workdir)
         self.cache_size = cache_size
+        # A directory holding a ``bundlefs`` package to run instead of the installed one (a
+        # snapshot of a commit, so that edits in progress in the work tree are not measured).
+        self.source = source
         self.jobs = jobs or os.cpu_count() or 1
         self.help: dict[str, str] = {"pack": "", "mount": ""}
 
     @property
     def cli(self) -> list[str]:
         exe = Path(sys.executable).with_name("bundlefs")
-        return [str(exe)] if exe.exists() else [sys.executable, "-m", "bundlefs"]
+        if self.source is None and exe.exists():
+            return [str(exe)]
+        return [sys.executable, "-m", "bundlefs"]
+
+    def env(self) -> dict[str, str] | None:
+        if self.source is None:
+            return None
+        # PYTHONPATH is searched before the editable install's finder, so the snapshot wins.
+        return {**os.environ, "PYTHONPATH": str(self.source)}
 
     def ensure(self, log: Log) -> None:
         _apt_ensure({"fusermount3": "fuse3"}, log)
-        r = subprocess.run([*self.cli, "--help"], capture_output=True, text=True)
+        r = subprocess.run(
+            [*self.cli, "--help"], capture_output=True, text=True, env=self.env(), cwd="/"
+        )
         if r.returncode != 0:
             raise SystemUnavailable(f"bundlefs CLI not usable: {r.stderr.strip()[-500:]}")
         for sub in ("pack", "mount"):
-            r = subprocess.run([*self.cli, sub, "--help"], capture_output=True, text=True)
+            r = subprocess.run(
+                [*self.cli, sub, "--help"], capture_output=True, text=True, env=self.env(), cwd="/"
+            )
             if r.returncode != 0:
                 raise SystemUnavailable(f"'bundlefs {sub}' not usable: {r.stderr.strip()[-500:]}")
             self.help[sub] = r.stdout
@@ -363,7 +390,7 @@ class Bundlefs(System):
             # mksquashfs uses every core by default; give bundlefs the same.
             cmd += ["--jobs", str(self.jobs)]
         t0 = time.perf_counter()
-        _run(cmd)
+        _run(cmd, env=self.env(), cwd="/")
         seconds = time.perf_counter() - t0
         index = bundle / "index" / "data.mdb"
         return PackInfo(
@@ -405,7 +432,9 @@ def _apt_ensure(binaries: dict[str, str], log: Log) -> None:
 ALL_SYSTEMS = ("raw", "squashfuse_ll", "ratarmount", "bundlefs")
 
 
-def make_system(name: str, workdir: Path, cache_size: str) -> System:
+def make_system(
+    name: str, workdir: Path, cache_size: str, bundlefs_source: Path | None = None
+) -> System:
     if name == "raw":
         return RawDir(workdir)
     if name == "squashfuse_ll":
@@ -413,5 +442,5 @@ def make_system(name: str, workdir: Path, cache_size: str) -> System:
     if name == "ratarmount":
         return Ratarmount(workdir)
     if name == "bundlefs":
-        return Bundlefs(workdir, cache_size=cache_size)
+        return Bundlefs(workdir, cache_size=cache_size, source=bundlefs_source)
     raise ValueError(f"unknown system {name!r}; choose from {ALL_SYSTEMS}")
