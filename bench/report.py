@@ -341,4 +341,16 @@ METHOD = """\
   (bundle opened before the clock starts), cold after dropped caches, then warm.
 - Before measuring, each system's mount is checked: it serves as many regular files as the source
   and 25 sampled files have identical content.
+
+Caveats when reading the figures:
+
+- The machine is a 2-vCPU VM whose disk is backed by the host's cache: "cold" reads of the raw
+  directory are faster than a real cold disk would be, which flatters the raw ceiling and makes
+  "cold" mostly mean "the daemon and the kernel start empty".
+- bundlefs and ratarmount are Python programs: mount-ready and (at small scale) pack time include
+  the interpreter start and imports, which a C daemon does not pay.
+- At `--quick` scale, fixed costs weigh more: LMDB's page overhead in index bytes per file, start-up
+  in pack throughput. The full-scale run (`make bench`) is the reference for those targets.
+- squashfuse_ll runs multi-threaded (libfuse's default); ratarmount and bundlefs serve FUSE from one
+  Python thread, with whatever offloading they do themselves.
 """
