@@ -18,13 +18,13 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.datasets import Dataset
-from bench.systems import Mounted, PackInfo, System, vm_hwm_bytes
+from bench.systems import Mounted, PackInfo, System, mounted, vm_hwm_bytes
 
 MB = 1_000_000
 Log = Callable[[str], None]
@@ -147,16 +147,6 @@ def timed_cmd(cmd: list[str]) -> tuple[float, str]:
     if r.returncode != 0:
         raise RuntimeError(f"{cmd[0]} failed ({r.returncode}): {r.stderr[-1000:]}")
     return seconds, r.stdout
-
-
-@contextmanager
-def mounted(system: System, archive: Path, mnt: Path) -> Iterator[Mounted]:
-    """Mount for the duration of the block; always unmount (even on errors or Ctrl-C)."""
-    m = system.mount(archive, mnt)
-    try:
-        yield m
-    finally:
-        system.unmount(m)
 
 
 class Bench:

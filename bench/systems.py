@@ -23,7 +23,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,6 +124,16 @@ def fusermount_unmount(mnt: Path) -> None:
     r = subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
     if r.returncode != 0 and is_mounted(mnt):
         subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True)
+
+
+@contextmanager
+def mounted(system: System, archive: Path, mnt: Path) -> Iterator[Mounted]:
+    """Mount for the duration of the block; always unmount (even on errors or Ctrl-C)."""
+    m = system.mount(archive, mnt)
+    try:
+        yield m
+    finally:
+        system.unmount(m)
 
 
 class System:
@@ -304,8 +315,8 @@ class Ratarmount(System):
         # ratarmount's index is built by the first mount; that is part of "packing" for it and
         # must not be charged to the later mount-ready measurements.
         t1 = time.perf_counter()
-        m = self.mount(tar, dest_dir / "index-build-mnt")
-        self.unmount(m)
+        with mounted(self, tar, dest_dir / "index-build-mnt"):
+            pass  # mounting was the work: ratarmount has written its index once it is ready
         t_index = time.perf_counter() - t1
         return PackInfo(
             tar,
