@@ -31,6 +31,7 @@ from pathlib import Path
 # How long a daemon may take to make its mount usable before we give up on it.
 MOUNT_TIMEOUT_S = 120.0
 UNMOUNT_TIMEOUT_S = 20.0
+INDEX_BUILD_TIMEOUT_S = 3600.0
 
 Log = Callable[[str], None]
 
@@ -127,9 +128,11 @@ def fusermount_unmount(mnt: Path) -> None:
 
 
 @contextmanager
-def mounted(system: System, archive: Path, mnt: Path) -> Iterator[Mounted]:
+def mounted(
+    system: System, archive: Path, mnt: Path, timeout: float = MOUNT_TIMEOUT_S
+) -> Iterator[Mounted]:
     """Mount for the duration of the block; always unmount (even on errors or Ctrl-C)."""
-    m = system.mount(archive, mnt)
+    m = system.mount(archive, mnt, timeout)
     try:
         yield m
     finally:
@@ -161,7 +164,7 @@ class System:
     def daemon_cmd(self, archive: Path, mnt: Path) -> list[str]:
         raise NotImplementedError
 
-    def mount(self, archive: Path, mnt: Path) -> Mounted:
+    def mount(self, archive: Path, mnt: Path, timeout: float = MOUNT_TIMEOUT_S) -> Mounted:
         """Start the daemon in the foreground and wait until the mount is usable."""
         fusermount_unmount(mnt)
         mnt.mkdir(parents=True, exist_ok=True)
@@ -180,7 +183,7 @@ class System:
         logf.close()
         m = Mounted(mnt, proc.pid, 0.0, proc, log_path)
         try:
-            deadline = t0 + MOUNT_TIMEOUT_S
+            deadline = t0 + timeout
             while True:
                 if os.path.ismount(mnt):
                     os.stat(mnt)
@@ -191,7 +194,7 @@ class System:
                         + log_path.read_text(errors="replace")[-2000:]
                     )
                 if time.perf_counter() > deadline:
-                    raise RuntimeError(f"{self.name}: mount not ready after {MOUNT_TIMEOUT_S}s")
+                    raise RuntimeError(f"{self.name}: mount not ready after {timeout}s")
                 time.sleep(0.0005)
             m.ready_seconds = time.perf_counter() - t0
         except BaseException:
@@ -229,7 +232,7 @@ class RawDir(System):
     def pack(self, src: Path, dest_dir: Path) -> PackInfo:
         return PackInfo(src, 0.0, _tree_bytes(src), None, {})
 
-    def mount(self, archive: Path, mnt: Path) -> Mounted:
+    def mount(self, archive: Path, mnt: Path, timeout: float = MOUNT_TIMEOUT_S) -> Mounted:
         return Mounted(archive, None, 0.0)
 
     def unmount(self, m: Mounted) -> None:
@@ -315,7 +318,8 @@ class Ratarmount(System):
         # ratarmount's index is built by the first mount; that is part of "packing" for it and
         # must not be charged to the later mount-ready measurements.
         t1 = time.perf_counter()
-        with mounted(self, tar, dest_dir / "index-build-mnt"):
+        # Indexing a big tar takes a while: allow far longer than a normal mount.
+        with mounted(self, tar, dest_dir / "index-build-mnt", timeout=INDEX_BUILD_TIMEOUT_S):
             pass  # mounting was the work: ratarmount has written its index once it is ready
         t_index = time.perf_counter() - t1
         return PackInfo(
