@@ -2,17 +2,27 @@
 
 The tree is walked breadth first with names sorted bytewise, which assigns inode numbers exactly as
 docs/format.md §3.3 requires and lets every index write be a sorted append. Memory holds the queue
-of directories still to list and the names of the one directory being listed — never the whole tree.
+of directories still to list (up to every directory of two adjacent levels of the tree), the names
+of the directory being listed, a read-ahead window of at most _READ_AHEAD_FILES small files, the
+table of distinct (uid, gid) pairs, and one entry per multiply-linked file seen (to give its later
+names the same inode): not the entries of the whole tree, but not bounded by a constant either.
 
-The bundle is built in a temporary sibling and renamed into place only once complete; see
-``_publish``. A killed packer leaves only that sibling, which the next pack removes.
+The bundle is built in a temporary sibling ``.NAME.partial-PID`` and moved into place only once
+complete; see ``_publish``. The packer holds an exclusive ``flock`` on that directory until it is
+done, old bundle removed and all; ``remove_stale_partials`` deletes only siblings nobody holds
+locked, so a killed packer's leftovers go and a live one's stay, across PID namespaces and hosts.
+Every failure is a ``PackError`` naming what went wrong, and leaves nothing behind.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import dataclasses
 import errno
+import fcntl
 import fnmatch
+import functools
 import hashlib
 import logging
 import os
@@ -24,6 +34,8 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import lmdb
+
 from . import format as fmt
 from .checksum import crc32c
 from .errors import PackError
@@ -34,6 +46,7 @@ log = logging.getLogger(__name__)
 
 _READ_CHUNK = 1024 * 1024
 _PARTIAL_TAG = ".partial-"
+_ASIDE_TAG = ".previous-"  # the old bundle during a two-rename replacement; never auto-removed
 DEFAULT_SHARD_SIZE = 4 * 1024**3
 
 
@@ -124,7 +137,12 @@ def partial_dir(dest: str) -> str:
 
 
 def remove_stale_partials(dest: str) -> list[str]:
-    """Remove the temporary siblings of interrupted packs to ``dest`` whose process is gone."""
+    """Remove the temporary siblings of interrupted packs to ``dest``: those nobody holds locked.
+
+    A packer holds an exclusive flock on its temporary directory until it has finished, so a
+    sibling that can be locked belongs to a packer that is gone (the kernel, or the NFS lock
+    manager, dropped its lock). A sibling that cannot be locked, or is not a directory, is left.
+    """
     parent, name = os.path.split(os.path.abspath(dest))
     prefix = f".{name}{_PARTIAL_TAG}"
     removed = []
@@ -135,22 +153,83 @@ def remove_stale_partials(dest: str) -> list[str]:
     for entry in names:
         if not entry.startswith(prefix):
             continue
-        pid = entry[len(prefix) :]
-        if pid.isdigit() and int(pid) != os.getpid() and _process_alive(int(pid)):
-            continue
-        shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
-        removed.append(entry)
+        path = os.path.join(parent, entry)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue  # gone already, or not a directory: not ours to delete
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a live packer holds it (or the filesystem cannot tell us: keep it)
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(entry)
+        finally:
+            os.close(fd)
     return removed
 
 
-def _process_alive(pid: int) -> bool:
+def _lock_directory(path: str) -> int:
+    """An fd of directory ``path`` holding an exclusive flock, if the filesystem grants one.
+
+    Where it does not (NFS without lock support, or with flock emulated by byte-range locks,
+    which need a file open for writing), the fd is returned unlocked: cleaners cannot lock the
+    directory either, so they leave it alone.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        log.debug("cannot lock %s (%s); stale-partial cleanup will skip it", path, e.strerror)
+    return fd
+
+
+def _inside(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+def _is_bundle(path: str) -> bool:
+    """Whether ``path`` is a bundle, complete or not, that ``force`` may replace.
+
+    A real directory (not a symlink) with an ``index/`` directory and either ``COMPLETE`` or
+    ``index/data.mdb``: every bundle has these, and a directory of anything else is not replaced.
+    """
+    try:
+        if not statmod.S_ISDIR(os.lstat(path).st_mode):
+            return False
+        if not statmod.S_ISDIR(os.lstat(os.path.join(path, fmt.INDEX_DIR)).st_mode):
+            return False
+    except OSError:
         return False
-    except PermissionError:
-        return True
-    return True
+    return any(
+        os.path.isfile(os.path.join(path, p))
+        for p in (fmt.MARKER_NAME, os.path.join(fmt.INDEX_DIR, fmt.INDEX_FILE))
+    )
+
+
+_NOT_A_BUNDLE = "DEST exists and is not a bundle; refusing to replace it"
+
+
+def _check_places(source: str, dest: str, force: bool) -> None:
+    """Refuse a DEST that overlaps the source (either way, through any symlink) or is not ours."""
+    if not os.path.isdir(source):
+        raise PackError(f"source {source} is not a directory")
+    parent, name = os.path.split(os.path.abspath(dest))
+    if not os.path.isdir(parent):
+        raise PackError(f"the directory to hold {dest} does not exist")
+    # DEST itself may be a symlink (refused below); where it will be written is parent/name.
+    dest_real = os.path.join(os.path.realpath(parent), name)
+    source_real = os.path.realpath(source)
+    if _inside(dest_real, source_real):
+        raise PackError("the bundle cannot be written inside the tree being packed")
+    if _inside(source_real, dest_real):
+        raise PackError("the tree being packed is inside DEST, which a pack would replace")
+    if os.path.lexists(dest):
+        if not force:
+            raise PackError(f"{dest} already exists (use --force to replace it)")
+        if not _is_bundle(dest):
+            raise PackError(_NOT_A_BUNDLE)
 
 
 def pack(
@@ -159,40 +238,59 @@ def pack(
     options: PackOptions = PackOptions(),  # noqa: B008 - frozen, safe as a default
     progress: Callable[[PackProgress], None] | None = None,
 ) -> PackSummary:
-    """Pack the tree at ``source`` into a new bundle at ``dest``."""
+    """Pack the tree at ``source`` into a new bundle at ``dest``.
+
+    Raises ``PackError`` for every failure: a bad option, an unreadable source (unless
+    ``skip_errors``), a DEST that overlaps the source or (with ``force``) is not a bundle, a full
+    disk. Nothing is left behind then, and an existing DEST is untouched.
+    """
     if options.compression not in fmt.COMPRESSION_NAMES:
         raise PackError(f"unknown compression {options.compression!r} (choose lz4 or none)")
     try:
         fmt.validate_layout(options.block_size, options.record_size)
     except fmt.FormatError as e:
         raise PackError(str(e)) from None
-    if not os.path.isdir(source):
-        raise PackError(f"source {source} is not a directory")
-    if os.path.lexists(dest) and not options.force:
-        raise PackError(f"{dest} already exists (use --force to replace it)")
-    parent = os.path.dirname(os.path.abspath(dest))
-    if not os.path.isdir(parent):
-        raise PackError(f"the directory to hold {dest} does not exist")
-    dest_abs, source_abs = os.path.abspath(dest), os.path.abspath(source)
-    if dest_abs == source_abs or dest_abs.startswith(source_abs.rstrip("/") + "/"):
-        raise PackError("the bundle cannot be written inside the tree being packed")
+    _check_places(source, dest, options.force)
     remove_stale_partials(dest)
     work = partial_dir(dest)
-    os.mkdir(work)
     try:
-        summary = _Packer(source, work, options, progress).run()
-        _publish(work, dest, options.force)
-    except BaseException:
+        os.mkdir(work)
+    except OSError as e:
+        raise PackError(f"cannot create the temporary directory {work}: {e.strerror}") from e
+    try:
+        lock = _lock_directory(work)
+    except OSError as e:
         shutil.rmtree(work, ignore_errors=True)
-        raise
+        raise PackError(f"cannot open the temporary directory {work}: {e.strerror}") from e
+    try:
+        try:
+            st = os.fstat(lock)
+            packer = _Packer(source, work, (st.st_dev, st.st_ino), options, progress)
+            summary = packer.run()
+            _publish(work, dest, options.force)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+    except lmdb.Error as e:
+        raise PackError(f"cannot write the index of {dest}: {e}") from e
+    except OSError as e:
+        where = f" ({e.filename})" if e.filename else ""
+        raise PackError(f"cannot write the bundle {dest}: {e.strerror or e}{where}") from e
+    except fmt.FormatError as e:
+        raise PackError(f"cannot pack {source}: {e}") from e
+    finally:
+        os.close(lock)
     summary.dest = dest
     return summary
 
 
 class _Packer:
-    def __init__(self, source, work, options: PackOptions, progress) -> None:
+    def __init__(self, source, work, work_id: tuple[int, int], options: PackOptions, progress):
         self.source = os.fsencode(source)
         self.work = work
+        # (st_dev, st_ino) of ``work``: skipped if the walk meets it (a bind mount, say), so the
+        # packer never reads its own growing output.
+        self.work_id = work_id
         self.options = options
         self.report = progress
         self.progress = PackProgress()
@@ -218,7 +316,10 @@ class _Packer:
     def run(self) -> PackSummary:
         started = time.monotonic()
         try:
-            root_stat = os.stat(self.source)
+            try:
+                root_stat = os.stat(self.source)
+            except OSError as e:
+                raise PackError(f"cannot read the source: {e.strerror}") from e
             root = self._dir_entry(fmt.ROOT_INO, b"", root_stat, fmt.ROOT_INO, b"")
             self.index.put_entry(root)
             queue: deque[tuple[fmt.Entry, bytes]] = deque([(root, b"")])
@@ -233,10 +334,17 @@ class _Packer:
                 self.index.put_shard(i, info)
             self.config = dataclasses.replace(self.config, **_config_counts(self))
             self.index.put_config(self.config)
-            self.index.close()
+            index, self.index = self.index, None
+            index.close()
         except BaseException:
+            # Release what is open without masking the error (closing a shard flushes its buffer,
+            # which fails again on a full disk).
             if self.shard is not None:
-                self.shard.abort()
+                with contextlib.suppress(OSError):
+                    self.shard.abort()
+            if self.index is not None:
+                with contextlib.suppress(lmdb.Error):
+                    self.index.abort()
             raise
         finally:
             if self.pool is not None:
@@ -308,6 +416,8 @@ class _Packer:
             self._source_error(rel, probe.error)
             return None
         st = probe.st
+        if (st.st_dev, st.st_ino) == self.work_id:
+            return None  # our own output, reached through a bind mount or the like
         ino = self.next_ino
         if ino > fmt.MAX_ENTRIES:
             raise PackError("the tree has more entries than a bundle can hold (2^32 - 1)")
@@ -606,18 +716,116 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+_RENAME_EXCHANGE = 2
+# renameat2 refusals that mean "not here" (old kernel or libc, or a filesystem such as NFS without
+# the flag), so the portable sequence of plain renames is used instead.
+_NO_RENAMEAT2 = (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP)
+
+
+@functools.cache
+def _libc_renameat2():
+    func = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if func is not None:
+        func.argtypes = [
+            ctypes.c_int,
+            ctypes.c_char_p,
+            ctypes.c_int,
+            ctypes.c_char_p,
+            ctypes.c_uint,
+        ]
+        func.restype = ctypes.c_int
+    return func
+
+
+def _renameat2(src: str, dst: str, flags: int) -> None:
+    """renameat2(2); OSError(ENOSYS) where libc does not have it."""
+    func = _libc_renameat2()
+    if func is None:
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS), src)
+    if func(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), src, None, dst)
+
+
 def _publish(work: str, dest: str, force: bool) -> None:
-    """Move the finished bundle into place; with ``force``, replace what is there."""
-    old = None
-    if os.path.lexists(dest):
-        if not force:
-            raise PackError(f"{dest} appeared while packing; the new bundle was discarded")
-        old = work + ".old"
-        os.rename(dest, old)
-    os.rename(work, dest)
-    _fsync_dir(os.path.dirname(os.path.abspath(dest)))
-    if old is not None:
-        if os.path.isdir(old) and not os.path.islink(old):
-            shutil.rmtree(old, ignore_errors=True)
+    """Move the finished bundle at ``work`` to ``dest``; with ``force``, replace the bundle there.
+
+    A new DEST is made by one rename that never replaces anything. An existing bundle is swapped
+    with the new one in one step (RENAME_EXCHANGE), so readers never find DEST missing, and then
+    removed from ``work``, where it landed, while the caller still holds the work lock.
+    """
+    if not os.path.lexists(dest):
+        try:
+            _move_new(work, dest)
+        except FileExistsError:
+            pass  # appeared while packing: replaced below if allowed, like one there before
+        except OSError as e:
+            raise PackError(f"cannot move the new bundle to {dest}: {e.strerror}") from e
         else:
-            os.unlink(old)
+            _sync_parent(dest)
+            return
+    if not force:
+        raise PackError(f"{dest} appeared while packing; the new bundle was discarded")
+    if not _is_bundle(dest):
+        raise PackError(_NOT_A_BUNDLE)
+    # Lock the old bundle too: once at ``work`` it is in the cleaners' namespace.
+    old_lock = _lock_directory(dest)
+    try:
+        old = _swap(work, dest)
+        _sync_parent(dest)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        os.close(old_lock)
+
+
+def _move_new(work: str, dest: str) -> None:
+    try:
+        _renameat2(work, dest, _RENAME_NOREPLACE)
+        return
+    except OSError as e:
+        if e.errno not in _NO_RENAMEAT2:
+            raise
+    if os.path.lexists(dest):
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), dest)
+    os.rename(work, dest)
+
+
+def _swap(work: str, dest: str) -> str:
+    """Put the bundle at ``work`` in place of the one at ``dest``; return where the old one is."""
+    try:
+        _renameat2(work, dest, _RENAME_EXCHANGE)
+        return work
+    except OSError as e:
+        if e.errno not in _NO_RENAMEAT2:
+            raise PackError(f"cannot replace {dest} with the new bundle: {e.strerror}") from e
+    # Without RENAME_EXCHANGE DEST is missing between the two renames. The old bundle waits under
+    # a name no cleaner removes, so a packer killed in between loses nothing.
+    parent, name = os.path.split(os.path.abspath(dest))
+    aside = os.path.join(parent, f".{name}{_ASIDE_TAG}{os.getpid()}")
+    try:
+        os.rename(dest, aside)
+    except OSError as e:
+        raise PackError(f"cannot move the old bundle at {dest} aside: {e.strerror}") from e
+    try:
+        os.rename(work, dest)
+    except OSError as e:
+        try:
+            os.rename(aside, dest)
+        except OSError:
+            raise PackError(
+                f"cannot move the new bundle to {dest} ({e.strerror}) nor the old one back; "
+                f"the old bundle is at {aside}"
+            ) from e
+        raise PackError(f"cannot move the new bundle to {dest}: {e.strerror}") from e
+    return aside
+
+
+def _sync_parent(dest: str) -> None:
+    try:
+        _fsync_dir(os.path.dirname(os.path.abspath(dest)))
+    except OSError as e:
+        raise PackError(
+            f"the bundle is at {dest}, but its directory could not be synced to disk: {e.strerror}"
+        ) from e
