@@ -8,10 +8,10 @@ Each system packs a source directory into an archive and serves the archive at a
 - ``bundlefs``: ``bundlefs pack`` / ``bundlefs mount --foreground``.
 
 Every daemon is started in the foreground as our own child process so that the bench knows its
-PID (for the VmHWM reading) and can always clean it up. Readiness is ``os.path.ismount`` plus a
-successful ``stat`` of the mount root. ``unmount`` tries ``fusermount3 -u``, then waits for the
-daemon to exit, then falls back to a lazy unmount and a kill: a benchmark must never leave a
-mount behind.
+PID (for the VmHWM reading) and can always clean it up. Readiness is the mount point appearing
+in the mount table plus a successful ``stat`` of the mount root (with a deadline). ``unmount``
+tries ``fusermount3 -u``, then waits for the daemon to exit, then falls back to a lazy unmount
+and a kill: a benchmark must never leave a mount behind.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,6 +33,8 @@ from pathlib import Path
 MOUNT_TIMEOUT_S = 120.0
 UNMOUNT_TIMEOUT_S = 20.0
 INDEX_BUILD_TIMEOUT_S = 3600.0
+# Once mounted, a healthy daemon answers its first stat in milliseconds; a minute means hung.
+READY_STAT_TIMEOUT_S = 60.0
 
 Log = Callable[[str], None]
 
@@ -118,6 +121,31 @@ def is_mounted(mnt: Path) -> bool:
     return mnt.absolute() in mount_points()
 
 
+def _stat_with_deadline(path: Path, seconds: float) -> None:
+    """``os.stat(path)`` that gives up after ``seconds``.
+
+    The first request to a new mount is answered only once the daemon serves. A daemon that
+    deadlocks (e.g. one that stats its own mount point from its only thread) would leave the
+    calling thread waiting in the kernel for ever, so the stat runs in a helper thread; on a
+    timeout the caller unmounts and kills the daemon, which also releases that thread.
+    """
+    errors: list[OSError] = []
+
+    def target() -> None:
+        try:
+            os.stat(path)
+        except OSError as e:
+            errors.append(e)
+
+    t = threading.Thread(target=target, name=f"stat {path}", daemon=True)
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        raise RuntimeError(f"stat of the new mount {path} did not return in {seconds:.0f}s: hung?")
+    if errors:
+        raise errors[0]
+
+
 def fusermount_unmount(mnt: Path) -> None:
     """Unmount ``mnt`` if it is mounted: normal first, lazy as the fallback."""
     if not is_mounted(mnt):
@@ -185,8 +213,10 @@ class System:
         try:
             deadline = t0 + timeout
             while True:
-                if os.path.ismount(mnt):
-                    os.stat(mnt)
+                # The mount table, not os.path.ismount: ismount stats the mount root, and that
+                # request can block for ever if the daemon hangs (see _stat_with_deadline).
+                if is_mounted(mnt):
+                    _stat_with_deadline(mnt, READY_STAT_TIMEOUT_S)
                     break
                 if proc.poll() is not None:
                     raise RuntimeError(
