@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
-import errno
 import logging
 import logging.handlers
 import os
@@ -190,7 +189,7 @@ def _mount_info(path: str) -> _MountInfo | None:
     The table, not ``stat``: touching a dead FUSE daemon's mount fails with ENOTCONN, and a
     request to a live one could race an unmount and make it fail with EBUSY.
     """
-    target = os.path.abspath(path)
+    target = _resolved(path)
     found = None
     with open("/proc/self/mountinfo") as f:
         for line in f:
@@ -220,6 +219,16 @@ def daemon_stats(mountpoint: str) -> dict:
         return json.loads(os.getxattr(mountpoint, XATTR_STATS))
     except (OSError, ValueError) as e:
         raise MountError(f"cannot read the daemon statistics of {mountpoint}: {e}") from None
+
+
+def _resolved(path: str) -> str:
+    """``path`` with its directory's symlinks resolved, as the kernel lists mount points.
+
+    The last component is not looked up: it may be this daemon's own mount root, and a lookup
+    from the event loop would wait for an answer only the event loop can give.
+    """
+    path = os.path.abspath(path)
+    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
 
 
 def _unescape_mount_path(field: str) -> str:
@@ -283,7 +292,8 @@ def mount(options: MountOptions) -> int:
                 _set_read_ahead(options)  # before "ready": the first big read already gains
         finally:
             if ready_write is not None:
-                os.write(ready_write, b"1")
+                with contextlib.suppress(OSError):  # the parent is gone (interrupted): serve on
+                    os.write(ready_write, b"1")
                 os.close(ready_write)
             notify_systemd(f"READY=1\nSTATUS=serving {options.bundle}")
 
@@ -435,21 +445,16 @@ def notify_systemd(message: str) -> None:
 
 def unmount(mountpoint: str, *, lazy: bool = False) -> None:
     """Unmount a bundlefs mount, including a stale one whose daemon is gone."""
-    path = os.path.abspath(mountpoint)
+    path = _resolved(mountpoint)
     if not is_mountpoint(path):
         raise MountError(f"{mountpoint} is not a mount point")
-    try:
-        os.stat(path)
-        stale = False
-    except OSError as e:
-        if e.errno != errno.ENOTCONN:  # ENOTCONN: the mount of a dead daemon
-            raise MountError(f"{mountpoint} is not usable: {e.strerror}") from None
-        stale = True
+    # Never stat the mount first: a hung daemon would hang us too. A dead daemon's mount is
+    # unmounted like any other; only a busy one needs --lazy.
     tool = shutil.which("fusermount3") or shutil.which("fusermount")
     if tool:
-        command = [tool, "-u"] + (["-z"] if lazy or stale else []) + [path]
+        command = [tool, "-u"] + (["-z"] if lazy else []) + [path]
     else:
-        command = ["umount"] + (["-l"] if lazy or stale else []) + [path]
+        command = ["umount"] + (["-l"] if lazy else []) + [path]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         reason = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "failed"

@@ -40,6 +40,16 @@ def test_a_failed_open_leaves_no_lmdb_environment_behind(pack_tree, copy_bundle)
     assert index_module._envs == before
 
 
+def _remove_deep_tree(root, depth: int) -> None:
+    """Delete a one-directory-per-level tree bottom up (shutil.rmtree, and so pytest's own
+    clean-up of old temp dirs, recurses once per level and would fail)."""
+    deepest = root.joinpath(*["d"] * depth)
+    for child in deepest.iterdir():
+        child.unlink()
+    for level in range(depth, -1, -1):
+        root.joinpath(*["d"] * level).rmdir()
+
+
 def test_a_tree_deeper_than_the_recursion_limit_walks_and_names_damage(tmp_path):
     depth = 1100
     path = tmp_path / "src"
@@ -51,7 +61,10 @@ def test_a_tree_deeper_than_the_recursion_limit_walks_and_names_damage(tmp_path)
         deep.mkdir()
     (deep / "leaf.bin").write_bytes(pseudo_random_bytes(5000, seed=3, compressible=False))
     bundle = tmp_path / "deep.bundle"
-    bundlefs.pack(str(path), str(bundle), bundlefs.PackOptions(record_size=4096))
+    try:
+        bundlefs.pack(str(path), str(bundle), bundlefs.PackOptions(record_size=4096))
+    finally:
+        _remove_deep_tree(path, depth)
     with bundlefs.Bundle(bundle) as b:
         assert sum(len(files) for _top, _dirs, files in b.walk()) == 1
         assert len(list(b)) == depth + 1
