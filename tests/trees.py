@@ -124,8 +124,6 @@ def assert_one_line_error(result: subprocess.CompletedProcess, status: int = 1) 
     return lines[0]
 
 
-
-
 def diff_r(a: str | os.PathLike, b: str | os.PathLike) -> subprocess.CompletedProcess:
     """``diff -r`` comparing symlinks as links (dangling ones included)."""
     return subprocess.run(
