@@ -21,7 +21,9 @@ import importlib
 import json
 import logging
 import os
+import stat
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -139,7 +141,7 @@ def _pack_args(p: argparse.ArgumentParser) -> None:
         type=_size,
         default=None,
         metavar="SIZE",
-        help="start a new shard past this size (4GiB)",
+        help="start a new shard once one holds this much file data (4GiB)",
     )
     p.add_argument(
         "--exclude",
@@ -153,13 +155,35 @@ def _pack_args(p: argparse.ArgumentParser) -> None:
         "--jobs",
         type=int,
         default=4,
-        help="threads reading source files ahead (default 4; 1: none)",
+        help="threads reading source files and compressing records (default 4; 1: none)",
     )
     p.add_argument("--force", action="store_true", help="replace an existing DEST")
     p.add_argument(
         "--skip-errors", action="store_true", help="skip unreadable files, and list them"
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary")
+
+
+class _SourceTotals:
+    """Bytes of regular files under the source, summed by a background walk for the ETA.
+
+    Only when a progress line is shown; it never slows the pack itself (one thread of lstat).
+    """
+
+    def __init__(self, source: str) -> None:
+        self.bytes = 0
+        self.done = False
+        threading.Thread(target=self._walk, args=(source,), daemon=True).start()
+
+    def _walk(self, source: str) -> None:
+        total = 0
+        for top, _dirs, files in os.walk(source):
+            for name in files:
+                with contextlib.suppress(OSError):
+                    st = os.lstat(os.path.join(top, name))
+                    if stat.S_ISREG(st.st_mode):
+                        total += st.st_size
+        self.bytes, self.done = total, True
 
 
 def _run_pack(args: argparse.Namespace) -> int:
@@ -177,12 +201,19 @@ def _run_pack(args: argparse.Namespace) -> int:
         jobs=max(1, args.jobs),
     )
 
+    totals = _SourceTotals(args.source) if _status.enabled else None
+
     def progress(p) -> None:
         elapsed = time.monotonic() - p.started
-        _status.show(
+        line = (
             f"packing: {p.files:,} files, {p.dirs:,} dirs, {_human(p.bytes_read)} "
             f"({_rate(p.bytes_read, elapsed)}), {elapsed:.0f} s"
         )
+        if totals is not None and totals.done and totals.bytes and p.bytes_read:
+            left = max(0, totals.bytes - p.bytes_read) * elapsed / p.bytes_read
+            percent = min(100, 100 * p.bytes_read // totals.bytes)
+            line += f", {percent}%, ETA {left:.0f} s"
+        _status.show(line)
 
     summary = pack(args.source, args.dest, options, None if args.quiet else progress)
     _status.clear()

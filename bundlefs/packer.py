@@ -59,8 +59,9 @@ class PackOptions:
     excludes: tuple[str, ...] = ()
     force: bool = False
     skip_errors: bool = False
-    # Threads that stat and read small files ahead of the writer: source reads overlap (a cold
-    # disk or NFS serves many requests at once) while the output stays in one deterministic order.
+    # Threads that stat and read small files ahead of the writer and compress records: source
+    # reads overlap (a cold disk or NFS serves many requests at once) and lz4 uses every core,
+    # while the output stays in one deterministic order.
     jobs: int = 4
     # Called with (relative path bytes, lstat result); returns bytes to attach to the entry or None.
     user_data: Callable[[bytes, os.stat_result], bytes | None] | None = None
@@ -584,7 +585,6 @@ class _Packer:
         if size != before.st_size or after.st_mtime_ns != before.st_mtime_ns:
             log.warning("%s changed while it was packed; stored the bytes read", _show(rel))
             self.changed.append(_show(rel))
-        self._drain_records()
         return shard.index, offset, size, crc, before
 
     # -- shards and records ------------------------------------------------------------------------
@@ -595,7 +595,9 @@ class _Packer:
             shard is not None
             and shard.stream_size
             and (
-                shard.file_size >= self.options.shard_size
+                # The stream size, not the file size: it does not wait on compression threads,
+                # so where shards are cut never depends on timing.
+                shard.stream_size >= self.options.shard_size
                 or shard.stream_size + size > fmt.MAX_SHARD_STREAM
             )
         ):
@@ -606,7 +608,7 @@ class _Packer:
             if index >= fmt.MAX_SHARDS:
                 raise PackError("the bundle would need more than 65,536 shards")
             path = os.path.join(self.work, fmt.shard_filename(index))
-            shard = self.shard = ShardWriter(path, index, self.config)
+            shard = self.shard = ShardWriter(path, index, self.config, self.pool)
         if size > self.config.large_file_threshold:
             shard.cut()  # large files start on a record boundary
         return shard
@@ -620,6 +622,8 @@ class _Packer:
         self.shard = None
 
     def _drain_records(self) -> None:
+        # Only when a shard closes: when records become ready depends on compression threads,
+        # and putting them between entries at varying points would change the index's bytes.
         shard = self.shard
         if shard is None:
             return

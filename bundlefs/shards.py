@@ -10,6 +10,8 @@ from __future__ import annotations
 import errno
 import os
 import threading
+from collections import deque
+from concurrent.futures import Executor, Future
 
 import lz4.block
 
@@ -50,20 +52,36 @@ def decode_record_payload(record: fmt.Record, stored: bytes) -> bytes:
     return data
 
 
-class ShardWriter:
-    """Appends records to one shard file; the header is written last, with the bundle id."""
+def _encode_record(data: bytes, compression: int) -> tuple[bytes, int, int]:
+    stored, flags = encode_record_payload(data, compression)
+    return stored, flags, crc32c(stored)
 
-    def __init__(self, path: str, index: int, config: fmt.Config) -> None:
+
+class ShardWriter:
+    """Appends records to one shard file; the header is written last, with the bundle id.
+
+    With a ``pool``, records are compressed and checksummed on its threads (lz4 and CRC32C release
+    the GIL) up to ``COMPRESS_AHEAD`` records ahead, and still written strictly in stream order, so
+    the file is the same as without one.
+    """
+
+    COMPRESS_AHEAD = 8
+
+    def __init__(
+        self, path: str, index: int, config: fmt.Config, pool: Executor | None = None
+    ) -> None:
         self.path = path
         self.index = index
         self._config = config
+        self._pool = pool
         self._file = open(path, "wb")  # noqa: SIM115 - closed in finish()/abort()
         self._file.write(bytes(config.block_size))  # header block, filled in by write_header()
         self._file_size = config.block_size
         self._pending = bytearray()  # the record being filled
         self._pending_start = 0  # its offset in the uncompressed stream
+        self._encoding: deque[tuple[int, int, Future]] = deque()  # (offset, length, encoding)
         self.stream_size = 0  # bytes written to the uncompressed stream so far
-        self.records: list[fmt.Record] = []  # produced records, drained by the packer
+        self.records: list[fmt.Record] = []  # records written to the file, drained by the packer
         self.record_count = 0
 
     def write(self, data: bytes | memoryview) -> None:
@@ -85,14 +103,30 @@ class ShardWriter:
 
     def _emit(self) -> None:
         data = bytes(self._pending)
-        stored, flags = encode_record_payload(data, self._config.compression)
+        offset = self._pending_start
+        self._pending_start += len(data)
+        self._pending.clear()
+        if self._pool is None:
+            self._store(offset, len(data), _encode_record(data, self._config.compression))
+            return
+        encoding = self._pool.submit(_encode_record, data, self._config.compression)
+        self._encoding.append((offset, len(data), encoding))
+        if len(self._encoding) >= self.COMPRESS_AHEAD:
+            self._store_oldest()
+
+    def _store_oldest(self) -> None:
+        offset, length, encoding = self._encoding.popleft()
+        self._store(offset, length, encoding.result())
+
+    def _store(self, offset: int, length: int, encoded: tuple[bytes, int, int]) -> None:
+        stored, flags, crc = encoded
         record = fmt.Record(
             shard=self.index,
-            offset=self._pending_start,
+            offset=offset,
             stored_offset=self._file_size,
             stored_length=len(stored),
-            length=len(data),
-            crc32c=crc32c(stored),
+            length=length,
+            crc32c=crc,
             flags=flags,
         )
         if stored:
@@ -102,21 +136,20 @@ class ShardWriter:
             self._file_size += padded
         self.records.append(record)
         self.record_count += 1
-        self._pending_start += len(data)
-        self._pending.clear()
-
-    @property
-    def file_size(self) -> int:
-        return self._file_size
 
     def finish(self) -> fmt.ShardInfo:
         self.cut()
+        while self._encoding:
+            self._store_oldest()
         self._file.flush()
         os.fsync(self._file.fileno())
         self._file.close()
         return fmt.ShardInfo(self._file_size, self.stream_size, self.record_count)
 
     def abort(self) -> None:
+        for _offset, _length, encoding in self._encoding:
+            encoding.cancel()
+        self._encoding.clear()
         self._file.close()
 
 
