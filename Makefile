@@ -44,7 +44,7 @@ bench-quick: install
 	$(BIN)/python -m bench.run --quick
 
 fuzz: install
-	BUNDLEFS_FUZZ_EXAMPLES=2000 $(BIN)/python -m pytest -q tests/test_fuzz.py
+	BUNDLEFS_FUZZ_EXAMPLES=2000 $(BIN)/python -m pytest -q tests/test_fuzz.py tests/test_hostile_index.py
 
 soak: install
 	BUNDLEFS_SOAK_SECONDS=300 $(BIN)/python -m pytest -q tests/test_soak.py
