@@ -68,6 +68,30 @@ def read_marker(bundle_dir: str) -> fmt.Marker:
     return fmt.decode_marker(data, crc32c)
 
 
+def check_index_file(bundle_dir: str, marker: fmt.Marker, checksum: bool = True) -> tuple[int, int]:
+    """Check data.mdb before LMDB maps it (docs/format.md §2): size, meta pages, checksum.
+
+    Returns the file's (st_dev, st_ino). LMDB trusts its file completely: a truncated one would
+    fault the process with SIGBUS, so nothing may open an index that fails this.
+    """
+    path = os.path.join(bundle_dir, fmt.INDEX_DIR, fmt.INDEX_FILE)
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            head = f.read(fmt.LMDB_META_PROBE + 65536)
+    except OSError as e:
+        raise NotABundleError(f"cannot read the index {path}: {e.strerror}") from None
+    if st.st_size != marker.index_size:
+        raise FormatError(
+            f"index is {st.st_size} bytes but the completion marker says {marker.index_size} "
+            "(truncated or replaced index)"
+        )
+    fmt.check_lmdb_meta(head, st.st_size)
+    if checksum and file_checksum(path)[0] != marker.index_crc32c:
+        raise FormatError("index fails its checksum (the index file was altered or damaged)")
+    return st.st_dev, st.st_ino
+
+
 class IndexReader:
     """Read-only view of a bundle's index. Safe to share between threads and across fork()."""
 
@@ -107,22 +131,7 @@ class IndexReader:
         return os.path.join(self.bundle_dir, fmt.INDEX_DIR, fmt.INDEX_FILE)
 
     def _validate_file(self) -> None:
-        path = self.index_path
-        try:
-            with open(path, "rb") as f:
-                st = os.fstat(f.fileno())
-                size, self._identity = st.st_size, (st.st_dev, st.st_ino)
-                head = f.read(fmt.LMDB_META_PROBE + 65536)
-        except OSError as e:
-            raise NotABundleError(f"cannot read the index {path}: {e.strerror}") from None
-        if size != self.marker.index_size:
-            raise FormatError(
-                f"index is {size} bytes but the completion marker says {self.marker.index_size} "
-                "(truncated or replaced index)"
-            )
-        fmt.check_lmdb_meta(head, size)
-        if self._check_checksum and file_checksum(path)[0] != self.marker.index_crc32c:
-            raise FormatError("index fails its checksum (the index file was altered or damaged)")
+        self._identity = check_index_file(self.bundle_dir, self.marker, self._check_checksum)
 
     def _open(self) -> None:
         try:

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 from . import format as fmt
 from .bundle import Bundle
-from .checksum import crc32c, file_checksum
+from .checksum import crc32c
 from .errors import BundleError, CorruptDataError, FormatError
-from .index import read_marker
+from .index import check_index_file, read_marker
 from .shards import ShardSet
 
 # Files up to this size are read in one piece (Bundle.read_at checks their CRC itself); larger ones
@@ -167,29 +167,12 @@ class _Verifier:
     def _check_index_file(self, marker: fmt.Marker) -> bool:
         """Size, LMDB meta pages and checksum of data.mdb; False if LMDB must not open it."""
         self._tick("index", 0, 1)
-        index_path = os.path.join(self.path, fmt.INDEX_DIR, fmt.INDEX_FILE)
         try:
-            with open(index_path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                head = f.read(fmt.LMDB_META_PROBE + 65536)
-            fmt.check_lmdb_meta(head, size)
-            crc, _ = file_checksum(index_path)
-        except OSError as e:
-            self.problem("index", f"the index {index_path} cannot be read: {e.strerror}")
-            return False
-        except FormatError as e:
+            check_index_file(self.path, marker)
+        except BundleError as e:
             self.problem("index", f"the index is damaged: {e}")
             return False
-        self.report.bytes_checked += size
-        if size != marker.index_size:
-            self.problem(
-                "index",
-                f"the index is {size} bytes but the completion marker says {marker.index_size}",
-            )
-            return False
-        if crc != marker.index_crc32c:
-            self.problem("index", "the index fails its checksum (altered or damaged index)")
-            return False
+        self.report.bytes_checked += marker.index_size
         return True
 
     # -- shards and records ------------------------------------------------------------------------
