@@ -417,27 +417,24 @@ class Bundle:
                     raise EntryNotFound(
                         f"{os.fsdecode(raw)!r}: absolute symlink leads out of the bundle"
                     )
-                base = b"/".join(self._names(stack))
+                base = b"/".join(e.name for e in stack[1:])
                 rest = b"/".join(parts[i + 1 :])
                 target = b"/".join(x for x in (base, child.symlink, rest) if x)
                 return self._resolve(target, follow_last, hops + 1)
             stack.append(child)
         return stack[-1]
 
-    def _names(self, stack: list[fmt.Entry]) -> list[bytes]:
-        return [e.name for e in stack[1:]]
-
     def stat_entry(self, entry: fmt.Entry) -> BundleStat:
         uid, gid = self.owner(entry)
         return BundleStat(
             entry.mode,
             entry.ino,
-            entry.nlink if not entry.is_symlink else 1,
+            entry.nlink,
             uid,
             gid,
             entry.size,
             entry.mtime_ns,
-            (entry.size + 511) // 512 if entry.is_file else 0,
+            entry.blocks,
         )
 
     def stat(self, path: Path, *, follow_symlinks: bool = True) -> BundleStat:

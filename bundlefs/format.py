@@ -43,6 +43,7 @@ MIN_RECORD_SIZE, MAX_RECORD_SIZE = 4096, 16 * 1024 * 1024
 COMPRESSION_NONE = 0
 COMPRESSION_LZ4 = 1
 COMPRESSION_NAMES = {"none": COMPRESSION_NONE, "lz4": COMPRESSION_LZ4}
+_COMPRESSION_BY_CODE = {code: name for name, code in COMPRESSION_NAMES.items()}
 
 MAX_ENTRIES = 2**32 - 1
 MAX_SHARDS = 2**16
@@ -200,7 +201,7 @@ class Config:
 
     @property
     def compression_name(self) -> str:
-        return {v: k for k, v in COMPRESSION_NAMES.items()}[self.compression]
+        return _COMPRESSION_BY_CODE[self.compression]
 
 
 def validate_layout(block_size: int, record_size: int) -> None:
@@ -326,6 +327,11 @@ class Entry:
     @property
     def is_link(self) -> bool:
         return bool(self.flags & FLAG_LINK)
+
+    @property
+    def blocks(self) -> int:
+        """``st_blocks``: 512-byte units of a file's content (nothing is allocated for others)."""
+        return (self.size + 511) // 512 if self.is_file else 0
 
     @property
     def child_count(self) -> int:
@@ -462,8 +468,8 @@ def decode_entry(ino: int, data: bytes) -> Entry:
     if ino == ROOT_INO:
         if name or kind != KIND_DIR:
             raise FormatError("the root entry must be a nameless directory")
-    elif not name or len(name) > MAX_NAME or b"/" in name or b"\0" in name or name in _DOTS:
-        raise FormatError(f"invalid entry name {name!r}")
+    else:
+        validate_name(name)
     return Entry(
         ino, mode, owner, mtime_ns, size, name, flags, shard, offset, crc, nlink, target,
         parent, first_child, symlink, user_data,

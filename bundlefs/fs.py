@@ -156,12 +156,12 @@ class BundleOperations(pyfuse3.Operations):
         uid, gid = self.bundle.owner(entry)
         attr.st_ino = entry.ino
         attr.st_mode = entry.mode
-        attr.st_nlink = 1 if entry.is_symlink else entry.nlink
+        attr.st_nlink = entry.nlink
         attr.st_uid = uid if self.settings.uid is None else self.settings.uid
         attr.st_gid = gid if self.settings.gid is None else self.settings.gid
         attr.st_size = entry.size
         attr.st_blksize = self.bundle.config.block_size
-        attr.st_blocks = (entry.size + 511) // 512 if entry.is_file else 0
+        attr.st_blocks = entry.blocks
         attr.st_atime_ns = attr.st_mtime_ns = attr.st_ctime_ns = entry.mtime_ns
         attr.entry_timeout = attr.attr_timeout = CACHE_TIMEOUT
         return attr

@@ -233,8 +233,10 @@ class IndexReader:
     def entry(self, ino: int) -> fmt.Entry:
         if not 1 <= ino <= self.config.entry_count:
             raise FormatError(f"inode {ino} is out of range")
-        data = self._get(self._dbs[fmt.DB_ENTRIES], fmt.entry_key(ino), f"entry {ino}")
-        entry = fmt.decode_entry(ino, data)
+        return self._decode(ino, self._get(self._dbs[fmt.DB_ENTRIES], fmt.entry_key(ino), "entry"))
+
+    def _decode(self, ino: int, value: bytes) -> fmt.Entry:
+        entry = fmt.decode_entry(ino, value)
         if entry.owner >= len(self.owners):
             raise FormatError(f"entry {ino} names owner {entry.owner}, which does not exist")
         return entry
@@ -245,30 +247,8 @@ class IndexReader:
 
     def iter_entries(self, first: int, count: int) -> Iterator[fmt.Entry]:
         """Entries ``first … first+count−1`` with one cursor scan."""
-        if count <= 0:
-            return
-        end = first + count
-        try:
-            cursor = self._txn().cursor(db=self._dbs[fmt.DB_ENTRIES])
-            if not cursor.set_key(fmt.entry_key(first)):
-                raise FormatError(f"index has no entry {first}")
-            expected = first
-            for key, value in cursor:
-                ino = fmt.decode_entry_key(key)
-                if ino != expected:
-                    raise FormatError(f"index is missing entry {expected}")
-                entry = fmt.decode_entry(ino, value)
-                if entry.owner >= len(self.owners):
-                    raise FormatError(
-                        f"entry {ino} names owner {entry.owner}, which does not exist"
-                    )
-                yield entry
-                expected += 1
-                if expected == end:
-                    return
-        except lmdb.Error as e:
-            raise FormatError(f"index is damaged listing entries: {e}") from None
-        raise FormatError(f"index is missing entry {expected}")
+        for ino, value in self.iter_raw(first, count):
+            yield self._decode(ino, value)
 
     def iter_raw(self, first: int, count: int) -> Iterator[tuple[int, bytes]]:
         """(inode, undecoded value) for inodes ``first … first+count−1``: one cursor scan."""

@@ -30,7 +30,6 @@ log = logging.getLogger("bundlefs")
 
 READY_TIMEOUT = 60.0
 _M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
-XATTR_STATS = "user.bundlefs.stats"  # the root's xattr holding the daemon's counters (see fs.py)
 DEFAULT_READ_AHEAD_KB = 1024
 
 # Options mount(8)/mount.fuse3 and fstab pass that mean nothing here (or that we always set).
@@ -214,6 +213,8 @@ def mounted_bundle(path: str) -> str | None:
 def daemon_stats(mountpoint: str) -> dict:
     """The serving daemon's counters (cache hits, misses, evictions, bytes decompressed, EIOs)."""
     import json
+
+    from .fs import XATTR_STATS  # a bundlefs mount exists, so the FUSE bindings are installed
 
     try:
         return json.loads(os.getxattr(mountpoint, XATTR_STATS))

@@ -389,7 +389,7 @@ class _Packer:
                 subdirs += 1
                 queue.append((child, child_rel))
         count = self.next_ino - first_child
-        final = _replace(
+        final = dataclasses.replace(
             directory,
             size=count,
             first_child=first_child if count else 0,
@@ -430,8 +430,8 @@ class _Packer:
         elif kind == statmod.S_IFREG:
             entry = self._file_entry(ino, name, st, rel, probe)
         else:
-            log.warning("skipping %s: not a regular file, directory or symlink", _show(rel))
-            self.skipped.append(_show(rel))
+            log.warning("skipping %s: not a regular file, directory or symlink", os.fsdecode(rel))
+            self.skipped.append(os.fsdecode(rel))
             return None
         if entry is None:
             return None
@@ -454,7 +454,9 @@ class _Packer:
         if self.options.user_data is not None:
             user_data = self.options.user_data(rel, st) or b""
             if len(user_data) > fmt.MAX_USER_DATA:
-                raise PackError(f"user data for {_show(rel)} is over {fmt.MAX_USER_DATA} bytes")
+                raise PackError(
+                    f"user data for {os.fsdecode(rel)} is over {fmt.MAX_USER_DATA} bytes"
+                )
         return dict(
             mode=statmod.S_IFMT(st.st_mode) | statmod.S_IMODE(st.st_mode),
             owner=owner,
@@ -583,8 +585,8 @@ class _Packer:
 
     def _stored(self, rel, shard: ShardWriter, offset, size, crc, before, after):
         if size != before.st_size or after.st_mtime_ns != before.st_mtime_ns:
-            log.warning("%s changed while it was packed; stored the bytes read", _show(rel))
-            self.changed.append(_show(rel))
+            log.warning("%s changed while it was packed; stored the bytes read", os.fsdecode(rel))
+            self.changed.append(os.fsdecode(rel))
         return shard.index, offset, size, crc, before
 
     # -- shards and records ------------------------------------------------------------------------
@@ -635,7 +637,7 @@ class _Packer:
     def _finish_hardlinks(self) -> None:
         for entry, names in self.hardlinks.values():
             if names > 1:
-                self.index.replace_entry(_replace(entry, nlink=names))
+                self.index.replace_entry(dataclasses.replace(entry, nlink=names))
 
     # -- sealing -----------------------------------------------------------------------------------
 
@@ -673,7 +675,7 @@ class _Packer:
         )
 
     def _source_error(self, rel: bytes, error: OSError) -> None:
-        where = _show(rel) or "."
+        where = os.fsdecode(rel) or "."
         if not self.options.skip_errors:
             raise PackError(f"cannot read {where}: {error.strerror or error}")
         log.warning("skipping %s: %s", where, error.strerror or error)
@@ -702,14 +704,6 @@ def _config_counts(p: _Packer) -> dict:
         if os.environ.get("SOURCE_DATE_EPOCH", "").isdigit()
         else 0,
     )
-
-
-def _replace(entry: fmt.Entry, **changes) -> fmt.Entry:
-    return dataclasses.replace(entry, **changes)
-
-
-def _show(rel: bytes) -> str:
-    return os.fsdecode(rel)
 
 
 def _fsync_dir(path: str) -> None:
