@@ -7,7 +7,9 @@ length the index promises: a forged length cannot make a reader allocate more th
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import functools
 import os
 import threading
 from collections import deque
@@ -58,15 +60,41 @@ def _encode_record(data: bytes, compression: int) -> tuple[bytes, int, int]:
     return stored, flags, crc32c(stored)
 
 
+_SYNC_FILE_RANGE_WRITE = 2  # <linux/fs.h>: start writeback of the range's dirty pages, no waiting
+
+
+@functools.cache
+def _libc_sync_file_range():
+    func = getattr(ctypes.CDLL(None, use_errno=True), "sync_file_range", None)
+    if func is not None:
+        func.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+        func.restype = ctypes.c_int
+    return func
+
+
+def start_writeback(fd: int, offset: int, length: int) -> None:
+    """Ask the kernel to start writing ``length`` bytes at ``offset`` to disk, without waiting.
+
+    An optimisation only (where it is missing or refused, the final fsync does all the work): the
+    disk writes while the packer reads and compresses, so the fsync before sealing has little
+    left to wait for (it took ~15% of a pack of small files when all the writeback waited on it).
+    """
+    func = _libc_sync_file_range()
+    if func is not None:
+        func(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
+
+
 class ShardWriter:
     """Appends records to one shard file; the header is written last, with the bundle id.
 
     With a ``pool``, records are compressed and checksummed on its threads (lz4 and CRC32C release
     the GIL) up to ``COMPRESS_AHEAD`` records ahead, and still written strictly in stream order, so
-    the file is the same as without one.
+    the file is the same as without one. Every ``WRITEBACK_BYTES`` written, writeback of them is
+    started, so the disk works while the packer does and the final fsync is short.
     """
 
     COMPRESS_AHEAD = 8
+    WRITEBACK_BYTES = 8 * 1024 * 1024
 
     def __init__(
         self, path: str, index: int, config: fmt.Config, pool: Executor | None = None
@@ -78,6 +106,7 @@ class ShardWriter:
         self._file = open(path, "wb")  # noqa: SIM115 - closed in finish()/abort()
         self._file.write(bytes(config.block_size))  # header block, filled in by write_header()
         self._file_size = config.block_size
+        self._written_back = 0  # file offset up to which writeback has been started
         self._pending = bytearray()  # the record being filled
         self._pending_start = 0  # its offset in the uncompressed stream
         self._encoding: deque[tuple[int, int, Future]] = deque()  # (offset, length, encoding)
@@ -135,6 +164,11 @@ class ShardWriter:
             self._file.write(stored)
             self._file.write(bytes(padded - len(stored)))
             self._file_size += padded
+            if self._file_size - self._written_back >= self.WRITEBACK_BYTES:
+                self._file.flush()
+                written = self._file_size - self._written_back
+                start_writeback(self._file.fileno(), self._written_back, written)
+                self._written_back = self._file_size
         self.records.append(record)
         self.record_count += 1
 

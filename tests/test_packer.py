@@ -20,9 +20,10 @@ from conftest import (
     source_paths,
 )
 
-from bundlefs import Bundle, PackError, PackOptions, pack
+from bundlefs import Bundle, PackError, PackOptions, pack, shards
 from bundlefs import format as fmt
 from bundlefs.errors import EntryNotFound
+from bundlefs.shards import ShardWriter
 
 MiB = 1024 * 1024
 R = fmt.DEFAULT_RECORD_SIZE
@@ -433,6 +434,31 @@ def test_two_builds_of_one_spec_pack_identically(
         src = build_tree(tmp_path / f"{name}.src", RICH_SPEC, mtime_ns=FIXED_MTIME_NS)
         pack(str(src), str(tmp_path / f"{name}.bundle"))
     assert bundle_file_bytes(tmp_path / "x.bundle") == bundle_file_bytes(tmp_path / "y.bundle")
+
+
+def test_writeback_started_while_packing_changes_no_byte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = build_tree(tmp_path / "src", RICH_SPEC, mtime_ns=FIXED_MTIME_NS)
+    pack(str(src), str(tmp_path / "default.bundle"), PackOptions(jobs=1))
+    started = []
+    monkeypatch.setattr(ShardWriter, "WRITEBACK_BYTES", 1)  # after every record
+    real = shards.start_writeback  # still called: the kernel must accept what we ask
+
+    def record(*args: int) -> None:
+        started.append(args)
+        real(*args)
+
+    monkeypatch.setattr(shards, "start_writeback", record)
+    pack(str(src), str(tmp_path / "eager.bundle"), PackOptions(jobs=1))
+    assert len(started) >= 2
+    assert bundle_file_bytes(tmp_path / "default.bundle") == bundle_file_bytes(
+        tmp_path / "eager.bundle"
+    )
+    # The ranges handed to the kernel tile the shard from its start, in order.
+    assert started[0][1] == 0
+    for (_, off, length), (_, next_off, _) in zip(started, started[1:], strict=False):
+        assert off + length == next_off
 
 
 def test_created_ns_comes_from_source_date_epoch_or_is_zero(
