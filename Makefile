@@ -9,6 +9,10 @@ STAMP := $(VENV)/.installed
 .PHONY: install system-deps test lint demo bench bench-quick fuzz soak clean
 
 install: $(STAMP)
+	@# As root, put this checkout's bundlefs on the PATH that mount.fuse3 uses (mount -t
+	@# fuse.bundlefs, fstab). Every time: a link left by another checkout may dangle.
+	@if [ "$$(id -u)" = 0 ] && [ "$$(readlink /usr/local/bin/bundlefs)" != "$(CURDIR)/$(BIN)/bundlefs" ]; then \
+	  ln -sf "$(CURDIR)/$(BIN)/bundlefs" /usr/local/bin/bundlefs; fi
 
 system-deps:
 	@missing=""; for p in $(SYSTEM_PACKAGES); do \
@@ -23,8 +27,6 @@ $(STAMP): pyproject.toml | system-deps
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
-	@# As root, put bundlefs on the PATH that mount.fuse3 uses (mount -t fuse.bundlefs, fstab).
-	@if [ "$$(id -u)" = 0 ]; then ln -sf "$(CURDIR)/$(BIN)/bundlefs" /usr/local/bin/bundlefs; fi
 	touch $(STAMP)
 
 test: install

@@ -108,6 +108,9 @@ def _as_bytes(path: Path) -> tuple[bytes, bool]:
     return path, False
 
 
+_DIRECTORY_CACHE = 4096  # decoded directory entries held (~0.3 KB each)
+
+
 class Bundle:
     """An open bundle. Use as a context manager, or call ``close()``."""
 
@@ -131,6 +134,9 @@ class Bundle:
         self.cache = RecordCache(cache_size)
         self._shard_bytes: int | None = None
         self._paths: dict[int, str] = {}  # path_of results: error paths only, bounded
+        # Decoded directory entries: every path resolution and every FUSE request on a directory
+        # decodes its directories again otherwise (~7 µs each). Bounded; emptied when full.
+        self._directories: dict[int, fmt.Entry] = {}
         self._inflight: dict[tuple[int, int], threading.Event] = {}
         self._inflight_lock = threading.Lock()
         self._name_cache_limit = name_cache
@@ -175,8 +181,13 @@ class Bundle:
 
     def entry(self, ino: int) -> fmt.Entry:
         """The entry of an inode number, with a LINK entry replaced by its target."""
+        entry = self._directories.get(ino)
+        if entry is not None:
+            return entry
         entry = self._index.entry(ino)
-        if entry.is_link:
+        if entry.is_dir:
+            self._hold_directory(entry)
+        elif entry.is_link:
             target = self._index.entry(entry.target)
             if not target.is_file or target.is_link:
                 raise FormatError(f"hard link {ino} points to {entry.target}, not a file")
@@ -208,14 +219,22 @@ class Bundle:
         return None
 
     def _child(self, parent: fmt.Entry, ino: int, name: bytes) -> fmt.Entry:
-        entry = self._index.entry(ino)  # decoded and validated in full
+        entry = self._directories.get(ino) or self._index.entry(ino)  # decoded and validated
         if entry.name != name:
             raise FormatError(f"entry {ino} has an inconsistent name")
         if entry.is_link:
             return self.entry(ino)
-        if entry.is_dir and entry.parent != parent.ino:  # else a forged index aliases directories
-            raise FormatError(f"directory {ino} does not name {parent.ino} as parent")
+        if entry.is_dir:
+            if entry.parent != parent.ino:  # else a forged index aliases directories
+                raise FormatError(f"directory {ino} does not name {parent.ino} as parent")
+            self._hold_directory(entry)
         return entry
+
+    def _hold_directory(self, entry: fmt.Entry) -> None:
+        directories = self._directories
+        if len(directories) >= _DIRECTORY_CACHE:
+            directories.clear()  # simpler than LRU, and a working set this large is rare
+        directories[entry.ino] = entry
 
     def _names_of(self, directory: fmt.Entry) -> dict[bytes, int] | None:
         """name → inode for a directory, from a bounded cache; None where not worth holding.
