@@ -16,6 +16,7 @@ import pytest
 from conftest import FIXED_MTIME_NS, SAMPLE_FILES, SAMPLE_RECORD_SIZE, source_paths
 
 from bundlefs import Bundle, EntryNotFound, IsADirectory, NotADirectory
+from bundlefs import bundle as bundle_module
 from bundlefs.errors import NotASymlink
 
 # --- stat -----------------------------------------------------------------------------------------
@@ -515,3 +516,15 @@ def test_info_reports_sizes_and_the_config(sample_bundle: Bundle, sample_bundle_
     assert info.shard_bytes == (sample_bundle_path / "shard-00000000").stat().st_size
     assert info.index_bytes == (sample_bundle_path / "index" / "data.mdb").stat().st_size
     assert len(info.bundle_id) == 16
+
+
+def test_decoded_directories_held_stay_bounded_and_paths_still_resolve(
+    pack_tree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bundle_module, "_DIRECTORY_CACHE", 3)
+    spec = {f"d{i}": {"sub": {"f": f"file {i}".encode()}} for i in range(8)}
+    with Bundle(pack_tree(spec)) as b:
+        for _ in range(2):  # the second pass meets a cache emptied and refilled
+            for i in range(8):
+                assert b.read(f"d{i}/sub/f") == f"file {i}".encode()
+                assert len(b._directories) <= 3
