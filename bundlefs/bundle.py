@@ -11,6 +11,7 @@ pyfuse3 or trio.
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import io
 import os
@@ -140,7 +141,7 @@ class Bundle:
         self._inflight: dict[tuple[int, int], threading.Event] = {}
         self._inflight_lock = threading.Lock()
         self._name_cache_limit = name_cache
-        self._name_tables: OrderedDict[int, dict[bytes, int]] = OrderedDict()
+        self._name_tables: OrderedDict[int, tuple[bytes, ...]] = OrderedDict()
         self._names_held = 0
         self._names_lock = threading.Lock()
 
@@ -203,8 +204,10 @@ class Bundle:
             raise NotADirectory(f"{parent.name!r} is not a directory")
         names = self._names_of(parent)
         if names is not None:
-            ino = names.get(name)
-            return None if ino is None else self._child(parent, ino, name)
+            i = bisect.bisect_left(names, name)
+            if i == len(names) or names[i] != name:
+                return None
+            return self._child(parent, parent.first_child + i, name)
         # Binary search over the directory's name-ordered inode range, comparing raw names.
         lo, hi = parent.first_child, parent.first_child + parent.size - 1
         while lo <= hi:
@@ -236,11 +239,14 @@ class Bundle:
             directories.clear()  # simpler than LRU, and a working set this large is rare
         directories[entry.ino] = entry
 
-    def _names_of(self, directory: fmt.Entry) -> dict[bytes, int] | None:
-        """name → inode for a directory, from a bounded cache; None where not worth holding.
+    def _names_of(self, directory: fmt.Entry) -> tuple[bytes, ...] | None:
+        """A directory's child names in inode order, from a bounded cache; None where not worth it.
 
-        Once a directory is read (one cursor scan, ~1.5 µs a name), every lookup in it is a dict
-        hit instead of a ~17-probe binary search. At most ``name_cache`` names are held in all.
+        Once a directory is read (one cursor scan, ~1.5 µs a name), a lookup in it is a bisect
+        in C (child ``i`` is inode ``first_child + i``) instead of a ~17-probe binary search
+        through LMDB. A tuple of names costs ~50 bytes a name, a name → inode dict ~116 (11.6 MB
+        for 100,000 names, which a daemon would hold on top of its record cache). At most
+        ``name_cache`` names are held in all.
         """
         names = self._name_tables.get(directory.ino)
         if names is not None:
@@ -248,10 +254,16 @@ class Bundle:
                 if directory.ino in self._name_tables:
                     self._name_tables.move_to_end(directory.ino)  # least recently used goes first
             return names
+        if not directory.size:
+            return ()  # nothing to hold (and held empty tables would count for nothing)
         if directory.size > self._name_cache_limit // 4:
             return None
-        scan = self._index.iter_names(directory.first_child, directory.size)
-        names = {name: ino for ino, name in scan}
+        names = tuple(
+            name for _ino, name in self._index.iter_names(directory.first_child, directory.size)
+        )
+        for i in range(1, len(names)):  # bisect needs what the format promises: strictly sorted
+            if names[i - 1] >= names[i]:
+                raise FormatError(f"directory {directory.ino} lists names out of order")
         with self._names_lock:
             held = self._name_tables.get(directory.ino)
             if held is not None:

@@ -278,7 +278,16 @@ def mount(options: MountOptions) -> int:
     _check_mountpoint(options.mountpoint)
     _return_freed_buffers_to_the_os()
     # Open (and so validate) the bundle before mounting: a bad bundle fails here, clearly.
-    bundle = Bundle(options.bundle, cache_size=options.cache_size, check_index=options.check_index)
+    # No name tables: the kernel's dentry cache (1-year timeouts) already remembers every name it
+    # looked up, so each name reaches the daemon about once. Measured on 100,000 files: cold
+    # random reads the same within noise (878-973 vs 830-942 files/s), 5.6 MB less memory, and
+    # none that grows with the number of names.
+    bundle = Bundle(
+        options.bundle,
+        cache_size=options.cache_size,
+        check_index=options.check_index,
+        name_cache=0,
+    )
 
     import pyfuse3  # imported here: only the mount needs the FUSE bindings
 

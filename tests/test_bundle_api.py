@@ -528,3 +528,14 @@ def test_decoded_directories_held_stay_bounded_and_paths_still_resolve(
             for i in range(8):
                 assert b.read(f"d{i}/sub/f") == f"file {i}".encode()
                 assert len(b._directories) <= 3
+
+
+def test_lookups_without_name_tables_find_every_name_and_hold_nothing(pack_tree) -> None:
+    spec = {"empty": {}, "d": {f"f{i:03}": bytes([i]) for i in range(40)}}
+    with Bundle(pack_tree(spec), name_cache=0) as b:
+        directory = b.resolve("d")
+        for i in range(40):
+            assert b.lookup(directory, f"f{i:03}".encode()).size == 1
+        assert b.lookup(directory, b"f040") is None
+        assert b.lookup(b.resolve("empty"), b"x") is None
+        assert not b._name_tables
