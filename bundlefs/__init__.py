@@ -5,8 +5,6 @@
 mount never needs (every millisecond of import is a millisecond before a mount is ready).
 """
 
-from typing import Any
-
 from .bundle import Bundle, BundleFile, BundleStat
 from .errors import (
     BundleError,
@@ -23,18 +21,13 @@ from .errors import (
 
 __version__ = "0.1.0"
 
-_LAZY = {"pack": "packer", "PackOptions": "packer"}
 
+def __getattr__(name: str) -> object:
+    if name in ("pack", "PackOptions"):
+        from . import packer
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'bundlefs' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+        return getattr(packer, name)
+    raise AttributeError(f"module 'bundlefs' has no attribute {name!r}")
 
 
 __all__ = [
