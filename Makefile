@@ -3,16 +3,14 @@ SHELL := /bin/bash
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-SYSTEM_PACKAGES := fuse3 libfuse3-dev pkg-config gcc attr
+SYSTEM_PACKAGES := fuse3 libfuse3-dev pkg-config gcc attr patch rsync sqlite3 git
 STAMP := $(VENV)/.installed
+# An unpatched pyfuse3 beside the venv: the tests run the daemon on it to cover the fallback path.
+STOCK_PYFUSE3 := build/stock-pyfuse3
 
 .PHONY: install system-deps test lint demo bench bench-quick fuzz soak clean
 
 install: $(STAMP)
-	@# As root, put this checkout's bundlefs on the PATH that mount.fuse3 uses (mount -t
-	@# fuse.bundlefs, fstab). Every time: a link left by another checkout may dangle.
-	@if [ "$$(id -u)" = 0 ] && [ "$$(readlink /usr/local/bin/bundlefs)" != "$(CURDIR)/$(BIN)/bundlefs" ]; then \
-	  ln -sf "$(CURDIR)/$(BIN)/bundlefs" /usr/local/bin/bundlefs; fi
 
 system-deps:
 	@missing=""; for p in $(SYSTEM_PACKAGES); do \
@@ -23,14 +21,23 @@ system-deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 
-$(STAMP): pyproject.toml | system-deps
+# pyfuse3 is built from its pinned sdist with our opt-in no-open patch (third_party/pyfuse3) before
+# the package's own dependencies, so pip sees it satisfied and never builds the stock one as well.
+$(STAMP): pyproject.toml third_party/pyfuse3/install.sh third_party/pyfuse3/no-open.patch | system-deps
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	third_party/pyfuse3/install.sh $(BIN)/pip
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-test: install
-	$(BIN)/python -m pytest -q tests
+$(STOCK_PYFUSE3)/.installed: third_party/pyfuse3/stock-requirements.txt | $(STAMP)
+	rm -rf $(STOCK_PYFUSE3)
+	$(BIN)/pip install -q --no-deps --no-binary pyfuse3 --require-hashes \
+	  --target $(STOCK_PYFUSE3) -r third_party/pyfuse3/stock-requirements.txt
+	touch $@
+
+test: install $(STOCK_PYFUSE3)/.installed
+	BUNDLEFS_STOCK_PYFUSE3=$(CURDIR)/$(STOCK_PYFUSE3) $(BIN)/python -m pytest -q tests
 
 lint: install
 	$(BIN)/ruff check bundlefs tests bench

@@ -301,11 +301,21 @@ def _run_info(args: argparse.Namespace) -> int:
         created = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(c.created_ns // 10**9))
         rows.append(("created", created))
     if daemon is not None:
-        rows += [(f"daemon {k.replace('_', ' ')}", f"{v:,}") for k, v in sorted(daemon.items())]
+        for key, value in sorted(daemon.items()):
+            rows.append((f"daemon {key.replace('_', ' ')}", _daemon_value(value)))
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         _out(f"{key:<{width}}  {value}")
     return EXIT_OK
+
+
+def _daemon_value(value: object) -> str:
+    if isinstance(value, dict):  # request counts: the ones that happened, busiest first
+        counts = sorted(((n, k) for k, n in value.items() if n), reverse=True)
+        return ", ".join(f"{k} {n:,}" for n, k in counts) or "none"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value) or "-"
 
 
 # -- ls -------------------------------------------------------------------------------------------

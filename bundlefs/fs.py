@@ -4,6 +4,13 @@ Handlers are thin. Bundle inode numbers are FUSE inode numbers (root = 1), and t
 changes, so the adapter keeps no per-file state: ``forget`` has nothing to do, file and directory
 handles are the inode numbers themselves, and the kernel may cache entries and attributes forever.
 
+Two open paths (docs/concurrency.md). With a pyfuse3 built with our opt-in no-open patch
+(third_party/pyfuse3) on Linux 5.1 or later, ``open`` and ``opendir`` answer ``ENOSYS`` once: the
+kernel then never sends OPEN, RELEASE, OPENDIR or RELEASEDIR again, keeps every file's page cache
+across opens and caches directory listings, so a warm read or listing costs no request at all, and
+``read``/``readdir`` receive the inode where a handle would be. Otherwise every open is a round trip
+answered with ``keep_cache``. Both paths serve the same bytes; the stats xattr says which one runs.
+
 This module holds the only errno table (``_errno_for``); every handler goes through ``_handler`` so
 no exception can escape into pyfuse3's main loop (which would end the file system).
 """
@@ -45,6 +52,9 @@ XATTR_STATS = b"user.bundlefs.stats"  # on the root only: the daemon's counters 
 _MAX_LOGGED_DAMAGE = 10_000  # distinct damaged records logged; bounded so memory stays bounded
 
 
+OPEN_MODES = ("auto", "no-open", "open")
+
+
 @dataclass(frozen=True)
 class MountSettings:
     """What the adapter needs to know beyond the bundle."""
@@ -52,6 +62,14 @@ class MountSettings:
     uid: int | None = None  # override every entry's owner (``--owner=mounter``/``--uid``)
     gid: int | None = None
     load_threads: int = 4  # record loads that may run at once off the event loop; 0: inline
+    open_mode: str = "auto"  # one of OPEN_MODES: "auto" takes no-open wherever it is available
+
+
+def no_open_unavailable() -> str | None:
+    """Why this pyfuse3 cannot serve the no-open path, or None when it can."""
+    if not hasattr(pyfuse3.Operations, "enable_no_open"):
+        return "this pyfuse3 lacks the no-open patch (make install builds it; third_party/pyfuse3)"
+    return None
 
 
 def _errno_for(error: BaseException) -> int:
@@ -70,10 +88,13 @@ def _errno_for(error: BaseException) -> int:
 
 
 def _handler(fn: Callable) -> Callable:
-    """Wrap a handler: map bundlefs errors to errno, log the unexpected, never let one escape."""
+    """Wrap a handler: count it, map bundlefs errors to errno, log the unexpected, never let one
+    escape."""
+    name = fn.__name__
 
     @functools.wraps(fn)
     async def wrapper(self: BundleOperations, *args):
+        self.requests[name] += 1
         try:
             return await fn(self, *args)
         except pyfuse3.FUSEError:
@@ -99,6 +120,12 @@ def _read_only(*_args) -> None:
     raise pyfuse3.FUSEError(errno.EROFS)
 
 
+_COUNTED_REQUESTS = (
+    "lookup", "getattr", "readlink", "opendir", "readdir", "releasedir", "open", "read",
+    "release", "statfs", "access", "listxattr", "getxattr",
+)  # fmt: skip
+
+
 class BundleOperations(pyfuse3.Operations):
     supports_dot_lookup = True
     enable_writeback_cache = False
@@ -119,11 +146,32 @@ class BundleOperations(pyfuse3.Operations):
         self._limiter = trio.CapacityLimiter(threads) if threads else None
         self.eio_count = 0
         self._logged_damage: set[tuple] = set()
+        self.requests: dict[str, int] = dict.fromkeys(_COUNTED_REQUESTS, 0)
+        # The patched pyfuse3 reads enable_no_open at the kernel handshake and clears it when the
+        # kernel lacks no_open/no_opendir; init() then sees what is in effect.
+        unavailable = no_open_unavailable()
+        if settings.open_mode == "open":
+            self.open_mode_reason = "chosen with --open-mode open"
+        elif unavailable is not None:
+            self.open_mode_reason = unavailable
+        else:
+            self.open_mode_reason = ""
+            self.enable_no_open = True
+        self.open_mode = "open"  # until init() knows what the kernel granted
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def init(self) -> None:
         # Called by pyfuse3 once the kernel handshake is done: the mount is usable from here on.
+        if getattr(self, "enable_no_open", False):
+            self.open_mode = "no-open"
+        elif not self.open_mode_reason:
+            self.open_mode_reason = "the kernel does not offer no_open and no_opendir"
+        log.info(
+            "open path: %s%s",
+            self.open_mode,
+            f" ({self.open_mode_reason})" if self.open_mode_reason else "",
+        )
         if self._on_ready is not None:
             self._on_ready()
 
@@ -138,6 +186,9 @@ class BundleOperations(pyfuse3.Operations):
             "cache_evictions": s.evictions,
             "bytes_decompressed": s.bytes_loaded,
             "eio_count": self.eio_count,
+            "open_mode": self.open_mode,
+            "open_mode_reason": self.open_mode_reason,
+            "requests": dict(self.requests),
         }
 
     def _damaged(self, error: CorruptDataError) -> None:
@@ -201,6 +252,8 @@ class BundleOperations(pyfuse3.Operations):
 
     @_handler
     async def opendir(self, inode, ctx):
+        if self.open_mode == "no-open":
+            raise pyfuse3.FUSEError(errno.ENOSYS)  # no more OPENDIR/RELEASEDIR; listings cached
         if not self.bundle.entry(inode).is_dir:
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         return inode
@@ -216,6 +269,7 @@ class BundleOperations(pyfuse3.Operations):
             if not pyfuse3.readdir_reply(token, name, self._attributes(entry), position):
                 break
 
+    @_handler
     async def releasedir(self, fh):
         pass
 
@@ -225,6 +279,10 @@ class BundleOperations(pyfuse3.Operations):
     async def open(self, inode, flags, ctx):
         if flags & os.O_ACCMODE != os.O_RDONLY or flags & (os.O_TRUNC | os.O_APPEND):
             raise pyfuse3.FUSEError(errno.EROFS)
+        if self.open_mode == "no-open":
+            # The kernel stops sending OPEN and RELEASE and keeps the page cache across opens.
+            # Write opens still fail: the mount is ``ro``, so the VFS refuses them before us.
+            raise pyfuse3.FUSEError(errno.ENOSYS)
         # No lookup: the kernel sends directories to opendir, and every open of a cached file
         # costs this round trip, so it should do nothing it need not.
         # keep_cache: the page cache stays valid across opens, because the content never changes.
@@ -246,6 +304,7 @@ class BundleOperations(pyfuse3.Operations):
             self.bundle.read_at, entry, off, size, limiter=self._limiter
         )
 
+    @_handler
     async def release(self, fh):
         pass
 

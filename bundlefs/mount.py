@@ -56,6 +56,7 @@ class MountOptions:
     gid: int | None = None
     read_ahead_kb: int = DEFAULT_READ_AHEAD_KB
     load_threads: int = 4
+    open_mode: str = "auto"
     check_index: bool = True
     log_file: str | None = None
     debug: bool = False
@@ -88,6 +89,14 @@ def add_mount_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--threads", type=int, default=4, help="record loads in parallel (4); 0 loads inline"
     )
+    p.add_argument(
+        "--open-mode",
+        choices=("auto", "no-open", "open"),
+        default=None,
+        help="no-open: the kernel serves opens and cached reads without asking the daemon "
+        "(needs the patched pyfuse3 and Linux 5.1+); open: the daemon answers every open; "
+        "auto (default): no-open where available",
+    )
     p.add_argument("--no-index-check", action="store_true", help="skip the index checksum")
     p.add_argument("--log-file", help="log here (daemon mode logs to syslog otherwise)")
     p.add_argument(
@@ -115,6 +124,7 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
         gid=args.gid,
         read_ahead_kb=args.read_ahead_kb,
         log_file=args.log_file,
+        open_mode=args.open_mode,
     )
     for group in args.options:
         for option in filter(None, group.split(",")):
@@ -124,7 +134,7 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
                 continue
             if key == "allow_other":
                 values["allow_other"] = True
-            elif key in ("cache_size", "owner", "log_file") and value:
+            elif key in ("cache_size", "owner", "log_file", "open_mode") and value:
                 values[key] = value
             elif key in ("uid", "gid", "read_ahead_kb") and value.isdigit():
                 values[key] = int(value)
@@ -134,6 +144,8 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
                 raise MountError(f"unknown mount option {option!r}")
     if values["owner"] not in ("stored", "mounter"):
         raise MountError("owner= takes 'stored' or 'mounter'")
+    if values["open_mode"] not in (None, "auto", "no-open", "open"):
+        raise MountError("open_mode= takes 'auto', 'no-open' or 'open'")
     uid, gid = values["uid"], values["gid"]
     if values["owner"] == "mounter":
         uid = os.getuid() if uid is None else uid
@@ -151,6 +163,7 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
         if values["read_ahead_kb"] is None
         else values["read_ahead_kb"],
         load_threads=max(0, args.threads),
+        open_mode=values["open_mode"] or "auto",
         check_index=not args.no_index_check,
         log_file=values["log_file"],
         debug=args.debug,
@@ -291,7 +304,11 @@ def mount(options: MountOptions) -> int:
 
     import pyfuse3  # imported here: only the mount needs the FUSE bindings
 
-    from .fs import BundleOperations, MountSettings
+    from .fs import BundleOperations, MountSettings, no_open_unavailable
+
+    if options.open_mode == "no-open" and (reason := no_open_unavailable()) is not None:
+        bundle.close()
+        raise MountError(f"--open-mode no-open is not available: {reason}")
 
     ready_read, ready_write = (None, None) if options.foreground else os.pipe()
 
@@ -315,7 +332,12 @@ def mount(options: MountOptions) -> int:
 
         trio.lowlevel.spawn_system_task(announce_ready)
 
-    settings = MountSettings(uid=options.uid, gid=options.gid, load_threads=options.load_threads)
+    settings = MountSettings(
+        uid=options.uid,
+        gid=options.gid,
+        load_threads=options.load_threads,
+        open_mode=options.open_mode,
+    )
     ops = BundleOperations(bundle, settings, on_ready)
     try:
         pyfuse3.init(ops, options.mountpoint, _fuse_options(options))

@@ -273,11 +273,17 @@ def _sweep_stale_mounts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
 
 @pytest.fixture
 def mount_bundle(tmp_path: Path) -> Iterator[Callable[..., Mount]]:
-    """``mount_bundle(bundle, *daemon_args, allowed_log=[regex...]) -> Mount`` for one test."""
+    """``mount_bundle(bundle, *daemon_args, allowed_log=[regex...], python_path=(dir,...))``:
+    a ``Mount`` for one test."""
     with contextlib.ExitStack() as stack:
         counter = iter(range(1000))
 
-        def _mount(bundle: Path, *args: str, allowed_log: list[str] = ()) -> Mount:
+        def _mount(
+            bundle: Path,
+            *args: str,
+            allowed_log: list[str] = (),
+            python_path: tuple[str, ...] = (),
+        ) -> Mount:
             n = next(counter)
             return stack.enter_context(
                 mounted(
@@ -286,6 +292,7 @@ def mount_bundle(tmp_path: Path) -> Iterator[Callable[..., Mount]]:
                     *args,
                     log_path=tmp_path / f"daemon{n}.log",
                     allowed_log=allowed_log,
+                    python_path=python_path,
                 )
             )
 

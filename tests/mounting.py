@@ -61,12 +61,13 @@ def _tail(text: str, lines: int = 30) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _daemon_env(notify: str) -> dict[str, str]:
+def _daemon_env(notify: str, python_path: tuple[str, ...] = ()) -> dict[str, str]:
     env = dict(os.environ)
     env["NOTIFY_SOCKET"] = notify
-    # The package is imported from this checkout whatever the cwd.
+    # The package is imported from this checkout whatever the cwd; ``python_path`` goes first
+    # (a test shadows the installed pyfuse3 with a stock build that way).
     root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = os.pathsep.join([*python_path, root, env.get("PYTHONPATH", "")])
     return env
 
 
@@ -76,7 +77,13 @@ def is_mounted(path: os.PathLike | str) -> bool:
         return any(line.split()[1] == target for line in f)
 
 
-def start_mount(bundle: Path, mountpoint: Path, *args: str, log_path: Path) -> Mount:
+def start_mount(
+    bundle: Path,
+    mountpoint: Path,
+    *args: str,
+    log_path: Path,
+    python_path: tuple[str, ...] = (),
+) -> Mount:
     """Start a foreground daemon and wait until it says READY=1. Cleans up if it never does."""
     mountpoint.mkdir(parents=True, exist_ok=True)
     name = f"bundlefs-test-{uuid.uuid4().hex}"
@@ -90,7 +97,7 @@ def start_mount(bundle: Path, mountpoint: Path, *args: str, log_path: Path) -> M
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=subprocess.STDOUT,
-        env=_daemon_env("@" + name),
+        env=_daemon_env("@" + name, python_path),
         start_new_session=True,
     )
     log.close()
@@ -161,10 +168,15 @@ def stop_mount(mount: Mount) -> int | None:
 
 @contextlib.contextmanager
 def mounted(
-    bundle: Path, mountpoint: Path, *args: str, log_path: Path, allowed_log: list[str] = ()
+    bundle: Path,
+    mountpoint: Path,
+    *args: str,
+    log_path: Path,
+    allowed_log: list[str] = (),
+    python_path: tuple[str, ...] = (),
 ) -> Iterator[Mount]:
     """A mount for the duration of a ``with`` block; its log must hold no unexpected warning."""
-    mount = start_mount(bundle, mountpoint, *args, log_path=log_path)
+    mount = start_mount(bundle, mountpoint, *args, log_path=log_path, python_path=python_path)
     mount.allowed_log = list(allowed_log)
     try:
         yield mount

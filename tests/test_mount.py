@@ -374,24 +374,30 @@ def test_daemon_mode_returns_once_the_mount_is_usable(sample_bundle_path, tmp_pa
             run("fusermount3", "-u", "-z", str(mnt))
 
 
-def test_mount_t_fuse_bundlefs_works(sample_bundle_path, tmp_path):
-    # mount.fuse3 runs `bundlefs BUNDLE MNT -o OPTS` with PATH reset to the system directories;
-    # `make install` (as root) links /usr/local/bin/bundlefs to this checkout's venv.
-    installed = Path("/usr/local/bin/bundlefs")
-    if not shutil.which("mount.fuse3") or not installed.exists():
-        pytest.skip("needs mount.fuse3 and /usr/local/bin/bundlefs (run `make install` as root)")
+def test_mount_t_fuse_bundlefs_works(sample_bundle_path, sample_tree, tmp_path):
+    # mount(8) runs mount.fuse3, which runs `bundlefs BUNDLE MNT -o OPTS` with PATH reset to the
+    # system directories. Rather than link this checkout's command into /usr/local/bin, the test
+    # binds a directory holding it over /usr/local/bin in a private mount namespace: the host
+    # never sees the bind nor the mount, and both vanish with the namespace.
+    if not shutil.which("mount.fuse3") or not shutil.which("unshare"):
+        pytest.skip("needs mount.fuse3 and unshare")
+    command = Path(sys.executable).parent / "bundlefs"
+    assert command.exists(), "the bundlefs console script is not installed in this venv"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "bundlefs").symlink_to(command)
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    try:
-        result = run("mount", "-t", "fuse.bundlefs", "-o", "ro,nodev,x-systemd.automount",
-                     str(sample_bundle_path), str(mnt))  # fmt: skip
-        assert result.returncode == 0, result.stderr
-        assert (mnt / "dir" / "a.txt").read_bytes() == SAMPLE_FILES["dir/a.txt"]
-        assert f" {mnt} fuse.bundlefs " in Path("/proc/mounts").read_text()
-    finally:
-        if is_mounted(mnt):
-            run("umount", str(mnt))
-        assert wait_until(lambda: not is_mounted(mnt))
+    script = f"""set -e
+mount --bind {bin_dir} /usr/local/bin
+mount -t fuse.bundlefs -o ro,nodev,x-systemd.automount {sample_bundle_path} {mnt}
+trap 'umount {mnt}' EXIT
+cmp {mnt}/dir/a.txt {sample_tree}/dir/a.txt
+grep -q " {mnt} fuse.bundlefs " /proc/mounts
+"""
+    result = run("unshare", "-m", "--propagation", "private", "sh", "-c", script)
+    assert result.returncode == 0, result.stderr
+    assert not is_mounted(mnt)
 
 
 @pytest.mark.parametrize(
