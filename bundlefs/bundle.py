@@ -171,6 +171,14 @@ class Bundle:
             self._shard_bytes,
         )
 
+    def hold_index_resident(self) -> int:
+        """Keep the whole index in memory (mapped) until ``close``; returns its size in bytes.
+
+        For a long-lived reader (the mount): cold lookups then cost no disk reads. ``OSError``
+        where the kernel cannot (Linux < 5.14).
+        """
+        return self._index.hold_resident()
+
     def cache_stats(self) -> CacheStats:
         return self.cache.stats()
 

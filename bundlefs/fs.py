@@ -26,7 +26,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyfuse3
-import trio
 
 from . import format as fmt
 from .bundle import Bundle
@@ -38,6 +37,7 @@ from .errors import (
     NotADirectory,
     NotASymlink,
 )
+from .offload import ThreadOffload
 from .shards import WouldBlock
 
 log = logging.getLogger(__name__)
@@ -143,7 +143,7 @@ class BundleOperations(pyfuse3.Operations):
         self._on_ready = on_ready
         # load_threads == 0: load records inline on the event loop (no thread hop; blocks it).
         threads = settings.load_threads
-        self._limiter = trio.CapacityLimiter(threads) if threads else None
+        self._offload = ThreadOffload(threads) if threads else None
         self.eio_count = 0
         self._logged_damage: set[tuple] = set()
         self.requests: dict[str, int] = dict.fromkeys(_COUNTED_REQUESTS, 0)
@@ -174,6 +174,12 @@ class BundleOperations(pyfuse3.Operations):
         )
         if self._on_ready is not None:
             self._on_ready()
+
+    def close(self) -> None:
+        """Stop the load threads and close the bundle (after the loop has ended)."""
+        if self._offload is not None:
+            self._offload.close()
+        self.bundle.close()
 
     def stats(self) -> dict:
         s = self.bundle.cache_stats()
@@ -291,7 +297,7 @@ class BundleOperations(pyfuse3.Operations):
     @_handler
     async def read(self, fh, off, size):
         entry = self.bundle.entry(fh)
-        if self._limiter is None:
+        if self._offload is None:
             return self.bundle.read_at(entry, off, size)
         try:
             # Cached records and page-cached bytes are served inline: a thread hop costs more.
@@ -300,9 +306,7 @@ class BundleOperations(pyfuse3.Operations):
             pass
         # A real disk read: in worker threads, pread + CRC + lz4 (which release the GIL) overlap
         # with each other and with the requests the event loop keeps answering.
-        return await trio.to_thread.run_sync(
-            self.bundle.read_at, entry, off, size, limiter=self._limiter
-        )
+        return await self._offload.run(self.bundle.read_at, entry, off, size)
 
     @_handler
     async def release(self, fh):

@@ -24,6 +24,7 @@ from .errors import (
     IncompleteBundleError,
     NotABundleError,
 )
+from .libc import ResidentMapping
 
 # Open readers, so that a forked child (a DataLoader worker) reopens LMDB instead of using the
 # parent's environment, which must never cross a fork.
@@ -103,6 +104,8 @@ class IndexReader:
         self._local = threading.local()
         self._closed = False
         self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the validated file
+        self._resident: ResidentMapping | None = None
+        self._resident_lock = threading.Lock()
         self._validate_file()
         try:
             self._open()
@@ -190,9 +193,36 @@ class IndexReader:
             except BundleError as e:
                 log.error("cannot reopen the index after fork: %s", e)
 
+    def hold_resident(self) -> int:
+        """Fault the whole index into memory and keep it mapped until ``close``; its size.
+
+        LMDB maps the index with read-ahead off, so a cold lookup pays a disk read for every
+        B-tree page it touches, on the caller's thread (the mount's event loop). Mapped pages
+        stay in memory: the kernel reclaims them only when memory is really short. Raises
+        ``OSError`` where the kernel cannot (MADV_POPULATE_READ needs Linux 5.14).
+        """
+        fd = os.open(self.index_path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != self._identity:
+                raise OSError("the index file was replaced")
+            mapping = ResidentMapping(fd, st.st_size)
+        finally:
+            os.close(fd)
+        with self._resident_lock:
+            if self._closed or self._resident is not None:
+                mapping.close()
+            else:
+                self._resident = mapping
+        return mapping.size
+
     def close(self) -> None:
         """Close the index. Must not race reads in other threads (LMDB would be unmapped)."""
         self._closed = True
+        with self._resident_lock:
+            if self._resident is not None:
+                self._resident.close()
+                self._resident = None
         self._local = threading.local()  # every thread's transaction goes with the environment
         _open_readers.discard(self)
         self._release_env()
