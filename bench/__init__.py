@@ -1,4 +1,4 @@
-"""Benchmark suite for bundlefs (issue 4).
+"""Benchmark suite for bundlefs (issue 4; the read-path measurements and targets of issue 9).
 
 Run with ``python -m bench.run`` (``make bench``) or ``python -m bench.run --quick``
 (``make bench-quick``). The modules are:
@@ -6,10 +6,11 @@ Run with ``python -m bench.run`` (``make bench``) or ``python -m bench.run --qui
 - ``datasets``: deterministic, seeded generation of the small / large / source-tree datasets.
 - ``systems``: one small adapter per system under test (raw directory, squashfuse_ll,
   ratarmount, bundlefs) with ``pack`` / ``mount`` / ``unmount``.
-- ``reader``: the worker process that does the timed open/read/close loops.
+- ``reader``: the worker process that does the timed read loops (cat-style, Python ``open()``,
+  or bundlefs's Python API).
 - ``measure``: the timed experiments (pack, mount-ready, find, du, random and sequential reads,
-  daemon RSS, Python API reads).
-- ``targets``: the issue-4 targets and how each is evaluated.
+  daemon RSS and CPU, bundlefs's FUSE requests per file, Python API reads).
+- ``targets``: the targets (issue 9's read path, issue 4's others) and how each is evaluated.
 - ``report``: medians, ratios, ``docs/benchmarks.md``, ``docs/benchmarks.png`` and the JSON.
 - ``run``: the command line entry point tying it together.
 

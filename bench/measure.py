@@ -7,6 +7,10 @@ slows every system alike instead of one system's whole series.
 
 "Cold" means a fresh mount (a new daemon with empty caches) after ``echo 3 >
 /proc/sys/vm/drop_caches``; "warm" means the same files read again on the same mount.
+
+Besides wall times, a few passes also record what they cost the daemon: its CPU time per file
+(``/proc/PID/stat``) and, for bundlefs, the FUSE requests per file from the counters the daemon
+publishes in its stats xattr, together with the open mode it served (kept as notes: strings).
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench.datasets import Dataset
-from bench.systems import Mounted, PackInfo, System, mounted, vm_hwm_bytes
+from bench.systems import Mounted, PackInfo, System, daemon_cpu_seconds, mounted, vm_hwm_bytes
 
 MB = 1_000_000
 Log = Callable[[str], None]
@@ -32,22 +37,38 @@ Log = Callable[[str], None]
 # A reader that takes longer than this has hung (e.g. a wedged FUSE daemon); give up on it.
 READER_TIMEOUT_S = 900.0
 BENCH_ROOT = Path(__file__).resolve().parent.parent
+STATS_XATTR = "user.bundlefs.stats"  # JSON counters on a bundlefs mount root
+
+
+def _nested() -> defaultdict[str, defaultdict[str, defaultdict[str, list[Any]]]]:
+    return defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
 
 
 @dataclass
 class Samples:
-    """samples[dataset][system][metric] -> list of values, plus notes and errors."""
+    """samples[dataset][system][metric] -> list of values, plus notes and errors.
 
-    data: dict[str, dict[str, dict[str, list[float]]]] = field(
-        default_factory=lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
-    )
+    Notes are facts that are strings, not figures (e.g. which open mode bundlefs served):
+    notes[dataset][system][key] -> the distinct values seen, in order.
+    """
+
+    data: dict[str, dict[str, dict[str, list[float]]]] = field(default_factory=_nested)
+    notes: dict[str, dict[str, dict[str, list[str]]]] = field(default_factory=_nested)
     errors: list[str] = field(default_factory=list)
 
     def add(self, dataset: str, system: str, metric: str, value: float) -> None:
         self.data[dataset][system][metric].append(value)
 
+    def note(self, dataset: str, system: str, key: str, value: str) -> None:
+        values = self.notes[dataset][system][key]
+        if value not in values:
+            values.append(value)
+
     def to_json(self) -> dict[str, dict[str, dict[str, list[float]]]]:
         return json.loads(json.dumps(self.data))
+
+    def notes_json(self) -> dict[str, dict[str, dict[str, list[str]]]]:
+        return json.loads(json.dumps(self.notes))
 
 
 def drop_caches() -> None:
@@ -138,6 +159,56 @@ def run_readers(
         sum(o["bytes"] for o in outs),
         sum(o["first_pass_bytes"] for o in outs),
     )
+
+
+def daemon_stats(root: Path) -> dict[str, Any] | None:
+    """The bundlefs daemon's stats xattr, or None when it cannot be read."""
+    try:
+        stats = json.loads(os.getxattr(root, STATS_XATTR))
+    except (OSError, ValueError):
+        return None
+    return stats if isinstance(stats, dict) else None
+
+
+def _request_counts(stats: dict[str, Any] | None) -> dict[str, int] | None:
+    """The per-operation request counters of a stats dict (None: a daemon without them)."""
+    req = stats.get("requests") if stats else None
+    if not isinstance(req, dict):
+        return None
+    return {str(op): int(n) for op, n in req.items() if isinstance(n, int | float)}
+
+
+class RequestProbe:
+    """The FUSE requests a bundlefs daemon served during one timed pass, per operation.
+
+    Reading the counters is itself a request or more (``os.getxattr`` retries with a bigger
+    buffer after ERANGE), counted before or after the reply depending on the daemon. So the probe
+    reads them twice back to back before the pass: that difference is what one reading costs, and
+    it is subtracted from the pass's difference, whichever way the daemon counts.
+    """
+
+    def __init__(self, root: Path, first: dict[str, int], second: dict[str, int]) -> None:
+        self.root = root
+        self.first = first
+        self.second = second
+
+    @classmethod
+    def start(cls, root: Path) -> RequestProbe | None:
+        first = _request_counts(daemon_stats(root))
+        second = _request_counts(daemon_stats(root)) if first is not None else None
+        return None if first is None or second is None else cls(root, first, second)
+
+    def finish(self) -> dict[str, int] | None:
+        """Requests per operation since ``start``, net of our own counter readings."""
+        third = _request_counts(daemon_stats(self.root))
+        if third is None:
+            return None
+        a, b = self.first, self.second
+        ops = sorted(set(a) | set(b) | set(third))
+        return {
+            op: max(0, third.get(op, 0) - b.get(op, 0) - (b.get(op, 0) - a.get(op, 0)))
+            for op in ops
+        }
 
 
 def timed_cmd(cmd: list[str]) -> tuple[float, str]:
@@ -238,6 +309,30 @@ class Bench:
             if hwm is not None:
                 peak.append(hwm)
 
+    def _probe(self, system: System, dataset: Dataset, m: Mounted) -> RequestProbe | None:
+        """Start counting bundlefs's requests (None for other systems and older daemons)."""
+        if system.name != "bundlefs":
+            return None
+        stats = daemon_stats(m.root)
+        if stats is None:
+            return None
+        for key in ("open_mode", "open_mode_reason"):
+            if isinstance(stats.get(key), str):
+                self.samples.note(dataset.name, system.name, key, stats[key])
+        return RequestProbe.start(m.root)
+
+    def _record_requests(
+        self, system: System, dataset: Dataset, prefix: str, probe: RequestProbe | None, files: int
+    ) -> None:
+        """``{prefix}_req_per_file`` and ``{prefix}_req_{op}_per_file`` for every operation."""
+        per_op = probe.finish() if probe is not None else None
+        if per_op is None or files <= 0:
+            return
+        d, n, s = dataset.name, system.name, self.samples
+        s.add(d, n, f"{prefix}_req_per_file", sum(per_op.values()) / files)
+        for op, count in per_op.items():
+            s.add(d, n, f"{prefix}_req_{op}_per_file", count / files)
+
     def verify(self, system: System, dataset: Dataset, sample: list[str]) -> None:
         """Untimed correctness check: entry count and content of a few files match the source."""
         with self._mount(system, dataset) as m:
@@ -277,10 +372,17 @@ class Bench:
         with self._mount(system, dataset) as m:
             self._record_mount(system, dataset, m)
             drop_caches()
+            probe = self._probe(system, dataset, m)
+            # The daemon's own CPU, read as close around the pass as possible.
+            cpu0 = daemon_cpu_seconds(m.pid) if m.pid is not None else None
             r = run_readers(m.root, sample_list, 1)
+            cpu1 = daemon_cpu_seconds(m.pid) if m.pid is not None else None
+            self._record_requests(system, dataset, "rand_cold_1", probe, r.files)
             self._check_bytes(r, expect, system, dataset)
             s.add(d, n, "rand_cold_1_fps", r.files_per_s)
             s.add(d, n, "rand_cold_1_mbps", r.mb_per_s)
+            if cpu0 is not None and cpu1 is not None and r.files:
+                s.add(d, n, "cold_cpu_us_per_file", (cpu1 - cpu0) / r.files * 1e6)
             self._record_rss(system, dataset, m, peak)
 
         with self._mount(system, dataset) as m:
@@ -290,12 +392,21 @@ class Bench:
             self._check_bytes(r, expect, system, dataset)
             s.add(d, n, "rand_cold_2_fps", r.files_per_s)
             s.add(d, n, "rand_cold_2_mbps", r.mb_per_s)
-            # The sample has just been read once on this mount: now it is warm.
-            for readers in (1, 2):
-                r = run_readers(m.root, sample_list, readers, min_seconds=self.warm_seconds)
-                self._check_bytes(r, expect, system, dataset)
-                s.add(d, n, f"rand_warm_{readers}_fps", r.files_per_s)
-                s.add(d, n, f"rand_warm_{readers}_mbps", r.mb_per_s)
+            # The sample has just been read once on this mount: now it is warm. Cat-style
+            # readers keep the metric names of earlier runs; Python open() ones are "_pyopen".
+            for mode, tag in (("fs", ""), ("pyopen", "_pyopen")):
+                for readers in (1, 2):
+                    probe = self._probe(system, dataset, m) if readers == 1 else None
+                    r = run_readers(
+                        m.root, sample_list, readers, mode=mode, min_seconds=self.warm_seconds
+                    )
+                    self._record_requests(
+                        system, dataset, f"rand_warm_{readers}{tag}", probe, r.files
+                    )
+                    self._check_bytes(r, expect, system, dataset)
+                    s.add(d, n, f"rand_warm_{readers}{tag}_fps", r.files_per_s)
+                    if mode == "fs":
+                        s.add(d, n, f"rand_warm_{readers}_mbps", r.mb_per_s)
             self._record_rss(system, dataset, m, peak)
 
         self._add_rss(system, dataset, peak)

@@ -5,10 +5,14 @@ a reader never shares an LMDB environment with the bench process across a fork.
 
 Protocol: the parent writes the relative paths to read (one per line) into ``--list``; the
 worker prepares (imports, opens the bundle for ``--mode api``), prints ``ready``, waits for one
-line on stdin, reads its share of the list (``--start``/``--step``) whole-file with
-open/read/close (or ``Bundle.read``), and prints one JSON line with ``CLOCK_MONOTONIC`` start and
-end times, which are comparable across processes, so the parent can take the wall time from the
-first start to the last end.
+line on stdin, reads its share of the list (``--start``/``--step``) whole-file, and prints one JSON
+line with ``CLOCK_MONOTONIC`` start and end times, which are comparable across processes, so the
+parent can take the wall time from the first start to the last end.
+
+Modes: ``fs`` reads cat-style (``os.open``/``os.read``/``os.close``, nothing else reaches the
+file system); ``pyopen`` reads as most Python programs do, ``open(path, "rb").read()``, which
+also asks ``isatty`` (one ``FUSE_IOCTL`` per file on a FUSE mount) and ``fstat``s the file;
+``api`` reads through ``bundlefs.Bundle.read`` without FUSE.
 """
 
 from __future__ import annotations
@@ -38,9 +42,17 @@ def read_fs(root: str, rels: list[str]) -> int:
     return total
 
 
+def read_pyopen(root: str, rels: list[str]) -> int:
+    total = 0
+    for rel in rels:
+        with open(os.path.join(root, rel), "rb") as f:
+            total += len(f.read())
+    return total
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--mode", choices=("fs", "api"), default="fs")
+    ap.add_argument("--mode", choices=("fs", "pyopen", "api"), default="fs")
     ap.add_argument("--root", required=True, help="mount point / directory, or bundle for api")
     ap.add_argument("--list", required=True, help="file with one relative path per line")
     ap.add_argument("--start", type=int, default=0)
@@ -74,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         if bundle is not None:
             for rel in rels:
                 total += len(bundle.read(rel))
+        elif args.mode == "pyopen":
+            total += read_pyopen(args.root, rels)
         else:
             total += read_fs(args.root, rels)
         files += len(rels)

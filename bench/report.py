@@ -2,7 +2,8 @@
 the raw JSON in ``bench-results/``.
 
 Every figure in the tables is the median of the rounds of one run; every ratio compares two
-medians from that same run (against the raw directory and against squashfuse_ll).
+medians from that same run (against the raw directory and against squashfuse_ll). Notes (strings
+such as bundlefs's open mode) are shown as they were seen, every distinct value.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ class Metric:
     higher_is_better: bool
 
 
+CAT = "cat-style (os.open/read/close)"
+PY = "Python open()"
+
 METRICS: tuple[Metric, ...] = (
     Metric("pack_s", "pack time (s)", "{:,.2f}", False),
     Metric("pack_mbps", "pack throughput (MB/s of source)", "{:,.1f}", True),
@@ -42,11 +46,23 @@ METRICS: tuple[Metric, ...] = (
     Metric("find_cold_s", "find, fresh mount + dropped caches (s)", "{:,.3f}", False),
     Metric("find_warm_s", "find, warm (s)", "{:,.3f}", False),
     Metric("du_cold_s", "du -s, fresh mount + dropped caches (s)", "{:,.3f}", False),
-    Metric("rand_cold_1_fps", "random reads cold, 1 reader (files/s)", "{:,.0f}", True),
-    Metric("rand_cold_2_fps", "random reads cold, 2 readers (files/s)", "{:,.0f}", True),
-    Metric("rand_warm_1_fps", "random reads warm, 1 reader (files/s)", "{:,.0f}", True),
-    Metric("rand_warm_2_fps", "random reads warm, 2 readers (files/s)", "{:,.0f}", True),
-    Metric("rand_warm_1_mbps", "random reads warm, 1 reader (MB/s)", "{:,.1f}", True),
+    Metric("rand_cold_1_fps", f"random reads cold, 1 reader, {CAT} (files/s)", "{:,.0f}", True),
+    Metric("rand_cold_2_fps", f"random reads cold, 2 readers, {CAT} (files/s)", "{:,.0f}", True),
+    Metric("rand_warm_1_fps", f"random reads warm, 1 reader, {CAT} (files/s)", "{:,.0f}", True),
+    Metric("rand_warm_2_fps", f"random reads warm, 2 readers, {CAT} (files/s)", "{:,.0f}", True),
+    Metric("rand_warm_1_mbps", f"random reads warm, 1 reader, {CAT} (MB/s)", "{:,.1f}", True),
+    Metric("rand_warm_1_pyopen_fps", f"random reads warm, 1 reader, {PY} (files/s)", "{:,.0f}",
+           True),
+    Metric("rand_warm_2_pyopen_fps", f"random reads warm, 2 readers, {PY} (files/s)", "{:,.0f}",
+           True),
+    Metric("cold_cpu_us_per_file", "daemon CPU per file, cold reads, 1 reader (µs)", "{:,.0f}",
+           False),
+    Metric("rand_cold_1_req_per_file", "FUSE requests per file, cold, 1 reader", "{:,.2f}",
+           False),
+    Metric("rand_warm_1_req_per_file", f"FUSE requests per file, warm, 1 reader, {CAT}",
+           "{:,.2f}", False),
+    Metric("rand_warm_1_pyopen_req_per_file", f"FUSE requests per file, warm, 1 reader, {PY}",
+           "{:,.2f}", False),
     Metric("seq_cold_mbps", "sequential read cold (MB/s)", "{:,.1f}", True),
     Metric("seq_warm_mbps", "sequential read warm (MB/s)", "{:,.1f}", True),
     Metric("api_cold_1_fps", "Python API reads cold, 1 reader (files/s)", "{:,.0f}", True),
@@ -54,7 +70,16 @@ METRICS: tuple[Metric, ...] = (
     Metric("api_warm_2_fps", "Python API reads warm, 2 readers (files/s)", "{:,.0f}", True),
     Metric("rss_peak_mb", "daemon peak RSS (MB, VmHWM)", "{:,.1f}", False),
     Metric("rss_beyond_cache_mb", "daemon peak RSS beyond configured cache (MB)", "{:,.1f}", False),
+)  # fmt: skip
+
+# The bundlefs passes whose FUSE requests are counted per operation (bench.measure), in order.
+REQUEST_PASSES = (
+    ("rand_cold_1", "cold, 1 reader, cat-style"),
+    ("rand_warm_1", "warm, 1 reader, cat-style"),
+    ("rand_warm_1_pyopen", "warm, 1 reader, Python open()"),
 )
+# Operations always shown in the breakdown, even at zero; others only where some pass has any.
+REQUEST_OPS = ("lookup", "open", "read", "readdir")
 
 
 def _ordered(by_dataset: dict[str, Any]) -> list[str]:
@@ -122,24 +147,75 @@ def dataset_table(med: Medians, dataset: str, systems: list[str], verdicts: list
 
 
 def targets_table(verdicts: list[Verdict]) -> str:
-    lines = ["| target | bundlefs figure | required | status |", "|---|---:|---|---|"]
+    lines = [
+        "| target | issue | bundlefs figure | required | status |",
+        "|---|---:|---:|---|---|",
+    ]
     for v in verdicts:
         t = v.target
         where = "worst dataset" if t.dataset == "*" else t.dataset
         status = f"**{v.status}**" if v.met is False else v.status
         if v.why:
             status += f" ({v.why})"
-        lines.append(f"| {t.label} ({where}) | {format_value(v)} | {t.describe()} | {status} |")
+        lines.append(
+            f"| {t.label} ({where}) | {t.issue} | {format_value(v)} | {t.describe()} | {status} |"
+        )
     return "\n".join(lines)
 
 
-def console_summary(med: Medians, verdicts: list[Verdict], systems: list[str]) -> str:
+def requests_table(med: Medians, dataset: str) -> str | None:
+    """bundlefs's FUSE requests per file read, per pass and operation; None if not counted."""
+    bm = med.get(dataset, {}).get("bundlefs", {})
+    passes = [(p, label) for p, label in REQUEST_PASSES if f"{p}_req_per_file" in bm]
+    if not passes:
+        return None
+    seen = {k.split("_req_", 1)[1].removesuffix("_per_file") for k in bm if "_req_" in k}
+    ops = [op for op in REQUEST_OPS if op in seen]
+    ops += sorted(
+        op
+        for op in seen - {"per_file", *REQUEST_OPS}
+        if any(bm.get(f"{p}_req_{op}_per_file") for p, _ in passes)
+    )
+    lines = [
+        "| pass | all | " + " | ".join(ops) + " |",
+        "|---|---:|" + "---:|" * len(ops),
+    ]
+    for p, label in passes:
+        cells = [f"{bm[f'{p}_req_per_file']:.2f}"]
+        for op in ops:
+            v = bm.get(f"{p}_req_{op}_per_file")
+            cells.append("—" if v is None else f"{v:.2f}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def note_lines(notes: dict[str, Any], dataset: str | None = None) -> list[str]:
+    """'bundlefs open mode: no-open (reason)' for one dataset, or over all datasets."""
+    datasets = [dataset] if dataset is not None else _ordered(notes)
+    modes: list[str] = []
+    for d in datasets:
+        bn = notes.get(d, {}).get("bundlefs", {})
+        reasons = [r for r in bn.get("open_mode_reason", []) if r]
+        for mode in bn.get("open_mode", []):
+            text = mode + (f" ({'; '.join(reasons)})" if reasons else "")
+            if text not in modes:
+                modes.append(text)
+    return [f"bundlefs open mode: {' / '.join(modes)}"] if modes else []
+
+
+def console_summary(
+    med: Medians,
+    verdicts: list[Verdict],
+    systems: list[str],
+    notes: dict[str, Any] | None = None,
+) -> str:
     out = []
+    width = max(len(m.label) for m in METRICS)
     for d in _ordered(med):
         out.append(f"\n== {DATASET_TITLES.get(d, d)} ==")
         dm = med[d]
         cols = [s for s in SYSTEM_ORDER if s in systems and s in dm]
-        out.append(f"{'metric':44}" + "".join(f"{c:>16}" for c in cols))
+        out.append(f"{'metric':{width}}" + "".join(f"{c:>16}" for c in cols))
         for metric in METRICS:
             if not any(metric.key in dm.get(s, {}) for s in cols):
                 continue
@@ -147,7 +223,11 @@ def console_summary(med: Medians, verdicts: list[Verdict], systems: list[str]) -
             for c in cols:
                 v = dm.get(c, {}).get(metric.key)
                 vals.append(f"{metric.fmt.format(v):>16}" if v is not None else f"{'—':>16}")
-            out.append(f"{metric.label[:44]:44}" + "".join(vals))
+            out.append(f"{metric.label[:width]:{width}}" + "".join(vals))
+        out += note_lines(notes or {}, d)
+        table = requests_table(med, d)
+        if table:
+            out += ["bundlefs FUSE requests per file read:", table]
     out.append("\n== targets ==")
     for v in verdicts:
         out.append(
@@ -197,9 +277,10 @@ def plot(med: Medians, systems: list[str], path: Path, title: str) -> bool:
     colors = {"raw": "#888888", "squashfuse_ll": "#1f77b4", "ratarmount": "#ff7f0e",
               "bundlefs": "#2ca02c"}  # fmt: skip
     panels = [
-        ("small", ["rand_warm_1_fps", "rand_warm_2_fps", "rand_cold_1_fps", "rand_cold_2_fps"],
-         ["warm 1", "warm 2", "cold 1", "cold 2"], "small files: random reads (files/s, log)",
-         True),
+        ("small", ["rand_warm_1_fps", "rand_warm_2_fps", "rand_warm_1_pyopen_fps",
+                   "rand_warm_2_pyopen_fps", "rand_cold_1_fps", "rand_cold_2_fps"],
+         ["warm 1", "warm 2", "warm 1 open()", "warm 2 open()", "cold 1", "cold 2"],
+         "small files: random reads (files/s, log)", True),
         ("small", ["find_cold_s", "find_warm_s", "du_cold_s"], ["find cold", "find warm",
          "du cold"], "small files: metadata walks (s, lower is better)", False),
         ("*", ["pack_mbps"], None, "pack throughput (MB/s of source)", False),
@@ -272,6 +353,15 @@ def markdown(
         f"`{meta.get('git_head', '?')}`. Systems: {', '.join(systems)}. Raw per-round samples "
         "are in `bench-results/` (gitignored).",
         "",
+    ]
+    notes = results.get("notes", {})
+    for line in note_lines(notes):
+        parts += [
+            f"{line}. `no-open`: the kernel serves opens and cached reads without asking the "
+            "daemon; `open`: every open reaches the daemon.",
+            "",
+        ]
+    parts += [
         "| dataset | files | bytes | files read per pass |",
         "|---|---:|---:|---:|",
     ]
@@ -282,9 +372,10 @@ def markdown(
         )
     parts += [
         "",
-        "## Targets (issue 4)",
+        "## Targets",
         "",
-        "Ratios are bundlefs ÷ reference, medians of the same run.",
+        "Issue 9's read-path targets, then issue 4's targets that are not about reading. Ratios "
+        "are bundlefs ÷ reference, medians of the same run.",
         "",
         targets_table(verdicts),
         "",
@@ -305,6 +396,19 @@ def markdown(
             dataset_table(med, d, systems, verdicts),
             "",
         ]
+        for line in note_lines(notes, d):
+            parts += [line + ".", ""]
+        table = requests_table(med, d)
+        if table:
+            parts += [
+                "bundlefs FUSE requests per file read, by operation (net of the bench's own "
+                "reads of the counters). The daemon counts the operations it implements: the "
+                "`FUSE_IOCTL` of Python open()'s `isatty` is answered by libfuse (pyfuse3 has no "
+                "ioctl handler) and is not among them.",
+                "",
+                table,
+                "",
+            ]
     parts += ["## Method", "", METHOD, ""]
     if results.get("errors"):
         parts += ["## Errors in this run", ""] + [f"- {e}" for e in results["errors"]] + [""]
@@ -329,9 +433,20 @@ METHOD = """\
   root being stat-able; median over every mount of the run.
 - **find / du**: `find MNT` and `du -s MNT` wall time; *cold* is a fresh mount after
   `echo 3 > /proc/sys/vm/drop_caches`, *warm* a second `find` on the same mount.
-- **Random reads**: a fixed shuffled sample of files read whole (open / read / close) by 1 reader
-  process or 2 reader processes splitting the sample. Cold: fresh mount + dropped caches; warm:
-  the same sample again on the same mount. The bytes read are checked against the source.
+- **Random reads**: a fixed shuffled sample of files read whole by 1 reader process or 2 reader
+  processes splitting the sample. Cold: fresh mount + dropped caches; warm: the same sample again
+  on the same mount. The bytes read are checked against the source. Two readers: *cat-style*
+  (`os.open` / `os.read` in 1 MiB reads / `os.close`, the metrics of earlier runs) and, warm only,
+  *Python open()* (`open(path, "rb").read()`, which also `fstat`s the file and asks `isatty`: one
+  more `FUSE_IOCTL` per file on a FUSE mount).
+- **Daemon CPU per cold file**: user + system time of the foreground daemon process (all its
+  threads, plus any child processes: libfuse's idle `fusermount3` watcher under `auto_unmount`)
+  from `/proc/PID/stat` before and after the cold 1-reader pass, ÷ files read. Clock ticks of
+  10 ms, so small samples are coarse.
+- **FUSE requests per file** (bundlefs): the per-operation counters of the daemon's
+  `user.bundlefs.stats` xattr before and after the cold 1-reader pass and the warm 1-reader passes,
+  ÷ files read; the bench's own reads of the counters are measured and subtracted. Omitted for a
+  bundlefs without these counters.
 - **Sequential**: the large files read whole in 1 MiB reads, cold (fresh mount, dropped caches)
   then warm.
 - **Daemon RSS**: `VmHWM` from `/proc/PID/status` of the foreground daemon just before each

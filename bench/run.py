@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [s.name for s in systems]
     med = report.medians(samples.to_json())
     verdicts = evaluate(med)
-    print(report.console_summary(med, verdicts, names), flush=True)
+    print(report.console_summary(med, verdicts, names, samples.notes_json()), flush=True)
 
     results: dict[str, Any] = {
         "meta": {
@@ -315,9 +315,11 @@ def main(argv: list[str] | None = None) -> int:
         "datasets": ds_info,
         "samples": samples.to_json(),
         "medians": med,
+        "notes": samples.notes_json(),
         "targets": [
             {
                 "key": v.target.key,
+                "issue": v.target.issue,
                 "label": v.target.label,
                 "value": v.value,
                 "met": v.met,

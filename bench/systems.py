@@ -8,10 +8,11 @@ Each system packs a source directory into an archive and serves the archive at a
 - ``bundlefs``: ``bundlefs pack`` / ``bundlefs mount --foreground``.
 
 Every daemon is started in the foreground as our own child process so that the bench knows its
-PID (for the VmHWM reading) and can always clean it up. Readiness is the mount point appearing
-in the mount table plus a successful ``stat`` of the mount root (with a deadline). ``unmount``
-tries ``fusermount3 -u``, then waits for the daemon to exit, then falls back to a lazy unmount
-and a kill: a benchmark must never leave a mount behind.
+PID (for the VmHWM and CPU readings) and can always clean it up; in the foreground none of the
+three forks, so the process we start is the one that serves. Readiness is the mount point
+appearing in the mount table plus a successful ``stat`` of the mount root (with a deadline).
+``unmount`` tries ``fusermount3 -u``, then waits for the daemon to exit, then falls back to a lazy
+unmount and a kill: a benchmark must never leave a mount behind.
 """
 
 from __future__ import annotations
@@ -99,6 +100,46 @@ def vm_hwm_bytes(pid: int) -> int | None:
     except OSError:
         return None
     return None
+
+
+def _proc_stat_fields(pid: int) -> list[str] | None:
+    """Fields 3 onwards of ``/proc/PID/stat`` (field N is at index N - 3), or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    # Field 2 is the command name in parentheses, which may itself hold spaces or parentheses.
+    return text.rpartition(")")[2].split()
+
+
+def daemon_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of ``pid`` and its descendants, threads included; None if gone.
+
+    Descendants too: with ``auto_unmount`` libfuse leaves a ``fusermount3`` child watching the
+    daemon (idle, but a system that served from child processes would be counted whole). Fields
+    16 and 17 add the children already exited and reaped.
+    """
+    parents: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            fields = _proc_stat_fields(int(entry.name))
+            if fields is not None:
+                parents[int(entry.name)] = int(fields[1])  # field 4: the parent's PID
+    if pid not in parents:
+        return None
+    tree: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo += [child for child, parent in parents.items() if parent == p]
+    ticks = 0
+    for p in tree:
+        fields = _proc_stat_fields(p)
+        if fields is not None:  # fields 14-17: utime, stime, cutime, cstime in clock ticks
+            ticks += sum(int(f) for f in fields[11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def mount_points() -> list[Path]:
