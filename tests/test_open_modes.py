@@ -284,3 +284,49 @@ def test_stock_pyfuse3_refuses_a_required_no_open(tools_bundle, tmp_path, stock_
     assert "no-open is not available" in result.stderr
     assert "Traceback" not in result.stderr
     assert not os.path.ismount(mnt)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_damaged_data_fails_with_eio_in_both_modes(mode, pack_tree, mount_bundle):
+    from conftest import flip_byte
+
+    from bundlefs import Bundle
+    from bundlefs import format as fmt
+
+    victim = pseudo_random_bytes(3 * 4096, seed=5, compressible=False)
+    bundle = pack_tree({"victim.bin": victim, "fine.txt": b"fine\n" * 100}, record_size=4096)
+    with Bundle(bundle) as b:
+        record = b.index.record_at(0, b.resolve("victim.bin").offset + 4096)
+    flip_byte(bundle / fmt.shard_filename(0), record.stored_offset + 10)
+    m = mount_bundle(bundle, "--open-mode", mode, allowed_log=[r"ERROR .*damaged.*victim\.bin"])
+    with pytest.raises(OSError) as caught:
+        (m.mountpoint / "victim.bin").read_bytes()
+    assert caught.value.errno == errno.EIO
+    with pytest.raises(OSError) as caught:  # not cached as good: the next read fails too
+        (m.mountpoint / "victim.bin").read_bytes()
+    assert caught.value.errno == errno.EIO
+    assert (m.mountpoint / "fine.txt").read_bytes() == b"fine\n" * 100
+    assert stats(m.mountpoint)["eio_count"] >= 2
+
+
+# -- the index held in memory ----------------------------------------------------------------------
+
+
+def _index_mappings(pid: int) -> int:
+    with open(f"/proc/{pid}/maps") as f:
+        return sum(line.rstrip().endswith("/data.mdb") for line in f)
+
+
+def test_the_index_is_held_in_memory_after_ready(mount_bundle, tools_bundle):
+    from test_mount import wait_until
+
+    m = mount_bundle(tools_bundle)
+    assert wait_until(lambda: "index held in memory" in m.log_text())
+    assert _index_mappings(m.pid) == 2  # LMDB's own map, and the resident one
+
+
+def test_index_resident_zero_leaves_the_index_to_lmdb(mount_bundle, tools_bundle):
+    m = mount_bundle(tools_bundle, "--index-resident", "0")
+    assert (m.mountpoint / "hello.txt").read_bytes() == SAMPLE_SPEC["hello.txt"]
+    assert "index held in memory" not in m.log_text()
+    assert _index_mappings(m.pid) == 1
