@@ -52,9 +52,6 @@ XATTR_STATS = b"user.bundlefs.stats"  # on the root only: the daemon's counters 
 _MAX_LOGGED_DAMAGE = 10_000  # distinct damaged records logged; bounded so memory stays bounded
 
 
-OPEN_MODES = ("auto", "no-open", "open")
-
-
 @dataclass(frozen=True)
 class MountSettings:
     """What the adapter needs to know beyond the bundle."""
@@ -62,7 +59,7 @@ class MountSettings:
     uid: int | None = None  # override every entry's owner (``--owner=mounter``/``--uid``)
     gid: int | None = None
     load_threads: int = 4  # record loads that may run at once off the event loop; 0: inline
-    open_mode: str = "auto"  # one of OPEN_MODES: "auto" takes no-open wherever it is available
+    open_mode: str = "auto"  # "auto" (no-open wherever available), "no-open" or "open"
 
 
 def no_open_unavailable() -> str | None:
@@ -88,8 +85,7 @@ def _errno_for(error: BaseException) -> int:
 
 
 def _handler(fn: Callable) -> Callable:
-    """Wrap a handler: count it, map bundlefs errors to errno, log the unexpected, never let one
-    escape."""
+    """Wrap a handler: count it, map errors to errno, log the unexpected, let none escape."""
     name = fn.__name__
 
     @functools.wraps(fn)
@@ -163,7 +159,7 @@ class BundleOperations(pyfuse3.Operations):
 
     def init(self) -> None:
         # Called by pyfuse3 once the kernel handshake is done: the mount is usable from here on.
-        if getattr(self, "enable_no_open", False):
+        if getattr(self, "enable_no_open", False):  # (a stock pyfuse3 has no such attribute)
             self.open_mode = "no-open"
         elif not self.open_mode_reason:
             self.open_mode_reason = "the kernel does not offer no_open and no_opendir"

@@ -58,8 +58,10 @@ def test_the_format_module_imports_no_storage_or_compression_library():
 def test_the_reader_core_never_imports_the_fuse_layer():
     import bundlefs.bundle
     import bundlefs.index
+    import bundlefs.libc
     import bundlefs.packer
     import bundlefs.shards
 
-    for module in (bundlefs.bundle, bundlefs.index, bundlefs.packer, bundlefs.shards):
+    modules = (bundlefs.bundle, bundlefs.index, bundlefs.libc, bundlefs.packer, bundlefs.shards)
+    for module in modules:
         assert not _imported_modules(module) & {"pyfuse3", "trio"}, module.__name__
