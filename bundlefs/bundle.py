@@ -369,6 +369,30 @@ class Bundle:
                     del self._inflight[key]
                 done.set()
 
+    def prefetch(self, entry: fmt.Entry) -> None:
+        """Start reading a small file's stored bytes from disk in the background, if not cached.
+
+        For the mount: a LOOKUP of a file is almost always followed by its READ, a request round
+        trip later. Advised at the lookup, the disk read overlaps that round trip, and the READ
+        then finds its bytes in the page cache and is served inline instead of in a thread.
+        Only files within one record: a lookup must not start a large read nobody asked for.
+        """
+        if not entry.is_file or not 0 < entry.size <= self.config.record_size:
+            return
+        try:
+            record = self._index.record_at(entry.shard, entry.offset)
+        except FormatError:
+            return  # the read will report it
+        if record.flags & fmt.RECORD_ZEROS or entry.offset + entry.size > record.end:
+            return
+        if (record.shard, record.offset) in self.cache:
+            return
+        if record.flags & fmt.RECORD_RAW:  # a whole-file read takes only the file's own slice
+            start = record.stored_offset + entry.offset - record.offset
+            self._shards.prefetch(record.shard, start, entry.size)
+        else:
+            self._shards.prefetch(record.shard, record.stored_offset, record.stored_length)
+
     def read_at(
         self,
         entry: fmt.Entry,

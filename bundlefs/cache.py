@@ -37,6 +37,10 @@ class RecordCache:
         self.evictions = 0
         self.bytes_loaded = 0
 
+    def __contains__(self, key: Hashable) -> bool:
+        """Whether ``key`` is held, without counting a hit or a miss or refreshing it."""
+        return key in self._items
+
     def get(self, key: Hashable) -> bytes | None:
         with self._lock:
             value = self._items.get(key)

@@ -22,6 +22,7 @@ import functools
 import json
 import logging
 import os
+import select
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -60,6 +61,7 @@ class MountSettings:
     gid: int | None = None
     load_threads: int = 4  # record loads that may run at once off the event loop; 0: inline
     open_mode: str = "auto"  # "auto" (no-open wherever available), "no-open" or "open"
+    prefetch: bool = True  # start reading a small file's bytes when it is looked up
 
 
 def no_open_unavailable() -> str | None:
@@ -67,6 +69,27 @@ def no_open_unavailable() -> str | None:
     if not hasattr(pyfuse3.Operations, "enable_no_open"):
         return "this pyfuse3 lacks the no-open patch (make install builds it; third_party/pyfuse3)"
     return None
+
+
+def _poll_fuse_device() -> select.poll | None:
+    """A poll object on this process's /dev/fuse session, or None (then loads always hop).
+
+    pyfuse3 does not expose its session descriptor; the daemon holds exactly one /dev/fuse.
+    """
+    found = None
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}") == "/dev/fuse":
+                if found is not None:
+                    return None  # more than one: we cannot tell which is ours
+                found = int(name)
+        except OSError:
+            continue
+    if found is None:
+        return None
+    poll = select.poll()
+    poll.register(found, select.POLLIN)
+    return poll
 
 
 def _errno_for(error: BaseException) -> int:
@@ -140,6 +163,9 @@ class BundleOperations(pyfuse3.Operations):
         # load_threads == 0: load records inline on the event loop (no thread hop; blocks it).
         threads = settings.load_threads
         self._offload = ThreadOffload(threads) if threads else None
+        self._prefetch = settings.prefetch
+        self._loads_in_flight = 0
+        self._fuse_poll: select.poll | None = None  # set in init(), where the session exists
         self.eio_count = 0
         self._logged_damage: set[tuple] = set()
         self.requests: dict[str, int] = dict.fromkeys(_COUNTED_REQUESTS, 0)
@@ -168,6 +194,7 @@ class BundleOperations(pyfuse3.Operations):
             self.open_mode,
             f" ({self.open_mode_reason})" if self.open_mode_reason else "",
         )
+        self._fuse_poll = _poll_fuse_device()
         if self._on_ready is not None:
             self._on_ready()
 
@@ -234,6 +261,8 @@ class BundleOperations(pyfuse3.Operations):
                 attr.st_ino = 0
                 attr.entry_timeout = CACHE_TIMEOUT
                 return attr
+            if self._prefetch:
+                self.bundle.prefetch(entry)  # the READ that usually follows finds it cached
         return self._attributes(entry)
 
     @_handler
@@ -300,9 +329,20 @@ class BundleOperations(pyfuse3.Operations):
             return self.bundle.read_at(entry, off, size, nowait=True)
         except WouldBlock:
             pass
+        if not self._loads_in_flight and self._kernel_queue_empty():
+            # Nothing else to serve meanwhile: wait for the disk here, without the hop.
+            return self.bundle.read_at(entry, off, size)
         # A real disk read: in worker threads, pread + CRC + lz4 (which release the GIL) overlap
         # with each other and with the requests the event loop keeps answering.
-        return await self._offload.run(self.bundle.read_at, entry, off, size)
+        self._loads_in_flight += 1
+        try:
+            return await self._offload.run(self.bundle.read_at, entry, off, size)
+        finally:
+            self._loads_in_flight -= 1
+
+    def _kernel_queue_empty(self) -> bool:
+        """Whether no request waits in /dev/fuse (always False where we cannot tell)."""
+        return self._fuse_poll is not None and not self._fuse_poll.poll(0)
 
     @_handler
     async def release(self, fh):

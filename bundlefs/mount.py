@@ -64,6 +64,7 @@ class MountOptions:
     load_threads: int = 4
     open_mode: str = "auto"
     index_resident: int = DEFAULT_INDEX_RESIDENT
+    prefetch: bool = True
     check_index: bool = True
     log_file: str | None = None
     debug: bool = False
@@ -108,6 +109,11 @@ def add_mount_arguments(p: argparse.ArgumentParser) -> None:
         "--index-resident",
         default=None,
         help="keep the index in memory when it is at most this size, e.g. 1GiB (256MiB; 0: never)",
+    )
+    p.add_argument(
+        "--no-prefetch",
+        action="store_true",
+        help="do not start reading a small file's bytes when it is looked up",
     )
     p.add_argument("--no-index-check", action="store_true", help="skip the index checksum")
     p.add_argument("--log-file", help="log here (daemon mode logs to syslog otherwise)")
@@ -182,6 +188,7 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
         index_resident=DEFAULT_INDEX_RESIDENT
         if values["index_resident"] is None
         else parse_size(values["index_resident"]),
+        prefetch=not args.no_prefetch,
         check_index=not args.no_index_check,
         log_file=values["log_file"],
         debug=args.debug,
@@ -359,6 +366,7 @@ def mount(options: MountOptions) -> int:
         gid=options.gid,
         load_threads=options.load_threads,
         open_mode=options.open_mode,
+        prefetch=options.prefetch,
     )
     ops = BundleOperations(bundle, settings, on_ready)
     try:

@@ -7,6 +7,7 @@ length the index promises: a forged length cannot make a reader allocate more th
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import functools
@@ -19,7 +20,7 @@ import lz4.block
 
 from . import format as fmt
 from .checksum import crc32c
-from .errors import BundleClosedError, CorruptDataError, FormatError
+from .errors import BundleClosedError, BundleError, CorruptDataError, FormatError
 
 
 def encode_record_payload(data: bytes, compression: int) -> tuple[bytes, int]:
@@ -312,6 +313,14 @@ class ShardSet:
         assert record.flags & fmt.RECORD_RAW and record.offset <= start
         assert start + length <= record.end
         return self._pread(record, length, record.stored_offset + start - record.offset, nowait)
+
+    def prefetch(self, shard: int, offset: int, length: int) -> None:
+        """Ask the kernel to start reading these stored bytes into the page cache; never waits.
+
+        Advice only: a shard that cannot be opened or advised is left to the read that follows.
+        """
+        with contextlib.suppress(OSError, BundleError):
+            os.posix_fadvise(self._fd(shard), offset, length, os.POSIX_FADV_WILLNEED)
 
     def close(self) -> None:
         """Close every shard. Must not race reads in other threads."""
