@@ -401,10 +401,13 @@ class Bundle:
         *,
         path: str | None = None,
         nowait: bool = False,
-    ) -> bytes:
+        as_buffer: bool = False,
+    ) -> bytes | bytearray:
         """Up to ``size`` bytes of a file from ``offset``; a whole-file read checks the file CRC.
 
         With ``nowait``, raise ``WouldBlock`` rather than wait for the disk (for an event loop).
+        With ``as_buffer``, a read that spans records may come back as the bytearray it was
+        assembled in (the FUSE reply takes any buffer; ``bytes`` would copy it once more).
         """
         if entry.is_dir:
             raise IsADirectory(f"{path or entry.name!r} is a directory")
@@ -416,7 +419,8 @@ class Bundle:
                 raise CorruptDataError("empty file fails its checksum", path=path, bundle=self.path)
             return b""
         try:
-            return self._read_range(entry, offset, end, nowait)
+            out = self._read_range(entry, offset, end, nowait)
+            return out if as_buffer or isinstance(out, bytes) else bytes(out)
         except CorruptDataError as e:
             raise e.with_context(bundle=self.path, path=path or self.path_of(entry.ino)) from None
         except FormatError as e:
@@ -426,30 +430,67 @@ class Bundle:
                 str(e), bundle=self.path, path=path or self.path_of(entry.ino), shard=entry.shard
             ) from None
 
-    def _read_range(self, entry: fmt.Entry, offset: int, end: int, nowait: bool) -> bytes:
+    def _read_range(
+        self, entry: fmt.Entry, offset: int, end: int, nowait: bool
+    ) -> bytes | bytearray:
+        """The file's bytes ``offset … end``: bytes within one record, else a bytearray filled in
+        place, record by record (no pieces to join, and whole raw records read straight in)."""
         whole = offset == 0 and end == entry.size
         pos, stop = entry.offset + offset, entry.offset + end
-        pieces = []
-        while pos < stop:
-            record = self._index.record_at(entry.shard, pos)
-            take = min(stop, record.end) - pos
-            data = None
-            if whole and record.flags & fmt.RECORD_RAW:
-                data = self.cache.get((record.shard, record.offset))
-                if data is None:
-                    # A whole-file read is checked by the file CRC, so a raw record's slice can be
-                    # read directly instead of the whole record (4.6 KB: ~9 µs, not ~124 µs).
-                    pieces.append(self._shards.read_raw(record, pos, take, nowait=nowait))
-            if data is None and not (whole and record.flags & fmt.RECORD_RAW):
-                data = self._load(record, nowait)
-            if data is not None:
-                start = pos - record.offset
-                pieces.append(data[start : start + take])
-            pos += take
-        out = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        record = self._index.record_at(entry.shard, pos)
+        if stop <= record.end:
+            out: bytes | bytearray = self._record_slice(record, pos, stop - pos, whole, nowait)
+        else:
+            # The last byte must be backed by a record before its buffer is allocated: a forged
+            # size would otherwise ask for a terabyte.
+            self._index.record_at(entry.shard, stop - 1)
+            out = bytearray(stop - pos)
+            view = memoryview(out)
+            at = 0
+            while True:
+                take = min(stop, record.end) - pos
+                self._fill(view[at : at + take], record, pos, whole, nowait)
+                pos += take
+                at += take
+                if pos >= stop:
+                    break
+                record = self._index.record_at(entry.shard, pos)
         if whole and crc32c(out) != entry.crc32c:
             raise CorruptDataError("file content fails its checksum", shard=entry.shard)
         return out
+
+    def _record_slice(
+        self, record: fmt.Record, pos: int, take: int, whole: bool, nowait: bool
+    ) -> bytes:
+        """``take`` stream bytes from ``pos``, all inside ``record``."""
+        if whole and record.flags & fmt.RECORD_RAW:
+            data = self.cache.get((record.shard, record.offset))
+            if data is None:
+                # A whole-file read is checked by the file CRC, so a raw record's slice can be
+                # read directly instead of the whole record (4.6 KB: ~9 µs, not ~124 µs).
+                return self._shards.read_raw(record, pos, take, nowait=nowait)
+        else:
+            data = self._load(record, nowait)
+        start = pos - record.offset
+        return data[start : start + take]  # the record itself when it is all of it: no copy
+
+    def _fill(
+        self, view: memoryview, record: fmt.Record, pos: int, whole: bool, nowait: bool
+    ) -> None:
+        """Fill ``view`` with the stream bytes from ``pos``, all inside ``record``."""
+        covered = pos == record.offset and len(view) == record.length
+        if (
+            record.flags & fmt.RECORD_RAW
+            and (whole or covered)
+            and (record.shard, record.offset) not in self.cache
+        ):
+            # Straight into the reply, checked by the file's CRC (whole) or the record's own, and
+            # not cached: a read that covers whole records is a large sequential one, which the
+            # kernel's page cache keeps. Measured on a cold 64 MiB file through the mount (dd,
+            # 1 MiB READs): 45,000 -> 23,000 page faults in the daemon, 249-268 -> 491 MB/s.
+            self._shards.read_raw_into(record, pos, view, nowait=nowait, check_record=not whole)
+            return
+        view[:] = self._record_slice(record, pos, len(view), whole, nowait)
 
     # -- the path level ----------------------------------------------------------------------------
 

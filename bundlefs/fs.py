@@ -323,22 +323,25 @@ class BundleOperations(pyfuse3.Operations):
     async def read(self, fh, off, size):
         entry = self.bundle.entry(fh)
         if self._offload is None:
-            return self.bundle.read_at(entry, off, size)
+            return self.bundle.read_at(entry, off, size, as_buffer=True)
         try:
             # Cached records and page-cached bytes are served inline: a thread hop costs more.
-            return self.bundle.read_at(entry, off, size, nowait=True)
+            return self.bundle.read_at(entry, off, size, nowait=True, as_buffer=True)
         except WouldBlock:
             pass
         if not self._loads_in_flight and self._kernel_queue_empty():
             # Nothing else to serve meanwhile: wait for the disk here, without the hop.
-            return self.bundle.read_at(entry, off, size)
+            return self.bundle.read_at(entry, off, size, as_buffer=True)
         # A real disk read: in worker threads, pread + CRC + lz4 (which release the GIL) overlap
         # with each other and with the requests the event loop keeps answering.
         self._loads_in_flight += 1
         try:
-            return await self._offload.run(self.bundle.read_at, entry, off, size)
+            return await self._offload.run(self._read_buffer, entry, off, size)
         finally:
             self._loads_in_flight -= 1
+
+    def _read_buffer(self, entry: fmt.Entry, off: int, size: int) -> bytes | bytearray:
+        return self.bundle.read_at(entry, off, size, as_buffer=True)
 
     def _kernel_queue_empty(self) -> bool:
         """Whether no request waits in /dev/fuse (always False where we cannot tell)."""

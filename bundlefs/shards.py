@@ -322,6 +322,52 @@ class ShardSet:
         with contextlib.suppress(OSError, BundleError):
             os.posix_fadvise(self._fd(shard), offset, length, os.POSIX_FADV_WILLNEED)
 
+    def read_raw_into(
+        self,
+        record: fmt.Record,
+        start: int,
+        view: memoryview,
+        *,
+        nowait: bool = False,
+        check_record: bool = True,
+    ) -> None:
+        """Read stream bytes ``start … start+len(view)`` of a RAW record into ``view``.
+
+        With ``check_record`` the view must hold the whole record, and its CRC is checked;
+        without, the caller verifies the bytes itself (a whole-file read checks the file CRC).
+        """
+        assert record.flags & fmt.RECORD_RAW and record.offset <= start
+        assert start + len(view) <= record.end
+        assert not check_record or (start == record.offset and len(view) == record.length)
+        offset = record.stored_offset + start - record.offset
+        try:
+            fd = self._fd(record.shard)
+            got = os.preadv(fd, [view], offset, os.RWF_NOWAIT if nowait else 0)
+        except BlockingIOError:
+            raise WouldBlock from None
+        except OSError as e:
+            if nowait and e.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise WouldBlock from None
+            raise CorruptDataError(
+                f"read error: {e.strerror}", shard=record.shard, record=record.offset
+            ) from None
+        except OverflowError:  # an offset past what off_t holds: only a forged index says that
+            raise CorruptDataError(
+                "record lies past any file offset", shard=record.shard, record=record.offset
+            ) from None
+        if got != len(view):
+            if nowait:
+                raise WouldBlock  # partly cached, or short: the blocking read decides which
+            raise CorruptDataError(
+                "shard is shorter than its index says (truncated?)",
+                shard=record.shard,
+                record=record.offset,
+            )
+        if check_record and crc32c(view) != record.crc32c:
+            raise CorruptDataError(
+                "record fails its checksum", shard=record.shard, record=record.offset
+            )
+
     def close(self) -> None:
         """Close every shard. Must not race reads in other threads."""
         with self._lock:

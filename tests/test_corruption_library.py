@@ -121,6 +121,22 @@ def test_flipped_byte_in_a_raw_record_is_caught(raw_bundle, copy_bundle, whole: 
                 f.read(100)
 
 
+@pytest.mark.parametrize("damaged", [0, 1], ids=["first-record", "second-record"])
+def test_a_read_of_whole_raw_records_checks_each_record(raw_bundle, copy_bundle, damaged) -> None:
+    # A range read that covers whole RAW records reads them straight into its buffer, uncached:
+    # each record's own CRC must still catch damage, and the bystander's bytes stay right.
+    bundle = copy_bundle(raw_bundle)
+    record = _record_of(bundle, "a-victim", damaged * RECORD)
+    flip_byte(bundle / SHARD, record.stored_offset + 7)
+    with Bundle(bundle) as b:
+        entry = b.resolve("a-victim")
+        with pytest.raises(CorruptDataError, match="a-victim"):
+            b.read_at(entry, 0, 2 * RECORD - 1)  # not the whole file: the record CRCs decide
+        bystander = b.resolve("b-bystander")
+        assert b.read_at(bystander, 0, 2 * RECORD - 1) == SPEC["b-bystander"][: 2 * RECORD - 1]
+        assert b.cache.stats().entries <= 2  # the covered records were not cached
+
+
 def test_flipped_byte_in_padding_harms_nothing(lz4_bundle, copy_bundle) -> None:
     bundle = copy_bundle(lz4_bundle)
     record = _record_of(bundle, "c-last")
