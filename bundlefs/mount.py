@@ -44,6 +44,7 @@ _IGNORED_OPTIONS = {
 }  # fmt: skip
 
 
+# -o options that take a text value (the numeric ones are parsed below).
 _TEXT_OPTIONS = ("cache_size", "owner", "log_file", "open_mode", "index_resident")
 
 
@@ -153,9 +154,7 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
                 continue
             if key == "allow_other":
                 values["allow_other"] = True
-            elif (
-                key in ("cache_size", "owner", "log_file", "open_mode", "index_resident") and value
-            ):
+            elif key in _TEXT_OPTIONS and value:
                 values[key] = value
             elif key in ("uid", "gid", "read_ahead_kb") and value.isdigit():
                 values[key] = int(value)
@@ -472,9 +471,8 @@ def _hold_index_resident(bundle: Bundle) -> None:
     except (OSError, BundleError) as e:
         log.info("index not held in memory: %s", e)
         return
-    log.info(
-        "index held in memory: %s bytes in %.0f ms", f"{size:,}", (time.monotonic() - started) * 1e3
-    )
+    elapsed_ms = (time.monotonic() - started) * 1e3
+    log.info("index held in memory: %s bytes in %.0f ms", f"{size:,}", elapsed_ms)
 
 
 def _return_freed_buffers_to_the_os() -> None:

@@ -330,3 +330,40 @@ def test_index_resident_zero_leaves_the_index_to_lmdb(mount_bundle, tools_bundle
     assert (m.mountpoint / "hello.txt").read_bytes() == SAMPLE_SPEC["hello.txt"]
     assert "index held in memory" not in m.log_text()
     assert _index_mappings(m.pid) == 1
+
+
+# -- the options, as the command line and fstab give them ------------------------------------------
+
+
+def _options(*argv: str):
+    import argparse
+
+    from bundlefs.mount import add_mount_arguments, options_from_args
+
+    parser = argparse.ArgumentParser()
+    add_mount_arguments(parser)
+    return options_from_args(parser.parse_args([*argv, "b.bundle", "mnt"]))
+
+
+def test_open_mode_and_index_resident_defaults():
+    from bundlefs.mount import DEFAULT_INDEX_RESIDENT
+
+    options = _options()
+    assert (options.open_mode, options.index_resident, options.prefetch) == (
+        "auto",
+        DEFAULT_INDEX_RESIDENT,
+        True,
+    )
+
+
+def test_open_mode_and_index_resident_come_from_flags_and_fstab_options():
+    assert _options("--open-mode", "open", "--index-resident", "1GiB").index_resident == 1 << 30
+    options = _options("-o", "ro,open_mode=no-open,index_resident=0", "--no-prefetch")
+    assert (options.open_mode, options.index_resident, options.prefetch) == ("no-open", 0, False)
+
+
+def test_an_unknown_open_mode_option_is_refused():
+    from bundlefs.mount import MountError
+
+    with pytest.raises(MountError, match="open_mode= takes"):
+        _options("-o", "open_mode=sometimes")
