@@ -14,6 +14,7 @@ import functools
 import os
 import threading
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import Executor, Future
 
 import lz4.block
@@ -202,13 +203,15 @@ class WouldBlock(Exception):
     """A read asked not to wait would have had to wait for the disk (data not in page cache)."""
 
 
-def _pread_cached(fd: int, length: int, offset: int) -> bytes:
-    """pread that only succeeds from the page cache (RWF_NOWAIT), else raises WouldBlock.
+def _preadv(fd: int, buffer: bytearray | memoryview, offset: int, nowait: bool) -> int:
+    """preadv into ``buffer``; with ``nowait``, only from the page cache (RWF_NOWAIT): a read
+    that would wait for the disk raises WouldBlock instead.
 
     The mount's event loop reads cached data inline (~10 µs) and sends only real disk reads to a
     worker thread (a thread hop alone costs ~200 µs).
     """
-    buffer = bytearray(length)
+    if not nowait:
+        return os.preadv(fd, [buffer], offset)
     try:
         got = os.preadv(fd, [buffer], offset, os.RWF_NOWAIT)
     except BlockingIOError:
@@ -217,9 +220,32 @@ def _pread_cached(fd: int, length: int, offset: int) -> bytes:
         if e.errno in (errno.EOPNOTSUPP, errno.EINVAL):  # a file system without RWF_NOWAIT
             raise WouldBlock from None
         raise
-    if got != length:
+    if got != len(buffer):
         raise WouldBlock  # partly cached, or short: the blocking read decides which
-    return bytes(buffer)
+    return got
+
+
+@contextlib.contextmanager
+def _read_errors(record: fmt.Record) -> Iterator[None]:
+    """Turn a failed shard read into the CorruptDataError of the record it was for."""
+    try:
+        yield
+    except OSError as e:
+        raise CorruptDataError(
+            f"read error: {e.strerror}", shard=record.shard, record=record.offset
+        ) from None
+    except OverflowError:  # an offset past what off_t holds: only a forged index says that
+        raise CorruptDataError(
+            "record lies past any file offset", shard=record.shard, record=record.offset
+        ) from None
+
+
+def _truncated(record: fmt.Record) -> CorruptDataError:
+    return CorruptDataError(
+        "shard is shorter than its index says (truncated?)",
+        shard=record.shard,
+        record=record.offset,
+    )
 
 
 class ShardSet:
@@ -268,25 +294,16 @@ class ShardSet:
         return fd
 
     def _pread(self, record: fmt.Record, length: int, offset: int, nowait: bool = False) -> bytes:
-        try:
+        with _read_errors(record):
+            fd = self._fd(record.shard)
             if nowait:
-                data = _pread_cached(self._fd(record.shard), length, offset)
+                buffer = bytearray(length)
+                _preadv(fd, buffer, offset, nowait=True)
+                data = bytes(buffer)
             else:
-                data = os.pread(self._fd(record.shard), length, offset)
-        except OSError as e:
-            raise CorruptDataError(
-                f"read error: {e.strerror}", shard=record.shard, record=record.offset
-            ) from None
-        except OverflowError:  # an offset past what off_t holds: only a forged index says that
-            raise CorruptDataError(
-                "record lies past any file offset", shard=record.shard, record=record.offset
-            ) from None
+                data = os.pread(fd, length, offset)
         if len(data) != length:
-            raise CorruptDataError(
-                "shard is shorter than its index says (truncated?)",
-                shard=record.shard,
-                record=record.offset,
-            )
+            raise _truncated(record)
         return data
 
     def load(self, record: fmt.Record, *, nowait: bool = False) -> bytes:
@@ -340,29 +357,10 @@ class ShardSet:
         assert start + len(view) <= record.end
         assert not check_record or (start == record.offset and len(view) == record.length)
         offset = record.stored_offset + start - record.offset
-        try:
-            fd = self._fd(record.shard)
-            got = os.preadv(fd, [view], offset, os.RWF_NOWAIT if nowait else 0)
-        except BlockingIOError:
-            raise WouldBlock from None
-        except OSError as e:
-            if nowait and e.errno in (errno.EOPNOTSUPP, errno.EINVAL):
-                raise WouldBlock from None
-            raise CorruptDataError(
-                f"read error: {e.strerror}", shard=record.shard, record=record.offset
-            ) from None
-        except OverflowError:  # an offset past what off_t holds: only a forged index says that
-            raise CorruptDataError(
-                "record lies past any file offset", shard=record.shard, record=record.offset
-            ) from None
+        with _read_errors(record):
+            got = _preadv(self._fd(record.shard), view, offset, nowait)
         if got != len(view):
-            if nowait:
-                raise WouldBlock  # partly cached, or short: the blocking read decides which
-            raise CorruptDataError(
-                "shard is shorter than its index says (truncated?)",
-                shard=record.shard,
-                record=record.offset,
-            )
+            raise _truncated(record)
         if check_record and crc32c(view) != record.crc32c:
             raise CorruptDataError(
                 "record fails its checksum", shard=record.shard, record=record.offset
