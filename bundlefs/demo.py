@@ -154,6 +154,8 @@ def step_mount(d: Demo) -> None:
         run("find", d.mountpoint, "-maxdepth", "2", "-type", "d")
         run("diff", "-r", "--no-dereference", d.src, d.mountpoint)
         print("(no differences: the mounted bundle is identical to the source)")
+        # The daemon's side: which open path serves, and the requests the reads above cost it.
+        run("bundlefs", "info", d.mountpoint)
     finally:
         run("bundlefs", "umount", d.mountpoint)
 
