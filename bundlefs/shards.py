@@ -21,7 +21,13 @@ import lz4.block
 
 from . import format as fmt
 from .checksum import crc32c
-from .errors import BundleClosedError, BundleError, CorruptDataError, FormatError
+from .errors import (
+    BundleClosedError,
+    BundleError,
+    CorruptDataError,
+    FormatError,
+    UnsupportedVersionError,
+)
 
 
 def encode_record_payload(data: bytes, compression: int) -> tuple[bytes, int]:
@@ -288,7 +294,9 @@ class ShardSet:
             fmt.check_shard_header(
                 os.pread(fd, fmt.SHARD_HEADER_SIZE, 0), shard, self._marker.bundle_id
             )
-        except FormatError as e:
+        except (FormatError, UnsupportedVersionError) as e:
+            # The bundle opened, so a header that disagrees with it is damage to this shard
+            # (found by make fuzz: a flipped version byte aborted extract mid-file).
             os.close(fd)
             raise CorruptDataError(str(e), shard=shard) from None
         return fd

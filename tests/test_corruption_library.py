@@ -137,6 +137,17 @@ def test_a_read_of_whole_raw_records_checks_each_record(raw_bundle, copy_bundle,
         assert b.cache.stats().entries <= 2  # the covered records were not cached
 
 
+def test_a_shard_header_with_another_version_is_damage_not_a_version_error(
+    lz4_bundle, copy_bundle
+) -> None:
+    # The bundle opened, so a shard header that disagrees with it is damage to that shard: a
+    # CorruptDataError per file (which extract and the mount handle per file), found by make fuzz.
+    bundle = copy_bundle(lz4_bundle)
+    flip_byte(bundle / SHARD, 8)
+    with Bundle(bundle) as b, pytest.raises(CorruptDataError, match="a-victim"):
+        b.read("a-victim")
+
+
 def test_flipped_byte_in_padding_harms_nothing(lz4_bundle, copy_bundle) -> None:
     bundle = copy_bundle(lz4_bundle)
     record = _record_of(bundle, "c-last")
