@@ -468,4 +468,8 @@ Caveats when reading the figures:
   in pack throughput. The full-scale run (`make bench`) is the reference for those targets.
 - squashfuse_ll runs multi-threaded (libfuse's default); ratarmount and bundlefs serve FUSE from one
   Python thread, with whatever offloading they do themselves.
+- "Dropped caches" drops what no process maps. bundlefs holds its index mapped after a mount is
+  ready (`--index-resident`, on by default up to 256 MiB), so its cold passes start with the index
+  in memory, as on a machine that mounts and then reads; its data is cold like everyone's. The
+  mapped index also counts in its peak RSS.
 """
