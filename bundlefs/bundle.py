@@ -110,6 +110,7 @@ def _as_bytes(path: Path) -> tuple[bytes, bool]:
 
 
 _DIRECTORY_CACHE = 4096  # decoded directory entries held (~0.3 KB each)
+_RESOLVED_PATHS = 16_384  # whole paths → entries held by the path API (~0.3 KB each)
 
 
 class Bundle:
@@ -138,6 +139,7 @@ class Bundle:
         # Decoded directory entries: every path resolution and every FUSE request on a directory
         # decodes its directories again otherwise (~7 µs each). Bounded; emptied when full.
         self._directories: dict[int, fmt.Entry] = {}
+        self._resolved: dict[tuple[bytes, bool], fmt.Entry] = {}
         self._inflight: dict[tuple[int, int], threading.Event] = {}
         self._inflight_lock = threading.Lock()
         self._name_cache_limit = name_cache
@@ -155,6 +157,7 @@ class Bundle:
         self._shards.close()
         self._index.close()
         self.cache.clear()
+        self._resolved.clear()  # a closed bundle resolves nothing (BundleClosedError)
 
     # -- facts about the bundle --------------------------------------------------------------------
 
@@ -497,7 +500,22 @@ class Bundle:
     def resolve(self, path: Path, *, follow_symlinks: bool = True) -> fmt.Entry:
         """The entry at ``path`` (relative to the bundle root; a leading ``/`` is allowed)."""
         raw, _ = _as_bytes(path)
-        return self._resolve(raw, follow_symlinks, 0)
+        return self._resolve_cached(raw, follow_symlinks)
+
+    def _resolve_cached(self, raw: bytes, follow_last: bool) -> fmt.Entry:
+        """``_resolve`` through a bounded cache of whole paths (the bundle never changes).
+
+        Programs read the same paths again (training epochs, repeated lookups): a hit costs
+        ~0.3 µs where resolving a two-level path costs 10-12 µs. Emptied when full.
+        """
+        key = (raw, follow_last)
+        entry = self._resolved.get(key)
+        if entry is None:
+            entry = self._resolve(raw, follow_last, 0)
+            if len(self._resolved) >= _RESOLVED_PATHS:
+                self._resolved.clear()
+            self._resolved[key] = entry
+        return entry
 
     def _resolve(self, raw: bytes, follow_last: bool, hops: int) -> fmt.Entry:
         parts = [p for p in raw.split(b"/") if p and p != b"."]
@@ -574,14 +592,14 @@ class Bundle:
 
     def readlink(self, path: Path) -> str | bytes:
         raw, text = _as_bytes(path)
-        entry = self._resolve(raw, False, 0)
+        entry = self._resolve_cached(raw, False)
         if not entry.is_symlink:
             raise NotASymlink(f"{os.fsdecode(raw)!r} is not a symbolic link")
         return os.fsdecode(entry.symlink) if text else entry.symlink
 
     def scandir(self, path: Path = "") -> Iterator[BundleDirEntry]:
         raw, text = _as_bytes(path)
-        directory = self._resolve(raw, True, 0)
+        directory = self._resolve_cached(raw, True)
         if not directory.is_dir:
             raise NotADirectory(f"{os.fsdecode(raw)!r} is not a directory")
         prefix = raw.rstrip(b"/")
@@ -641,14 +659,14 @@ class Bundle:
 
     def read(self, path: Path) -> bytes:
         raw, _ = _as_bytes(path)
-        entry = self._resolve(raw, True, 0)
+        entry = self._resolve_cached(raw, True)
         return self.read_at(entry, 0, entry.size, path=os.fsdecode(raw))
 
     def open(self, path: Path, mode: str = "rb") -> BundleFile:
         if mode not in ("r", "rb"):
             raise ValueError("bundles are read-only: open() takes mode 'rb' only")
         raw, _ = _as_bytes(path)
-        entry = self._resolve(raw, True, 0)
+        entry = self._resolve_cached(raw, True)
         if entry.is_dir:
             raise IsADirectory(f"{os.fsdecode(raw)!r} is a directory")
         return BundleFile(self, entry, os.fsdecode(raw))

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import FIXED_MTIME_NS, SAMPLE_FILES, SAMPLE_RECORD_SIZE, source_paths
+from conftest import FIXED_MTIME_NS, SAMPLE_FILES, SAMPLE_RECORD_SIZE, Symlink, source_paths
 
 from bundlefs import Bundle, EntryNotFound, IsADirectory, NotADirectory
 from bundlefs import bundle as bundle_module
@@ -528,6 +528,27 @@ def test_decoded_directories_held_stay_bounded_and_paths_still_resolve(
             for i in range(8):
                 assert b.read(f"d{i}/sub/f") == f"file {i}".encode()
                 assert len(b._directories) <= 3
+
+
+def test_resolved_paths_held_stay_bounded_and_follow_symlinks_as_asked(
+    pack_tree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bundle_module, "_RESOLVED_PATHS", 4)
+    spec = {f"f{i}": f"file {i}".encode() for i in range(10)}
+    spec["link"] = Symlink("f3")
+    with Bundle(pack_tree(spec)) as b:
+        for _ in range(2):  # the second pass meets a cache emptied and refilled
+            for i in range(10):
+                assert b.read(f"f{i}") == f"file {i}".encode()
+                assert len(b._resolved) <= 4
+        # The same path, followed and not: two answers, each cached under its own key.
+        assert b.stat("link").st_size == len(b"file 3")
+        assert b.lstat("link").st_mode & 0o170000 == 0o120000
+        assert b.stat("link").st_size == len(b"file 3")
+        with pytest.raises(EntryNotFound):
+            b.read("missing")  # misses are not cached, and not mistaken for hits
+        with pytest.raises(EntryNotFound):
+            b.read("missing")
 
 
 def test_lookups_without_name_tables_find_every_name_and_hold_nothing(pack_tree) -> None:

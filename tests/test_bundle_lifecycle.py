@@ -17,9 +17,12 @@ def test_using_a_closed_bundle_raises_bundle_closed_error(pack_tree):
     bundle = pack_tree({"a.txt": b"a" * 100})
     b = bundlefs.Bundle(bundle)
     entry = b.resolve("a.txt")
+    assert b.read("a.txt") == b"a" * 100  # the path is now resolved and held
     b.close()
     with pytest.raises(BundleClosedError):
         b.read("a.txt")
+    with pytest.raises(BundleClosedError):
+        b.stat("a.txt")
     with pytest.raises(BundleClosedError):
         b.read_at(entry, 0, 10)
 
