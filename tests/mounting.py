@@ -71,6 +71,16 @@ def _daemon_env(notify: str, python_path: tuple[str, ...] = ()) -> dict[str, str
     return env
 
 
+def wait_until(predicate, timeout: float = 10.0) -> bool:
+    """Poll ``predicate`` until it holds or ``timeout`` seconds pass; its last answer."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
 def is_mounted(path: os.PathLike | str) -> bool:
     target = os.path.abspath(path)
     with open("/proc/mounts") as f:

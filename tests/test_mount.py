@@ -16,7 +16,6 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,7 @@ from conftest import (
     flip_byte,
     pseudo_random_bytes,
 )
-from mounting import is_mounted
+from mounting import is_mounted, wait_until
 
 import bundlefs
 from bundlefs import format as fmt
@@ -39,15 +38,6 @@ BUNDLEFS = [sys.executable, "-m", "bundlefs"]
 
 def run(*command: str, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, timeout=120, **kwargs)
-
-
-def wait_until(predicate, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 # -- the tree as tools see it ----------------------------------------------------------------------
@@ -395,9 +385,11 @@ trap 'umount {mnt}' EXIT
 cmp {mnt}/dir/a.txt {sample_tree}/dir/a.txt
 grep -q " {mnt} fuse.bundlefs " /proc/mounts
 """
+    host_bin = sorted(os.listdir("/usr/local/bin"))
     result = run("unshare", "-m", "--propagation", "private", "sh", "-c", script)
     assert result.returncode == 0, result.stderr
     assert not is_mounted(mnt)
+    assert sorted(os.listdir("/usr/local/bin")) == host_bin  # the host never saw the bind
 
 
 @pytest.mark.parametrize(

@@ -318,7 +318,7 @@ def _index_mappings(pid: int) -> int:
 
 
 def test_the_index_is_held_in_memory_after_ready(mount_bundle, tools_bundle):
-    from test_mount import wait_until
+    from mounting import wait_until
 
     m = mount_bundle(tools_bundle)
     assert wait_until(lambda: "index held in memory" in m.log_text())
