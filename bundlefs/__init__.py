@@ -5,8 +5,7 @@
 mount never needs (every millisecond of import is a millisecond before a mount is ready).
 """
 
-from .bundle import Bundle, BundleFile, BundleStat
-from .errors import (
+from bundlefs.errors import (
     BundleError,
     CorruptDataError,
     EntryNotFound,
@@ -18,13 +17,14 @@ from .errors import (
     PackError,
     UnsupportedVersionError,
 )
+from bundlefs.read.bundle import Bundle, BundleFile, BundleStat
 
 __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> object:
     if name in ("pack", "PackOptions"):
-        from . import packer
+        from bundlefs.packing import packer
 
         return getattr(packer, name)
     raise AttributeError(f"module 'bundlefs' has no attribute {name!r}")

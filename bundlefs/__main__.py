@@ -1,5 +1,5 @@
 """``python -m bundlefs``: the same CLI as the ``bundlefs`` console script."""
 
-from bundlefs.cli import main
+from bundlefs.cli.main import main
 
 raise SystemExit(main())

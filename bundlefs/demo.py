@@ -107,7 +107,7 @@ def run(*argv: str) -> subprocess.CompletedProcess:
 
 
 def step_build(d: Demo) -> None:
-    from .mount import is_mountpoint
+    from bundlefs.mount.table import is_mountpoint
 
     if is_mountpoint(d.mountpoint):  # left by an interrupted earlier demo
         run("bundlefs", "umount", "--lazy", d.mountpoint)

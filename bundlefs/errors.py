@@ -96,3 +96,22 @@ class NotASymlink(BundleError):
 
 class PackError(BundleError):
     """Packing failed: the source could not be read, or the destination is in the way."""
+
+
+class ExtractError(BundleError):
+    """Extraction cannot proceed: DEST is in the way, or a PATH is unsafe or missing."""
+
+
+class MountError(BundleError):
+    """The file system could not be mounted or unmounted; the message says why in one sentence."""
+
+
+class SizeError(BundleError, ValueError):
+    """A size that cannot be parsed."""
+
+
+class WouldBlock(Exception):
+    """A read asked not to wait would have had to wait for the disk (data not in page cache).
+
+    Not a ``BundleError``: nothing is wrong; the caller retries the read where it may block.
+    """

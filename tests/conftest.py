@@ -13,7 +13,6 @@ import contextlib
 import os
 import random
 import shutil
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +20,6 @@ from pathlib import Path
 import pytest
 
 from bundlefs import Bundle, PackOptions, pack
-
-sys.path.insert(0, os.path.dirname(__file__))  # the tests' own helper modules
 
 # =================================================================================================
 # 1. Source trees
@@ -260,7 +257,7 @@ def copy_bundle(tmp_path: Path) -> Callable[[Path], Path]:
 # Each mount is a daemon subprocess (see tests/mounting.py); every one is unmounted in ``finally``
 # and its log must be free of unexpected warnings.
 
-from mounting import Mount, mounted, sweep_stale_mounts  # noqa: E402
+from tests.mounting import Mount, mounted, sweep_stale_mounts  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)

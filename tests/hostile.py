@@ -37,8 +37,8 @@ from pathlib import Path
 
 import lmdb
 
-from bundlefs import format as fmt
-from bundlefs.checksum import crc32c
+from bundlefs.core import format as fmt
+from bundlefs.core.checksum import crc32c
 
 # --- byte-level damage ----------------------------------------------------------------------------
 
@@ -183,8 +183,8 @@ def _probe(bundle_path: str, source: str, work: str, strict: bool | str, seed: i
     """Read everything every way; returns {"violations": [...], "outcomes": {...}}."""
     from bundlefs import Bundle
     from bundlefs.errors import BundleError, CorruptDataError
-    from bundlefs.extract import extract
-    from bundlefs.verify import verify
+    from bundlefs.read.extract import extract
+    from bundlefs.read.verify import verify
 
     violations: list[str] = []
     outcomes: dict[str, str] = {}
@@ -345,12 +345,12 @@ class Prober:
         self.last_outcomes: dict[str, str] = {}  # what each failing read of the last case raised
 
     def _start(self) -> subprocess.Popen:
-        tests = os.path.dirname(os.path.abspath(__file__))
+        repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         self._stderr_path = self._log_dir / f"worker-{time.monotonic_ns()}.log"
         stderr = open(self._stderr_path, "wb")  # noqa: SIM115 - handed to the worker
         process = subprocess.Popen(
-            [sys.executable, "-c", f"import sys; sys.path.insert(0, {tests!r}); "
-             "import hostile; hostile.worker_main()"],
+            [sys.executable, "-c", "from tests import hostile; hostile.worker_main()"],
+            cwd=repo,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=stderr,

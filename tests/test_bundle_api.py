@@ -13,11 +13,11 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import FIXED_MTIME_NS, SAMPLE_FILES, SAMPLE_RECORD_SIZE, Symlink, source_paths
 
 from bundlefs import Bundle, EntryNotFound, IsADirectory, NotADirectory
-from bundlefs import bundle as bundle_module
 from bundlefs.errors import NotASymlink
+from bundlefs.read import bundle as bundle_module
+from tests.conftest import FIXED_MTIME_NS, SAMPLE_FILES, SAMPLE_RECORD_SIZE, Symlink, source_paths
 
 # --- stat -----------------------------------------------------------------------------------------
 

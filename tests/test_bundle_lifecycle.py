@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import flip_byte, pseudo_random_bytes
 
 import bundlefs
-from bundlefs import format as fmt
-from bundlefs import index as index_module
+from bundlefs.core import format as fmt
 from bundlefs.errors import BundleClosedError, BundleError, CorruptDataError
+from bundlefs.storage import index as index_module
+from tests.conftest import flip_byte, pseudo_random_bytes
 
 
 def test_using_a_closed_bundle_raises_bundle_closed_error(pack_tree):
@@ -30,7 +30,7 @@ def test_using_a_closed_bundle_raises_bundle_closed_error(pack_tree):
 def test_a_failed_open_leaves_no_lmdb_environment_behind(pack_tree, copy_bundle):
     import dataclasses
 
-    from hostile import config_of, config_put, forge
+    from tests.hostile import config_of, config_put, forge
 
     bundle = copy_bundle(pack_tree({"a.txt": b"a"}))
     # A config LMDB can read but the reader refuses: the failure comes after LMDB is open.

@@ -7,10 +7,10 @@ import os
 import re
 
 import pytest
-from trees import ODD_NAME, assert_one_line_error, build_rich_tree, run_cli
 
 import bundlefs
 from bundlefs import Bundle
+from tests.trees import ODD_NAME, assert_one_line_error, build_rich_tree, run_cli
 
 
 @pytest.fixture(scope="module")

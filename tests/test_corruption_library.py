@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import build_tree, flip_byte, pseudo_random_bytes
 
 from bundlefs import (
     Bundle,
@@ -18,7 +17,8 @@ from bundlefs import (
     PackOptions,
     pack,
 )
-from bundlefs import format as fmt
+from bundlefs.core import format as fmt
+from tests.conftest import build_tree, flip_byte, pseudo_random_bytes
 
 RECORD = 4096
 # Sizes are record multiples, so each file has records of its own:

@@ -47,7 +47,7 @@ def dataset(tmp_path_factory) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="module")
 def mounted_dataset(dataset, tmp_path_factory):
-    from mounting import mounted
+    from tests.mounting import mounted
 
     work = tmp_path_factory.mktemp("loaders-mnt")
     with mounted(dataset[1], work / "mnt", log_path=work / "daemon.log") as m:

@@ -5,8 +5,12 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import flip_byte
-from trees import (
+
+from bundlefs import Bundle, EntryNotFound, PackOptions, pack
+from bundlefs.errors import ExtractError
+from bundlefs.read.extract import extract
+from tests.conftest import flip_byte
+from tests.trees import (
     ODD_NAME,
     PRE_1970_NS,
     assert_one_line_error,
@@ -15,9 +19,6 @@ from trees import (
     run_cli,
     snapshot,
 )
-
-from bundlefs import Bundle, EntryNotFound, PackOptions, pack
-from bundlefs.extract import ExtractError, extract
 
 
 @pytest.fixture(scope="module")

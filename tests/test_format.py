@@ -9,8 +9,8 @@ import struct
 
 import pytest
 
-from bundlefs import format as fmt
-from bundlefs.checksum import crc32c
+from bundlefs.core import format as fmt
+from bundlefs.core.checksum import crc32c
 from bundlefs.errors import FormatError, NotABundleError, UnsupportedVersionError
 
 # --- keys and names -------------------------------------------------------------------------------

@@ -25,9 +25,9 @@ import crc32c
 import lmdb
 import lz4.block
 import pytest
-from conftest import SAMPLE_FILES
 
 from bundlefs import pack
+from tests.conftest import SAMPLE_FILES
 
 CONTENT = b"hello, bundle\n"
 MTIME_NS = 1_700_000_000_123_456_789  # 0x17979cfe3d85cd15

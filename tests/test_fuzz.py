@@ -17,13 +17,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLE_FILES, SAMPLE_RECORD_SIZE
-from hostile import Prober, damage, report_line
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bundlefs import PackOptions, pack
-from bundlefs import format as fmt
+from bundlefs.core import format as fmt
+from tests.conftest import SAMPLE_FILES, SAMPLE_RECORD_SIZE
+from tests.hostile import Prober, damage, report_line
 
 EXAMPLES = int(os.environ.get("BUNDLEFS_FUZZ_EXAMPLES", "12"))
 FUZZ = settings(

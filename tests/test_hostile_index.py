@@ -21,8 +21,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLE_FILES, SAMPLE_RECORD_SIZE
-from hostile import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bundlefs import Bundle, PackOptions, pack
+from bundlefs.core import format as fmt
+from bundlefs.errors import FormatError
+from bundlefs.read.verify import verify
+from tests.conftest import SAMPLE_FILES, SAMPLE_RECORD_SIZE
+from tests.hostile import (
     U32,
     Prober,
     config_of,
@@ -36,13 +43,6 @@ from hostile import (
     record_put,
     report_line,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from bundlefs import Bundle, PackOptions, pack
-from bundlefs import format as fmt
-from bundlefs.errors import FormatError
-from bundlefs.verify import verify
 
 EXAMPLES = int(os.environ.get("BUNDLEFS_FUZZ_EXAMPLES", "12"))
 

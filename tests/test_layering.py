@@ -1,4 +1,11 @@
-"""Imports point one way: the library works where pyfuse3 and trio are not even installed."""
+"""Imports point one way, and the folder layout is the architecture (docs/architecture.md).
+
+Layers, bottom first: ``errors`` → ``core`` → ``storage`` → ``read`` | ``packing`` → the public
+face (``bundlefs/__init__.py``) → ``mount`` → ``cli`` → ``demo`` and ``__main__``. A module imports
+only from its own package or from a lower layer; ``read`` and ``packing`` are siblings that never
+import each other.
+The library works where pyfuse3 and trio are not even installed.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,24 @@ import sys
 from pathlib import Path
 
 import pytest
+
+import bundlefs
+
+PACKAGE = Path(bundlefs.__file__).parent
+
+# package (below bundlefs) -> layer; a module may import a package whose layer is lower, or its own.
+LAYERS = {
+    "errors": 0,
+    "core": 1,
+    "storage": 2,
+    "read": 3,
+    "packing": 3,
+    "__init__": 4,  # the library's public face: Bundle, pack, the errors
+    "mount": 5,
+    "cli": 6,
+    "demo": 7,
+    "__main__": 7,
+}
 
 _BLOCK_FUSE = """
 import sys
@@ -20,16 +45,57 @@ sys.meta_path.insert(0, _Blocker())
 """
 
 
+def _modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _package_of(path: Path) -> str:
+    return path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+
+
+def _imports(path: Path) -> list[tuple[str, bool]]:
+    """(module name, at module level) for every import in ``path``."""
+    tree = ast.parse(path.read_text())
+    top_level = set(map(id, tree.body))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, id(node) in top_level) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}: use absolute imports (from bundlefs.x import y)"
+            found.append((node.module or "", id(node) in top_level))
+    return found
+
+
+def _bundlefs_package(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "bundlefs":
+        return None
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_every_module_imports_only_its_own_layer_or_below(path):
+    own = _package_of(path)
+    assert own in LAYERS, f"{path}: add its package to LAYERS and docs/architecture.md"
+    for module, _ in _imports(path):
+        target = _bundlefs_package(module)
+        if target is None or target == own:
+            continue
+        assert LAYERS[target] < LAYERS[own], f"{path.name} ({own}) imports {module}"
+
+
 @pytest.mark.parametrize(
     "module",
     [
         "bundlefs",
-        "bundlefs.bundle",
-        "bundlefs.packer",
-        "bundlefs.verify",
-        "bundlefs.extract",
+        "bundlefs.read.bundle",
+        "bundlefs.read.verify",
+        "bundlefs.read.extract",
+        "bundlefs.packing.packer",
         "bundlefs.cli",
-        "bundlefs.mount",
+        "bundlefs.mount.daemon",
+        "bundlefs.mount.table",
     ],
 )
 def test_the_library_imports_without_pyfuse3_or_trio(module):
@@ -38,30 +104,25 @@ def test_the_library_imports_without_pyfuse3_or_trio(module):
     assert result.returncode == 0, result.stderr
 
 
-def _imported_modules(module) -> set[str]:
-    tree = ast.parse(Path(module.__file__).read_text())
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            names.add(node.module.split(".")[0])
-    return names
+def test_the_format_layer_imports_no_storage_or_compression_library():
+    for path in (PACKAGE / "core").glob("*.py"):
+        if path.name in ("checksum.py",):
+            continue  # the CRC32C binding is what this module wraps
+        names = {module.split(".")[0] for module, _ in _imports(path)}
+        assert not names & {"lmdb", "lz4", "crc32c", "pyfuse3", "trio"}, path.name
 
 
-def test_the_format_module_imports_no_storage_or_compression_library():
-    import bundlefs.format
+def test_only_the_mount_package_imports_pyfuse3_or_trio():
+    for path in _modules():
+        if _package_of(path) == "mount":
+            continue
+        for module, _ in _imports(path):
+            assert module.split(".")[0] not in ("pyfuse3", "trio"), f"{path} imports {module}"
 
-    assert not _imported_modules(bundlefs.format) & {"lmdb", "lz4", "crc32c", "pyfuse3", "trio"}
 
-
-def test_the_reader_core_never_imports_the_fuse_layer():
-    import bundlefs.bundle
-    import bundlefs.index
-    import bundlefs.libc
-    import bundlefs.packer
-    import bundlefs.shards
-
-    modules = (bundlefs.bundle, bundlefs.index, bundlefs.libc, bundlefs.packer, bundlefs.shards)
-    for module in modules:
-        assert not _imported_modules(module) & {"pyfuse3", "trio"}, module.__name__
+def test_only_the_storage_layer_imports_lmdb():
+    for path in _modules():
+        if _package_of(path) == "storage":
+            continue
+        for module, _ in _imports(path):
+            assert module.split(".")[0] != "lmdb", f"{path} imports lmdb"

@@ -19,17 +19,17 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import (
+
+import bundlefs
+from bundlefs.core import format as fmt
+from tests.conftest import (
     SAMPLE_FILES,
     SAMPLE_RECORD_SIZE,
     build_tree,
     flip_byte,
     pseudo_random_bytes,
 )
-from mounting import is_mounted, wait_until
-
-import bundlefs
-from bundlefs import format as fmt
+from tests.mounting import is_mounted, wait_until
 
 pytestmark = pytest.mark.mount
 
@@ -194,7 +194,7 @@ def test_statfs_reports_the_bundle_totals(sample_mount, sample_bundle_path):
 
 
 def test_xattrs_expose_the_stored_checksum(sample_mount):
-    from bundlefs.checksum import crc32c
+    from bundlefs.core.checksum import crc32c
 
     path = sample_mount.mountpoint / "hello.txt"
     assert "user.bundlefs.crc32c" in os.listxattr(path)

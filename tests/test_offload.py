@@ -8,8 +8,8 @@ import threading
 import pytest
 import trio
 
-from bundlefs.libc import ResidentMapping
-from bundlefs.offload import ThreadOffload
+from bundlefs.core.libc import ResidentMapping
+from bundlefs.mount.offload import ThreadOffload
 
 
 @pytest.mark.trio

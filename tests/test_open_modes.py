@@ -20,9 +20,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXED_MTIME_NS, SAMPLE_SPEC, build_tree, pseudo_random_bytes
 
 from bundlefs import PackOptions, pack
+from tests.conftest import FIXED_MTIME_NS, SAMPLE_SPEC, build_tree, pseudo_random_bytes
 
 pytestmark = pytest.mark.mount
 
@@ -89,7 +89,7 @@ def tools_bundle(tools_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 @pytest.fixture(scope="module", params=MODES)
 def tools_mount(request, tools_bundle: Path, tmp_path_factory: pytest.TempPathFactory):
-    from mounting import mounted
+    from tests.mounting import mounted
 
     work = tmp_path_factory.mktemp(f"tools-{request.param}")
     with mounted(
@@ -269,7 +269,7 @@ def test_stock_pyfuse3_falls_back_to_the_open_path(mount_bundle, tools_bundle, t
 
 
 def test_stock_pyfuse3_refuses_a_required_no_open(tools_bundle, tmp_path, stock_pyfuse3):
-    from mounting import _daemon_env
+    from tests.mounting import _daemon_env
 
     mnt = tmp_path / "mnt"
     mnt.mkdir()
@@ -288,10 +288,9 @@ def test_stock_pyfuse3_refuses_a_required_no_open(tools_bundle, tmp_path, stock_
 
 @pytest.mark.parametrize("mode", MODES)
 def test_damaged_data_fails_with_eio_in_both_modes(mode, pack_tree, mount_bundle):
-    from conftest import flip_byte
-
     from bundlefs import Bundle
-    from bundlefs import format as fmt
+    from bundlefs.core import format as fmt
+    from tests.conftest import flip_byte
 
     victim = pseudo_random_bytes(3 * 4096, seed=5, compressible=False)
     bundle = pack_tree({"victim.bin": victim, "fine.txt": b"fine\n" * 100}, record_size=4096)
@@ -318,7 +317,7 @@ def _index_mappings(pid: int) -> int:
 
 
 def test_the_index_is_held_in_memory_after_ready(mount_bundle, tools_bundle):
-    from mounting import wait_until
+    from tests.mounting import wait_until
 
     m = mount_bundle(tools_bundle)
     assert wait_until(lambda: "index held in memory" in m.log_text())
@@ -338,7 +337,7 @@ def test_index_resident_zero_leaves_the_index_to_lmdb(mount_bundle, tools_bundle
 def _options(*argv: str):
     import argparse
 
-    from bundlefs.mount import add_mount_arguments, options_from_args
+    from bundlefs.mount.daemon import add_mount_arguments, options_from_args
 
     parser = argparse.ArgumentParser()
     add_mount_arguments(parser)
@@ -346,7 +345,7 @@ def _options(*argv: str):
 
 
 def test_open_mode_and_index_resident_defaults():
-    from bundlefs.mount import DEFAULT_INDEX_RESIDENT
+    from bundlefs.mount.daemon import DEFAULT_INDEX_RESIDENT
 
     options = _options()
     assert (options.open_mode, options.index_resident, options.prefetch) == (
@@ -363,7 +362,7 @@ def test_open_mode_and_index_resident_come_from_flags_and_fstab_options():
 
 
 def test_an_unknown_open_mode_option_is_refused():
-    from bundlefs.mount import MountError
+    from bundlefs.errors import MountError
 
     with pytest.raises(MountError, match="open_mode= takes"):
         _options("-o", "open_mode=sometimes")

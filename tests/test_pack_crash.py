@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from bundlefs import Bundle, PackOptions, pack
-from bundlefs import format as fmt
+from bundlefs.core import format as fmt
 from bundlefs.errors import NotABundleError, PackError
-from bundlefs.verify import verify
+from bundlefs.read.verify import verify
 
 BUNDLEFS = [sys.executable, "-m", "bundlefs"]
 FILE_SIZE = 12 * 1024

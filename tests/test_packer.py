@@ -10,7 +10,13 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import (
+
+from bundlefs import Bundle, PackError, PackOptions, pack
+from bundlefs.core import format as fmt
+from bundlefs.errors import EntryNotFound
+from bundlefs.storage import shards
+from bundlefs.storage.shards import ShardWriter
+from tests.conftest import (
     FIXED_MTIME_NS,
     HardLink,
     Symlink,
@@ -19,11 +25,6 @@ from conftest import (
     pseudo_random_bytes,
     source_paths,
 )
-
-from bundlefs import Bundle, PackError, PackOptions, pack, shards
-from bundlefs import format as fmt
-from bundlefs.errors import EntryNotFound
-from bundlefs.shards import ShardWriter
 
 MiB = 1024 * 1024
 R = fmt.DEFAULT_RECORD_SIZE

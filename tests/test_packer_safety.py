@@ -19,14 +19,15 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import build_tree
 
-from bundlefs import Bundle, PackOptions, pack, packer
-from bundlefs import format as fmt
+from bundlefs import Bundle, PackOptions, pack
+from bundlefs.core import format as fmt
 from bundlefs.errors import PackError
-from bundlefs.index import IndexWriter
-from bundlefs.packer import partial_dir, remove_stale_partials
-from bundlefs.shards import ShardWriter
+from bundlefs.packing import packer
+from bundlefs.packing.packer import partial_dir, remove_stale_partials
+from bundlefs.storage.index import IndexWriter
+from bundlefs.storage.shards import ShardWriter
+from tests.conftest import build_tree
 
 FORCE = PackOptions(force=True)
 
@@ -65,7 +66,10 @@ def _limit_file_size() -> None:
 
 def _bounded_pack(code: str, prefix: list[str] | None = None) -> dict:
     """Run ``code`` (which prints one JSON line) in a child that may write no file over 32 MiB."""
-    program = "import json, os\nfrom bundlefs import packer, Bundle, PackOptions, pack\n"
+    program = (
+        "import json, os\nfrom bundlefs import Bundle, PackOptions, pack\n"
+        "from bundlefs.packing import packer\n"
+    )
     result = subprocess.run(
         [*(prefix or []), sys.executable, "-c", program + textwrap.dedent(code)],
         capture_output=True,

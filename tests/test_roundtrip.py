@@ -7,11 +7,11 @@ import os
 import stat
 import tempfile
 
-from conftest import HardLink, Symlink, build_tree
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bundlefs import Bundle, PackOptions, pack
+from tests.conftest import HardLink, Symlink, build_tree
 
 SETTINGS = settings(
     derandomize=True,

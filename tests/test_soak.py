@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 import pytest
-from hostile import report_line
 
 from bundlefs import PackOptions, pack
+from tests.hostile import report_line
 
 pytestmark = pytest.mark.mount
 

@@ -7,12 +7,12 @@ import os
 import shutil
 
 import pytest
-from conftest import flip_byte
-from trees import assert_one_line_error, build_rich_tree, run_cli
 
 from bundlefs import NotABundleError, PackOptions, pack
-from bundlefs.format import MARKER_NAME, shard_filename
-from bundlefs.verify import verify
+from bundlefs.core.format import MARKER_NAME, shard_filename
+from bundlefs.read.verify import verify
+from tests.conftest import flip_byte
+from tests.trees import assert_one_line_error, build_rich_tree, run_cli
 
 RECORD = 16 * 1024
 

@@ -18,12 +18,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from . import format as fmt
-from .bundle import Bundle
-from .checksum import crc32c
-from .errors import BundleError, CorruptDataError, FormatError
-from .index import check_index_file, read_marker
-from .shards import ShardSet
+from bundlefs.core import format as fmt
+from bundlefs.core.checksum import crc32c
+from bundlefs.errors import BundleError, CorruptDataError, FormatError
+from bundlefs.read.bundle import Bundle
+from bundlefs.storage.index import check_index_file, read_marker
+from bundlefs.storage.shards import ShardSet
 
 # Files up to this size are read in one piece (Bundle.read_at checks their CRC itself); larger ones
 # are streamed in chunks and their CRC is computed here, so memory stays bounded.

@@ -19,14 +19,15 @@ from concurrent.futures import Executor, Future
 
 import lz4.block
 
-from . import format as fmt
-from .checksum import crc32c
-from .errors import (
+from bundlefs.core import format as fmt
+from bundlefs.core.checksum import crc32c
+from bundlefs.errors import (
     BundleClosedError,
     BundleError,
     CorruptDataError,
     FormatError,
     UnsupportedVersionError,
+    WouldBlock,
 )
 
 
@@ -203,10 +204,6 @@ def write_shard_header(path: str, index: int, bundle_id: bytes) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-class WouldBlock(Exception):
-    """A read asked not to wait would have had to wait for the disk (data not in page cache)."""
 
 
 def _preadv(fd: int, buffer: bytearray | memoryview, offset: int, nowait: bool) -> int:

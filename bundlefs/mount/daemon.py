@@ -24,9 +24,10 @@ import threading
 import time
 from dataclasses import dataclass
 
-from .bundle import DEFAULT_CACHE_SIZE, Bundle
-from .errors import BundleError
-from .units import parse_size
+from bundlefs.core.units import parse_size
+from bundlefs.errors import BundleError, MountError
+from bundlefs.mount.table import is_mountpoint, mount_info, resolved_mount_path
+from bundlefs.read.bundle import DEFAULT_CACHE_SIZE, Bundle
 
 log = logging.getLogger("bundlefs")
 
@@ -46,10 +47,6 @@ _IGNORED_OPTIONS = {
 
 # -o options that take a text value (the numeric ones are parsed below).
 _TEXT_OPTIONS = ("cache_size", "owner", "log_file", "open_mode", "index_resident")
-
-
-class MountError(BundleError):
-    """The file system could not be mounted; the message says why in one sentence."""
 
 
 @dataclass(frozen=True)
@@ -212,70 +209,6 @@ def run_umount(args: argparse.Namespace) -> int:
 # -- mounting ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _MountInfo:
-    device: str  # major:minor
-    fstype: str
-    source: str
-
-
-def _mount_info(path: str) -> _MountInfo | None:
-    """What is mounted on ``path`` (the topmost mount), from /proc/self/mountinfo, or None.
-
-    The table, not ``stat``: touching a dead FUSE daemon's mount fails with ENOTCONN, and a
-    request to a live one could race an unmount and make it fail with EBUSY.
-    """
-    target = _resolved(path)
-    found = None
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            head, _, tail = line.partition(" - ")
-            fields, rest = head.split(), tail.split()
-            if len(fields) > 4 and len(rest) > 1 and _unescape_mount_path(fields[4]) == target:
-                found = _MountInfo(fields[2], rest[0], _unescape_mount_path(rest[1]))
-    return found
-
-
-def is_mountpoint(path: str) -> bool:
-    """Whether something is mounted on ``path``."""
-    return _mount_info(path) is not None
-
-
-def mounted_bundle(path: str) -> str | None:
-    """The bundle served on ``path`` if it is a bundlefs mount point, else None."""
-    info = _mount_info(path)
-    return info.source if info is not None and info.fstype == "fuse.bundlefs" else None
-
-
-def daemon_stats(mountpoint: str) -> dict:
-    """The serving daemon's counters (cache hits, misses, evictions, bytes decompressed, EIOs)."""
-    import json
-
-    from .fs import XATTR_STATS  # a bundlefs mount exists, so the FUSE bindings are installed
-
-    try:
-        return json.loads(os.getxattr(mountpoint, XATTR_STATS))
-    except (OSError, ValueError) as e:
-        raise MountError(f"cannot read the daemon statistics of {mountpoint}: {e}") from None
-
-
-def _resolved(path: str) -> str:
-    """``path`` with its directory's symlinks resolved, as the kernel lists mount points.
-
-    The last component is not looked up: it may be this daemon's own mount root, and a lookup
-    from the event loop would wait for an answer only the event loop can give.
-    """
-    path = os.path.abspath(path)
-    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
-
-
-def _unescape_mount_path(field: str) -> str:
-    # /proc/mounts writes space, tab, newline and backslash as octal escapes.
-    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
-        field = field.replace(code, char)
-    return field
-
-
 def _check_mountpoint(path: str) -> None:
     try:
         st = os.stat(path)
@@ -328,7 +261,7 @@ def mount(options: MountOptions) -> int:
 
     import pyfuse3  # imported here: only the mount needs the FUSE bindings
 
-    from .fs import BundleOperations, MountSettings, no_open_unavailable
+    from bundlefs.mount.operations import BundleOperations, MountSettings, no_open_unavailable
 
     if options.open_mode == "no-open" and (reason := no_open_unavailable()) is not None:
         bundle.close()
@@ -493,7 +426,7 @@ def _return_freed_buffers_to_the_os() -> None:
 def _set_read_ahead(options: MountOptions) -> None:
     """Raise the kernel's read-ahead for this mount (root only): big sequential reads gain ~2.5×."""
     try:
-        info = _mount_info(options.mountpoint)
+        info = mount_info(options.mountpoint)
         if info is None:
             return
         with open(f"/sys/class/bdi/{info.device}/read_ahead_kb", "w") as f:
@@ -522,7 +455,7 @@ def notify_systemd(message: str) -> None:
 
 def unmount(mountpoint: str, *, lazy: bool = False) -> None:
     """Unmount a bundlefs mount, including a stale one whose daemon is gone."""
-    path = _resolved(mountpoint)
+    path = resolved_mount_path(mountpoint)
     if not is_mountpoint(path):
         raise MountError(f"{mountpoint} is not a mount point")
     # Never stat the mount first: a hung daemon would hang us too. A dead daemon's mount is

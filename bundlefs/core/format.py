@@ -11,11 +11,16 @@ import stat as statmod
 import struct
 from dataclasses import dataclass
 
-from .errors import FormatError, NotABundleError, UnsupportedVersionError
+from bundlefs.errors import FormatError, NotABundleError, UnsupportedVersionError
 
 FORMAT_VERSION = 1
 
 MARKER_NAME = "COMPLETE"
+
+# Extended attributes a mount serves (docs/format.md, "Extended attributes").
+XATTR_CRC = b"user.bundlefs.crc32c"
+XATTR_USER_DATA = b"user.bundlefs.user_data"
+XATTR_STATS = b"user.bundlefs.stats"  # on the root only: the daemon's counters as JSON
 INDEX_DIR = "index"
 INDEX_FILE = "data.mdb"
 SHARD_PREFIX = "shard-"

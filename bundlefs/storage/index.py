@@ -15,16 +15,16 @@ from collections.abc import Iterator
 
 import lmdb
 
-from . import format as fmt
-from .checksum import crc32c, file_checksum
-from .errors import (
+from bundlefs.core import format as fmt
+from bundlefs.core.checksum import crc32c, file_checksum
+from bundlefs.core.libc import ResidentMapping
+from bundlefs.errors import (
     BundleClosedError,
     BundleError,
     FormatError,
     IncompleteBundleError,
     NotABundleError,
 )
-from .libc import ResidentMapping
 
 # Open readers, so that a forked child (a DataLoader worker) reopens LMDB instead of using the
 # parent's environment, which must never cross a fork.

@@ -28,27 +28,24 @@ from dataclasses import dataclass
 
 import pyfuse3
 
-from . import format as fmt
-from .bundle import Bundle
-from .errors import (
+from bundlefs.core import format as fmt
+from bundlefs.errors import (
     BundleError,
     CorruptDataError,
     EntryNotFound,
     IsADirectory,
     NotADirectory,
     NotASymlink,
+    WouldBlock,
 )
-from .offload import ThreadOffload
-from .shards import WouldBlock
+from bundlefs.mount.offload import ThreadOffload
+from bundlefs.read.bundle import Bundle
 
 log = logging.getLogger(__name__)
 
 # The bundle is immutable: let the kernel keep entries and attributes (effectively) forever.
 CACHE_TIMEOUT = 365 * 24 * 3600.0
 
-XATTR_CRC = b"user.bundlefs.crc32c"
-XATTR_USER_DATA = b"user.bundlefs.user_data"
-XATTR_STATS = b"user.bundlefs.stats"  # on the root only: the daemon's counters as JSON
 
 _MAX_LOGGED_DAMAGE = 10_000  # distinct damaged records logged; bounded so memory stays bounded
 
@@ -378,11 +375,11 @@ class BundleOperations(pyfuse3.Operations):
     def _xattrs(self, entry: fmt.Entry) -> dict[bytes, bytes]:
         found = {}
         if entry.is_file:
-            found[XATTR_CRC] = f"{entry.crc32c:08x}".encode()
+            found[fmt.XATTR_CRC] = f"{entry.crc32c:08x}".encode()
         if entry.user_data:
-            found[XATTR_USER_DATA] = entry.user_data
+            found[fmt.XATTR_USER_DATA] = entry.user_data
         if entry.ino == fmt.ROOT_INO:
-            found[XATTR_STATS] = json.dumps(self.stats(), sort_keys=True).encode()
+            found[fmt.XATTR_STATS] = json.dumps(self.stats(), sort_keys=True).encode()
         return found
 
     @_handler

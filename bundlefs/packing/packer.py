@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 
 import lmdb
 
-from . import format as fmt
-from .checksum import crc32c
-from .errors import PackError
-from .index import IndexWriter
-from .shards import ShardWriter, write_shard_header
+from bundlefs.core import format as fmt
+from bundlefs.core.checksum import crc32c
+from bundlefs.errors import PackError
+from bundlefs.storage.index import IndexWriter
+from bundlefs.storage.shards import ShardWriter, write_shard_header
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import BundleError
+from bundlefs.errors import SizeError
 
 _UNITS = {
     "": 1, "b": 1,
@@ -14,10 +14,6 @@ _UNITS = {
     "t": 1024**4, "tb": 1000**4, "tib": 1024**4,
 }  # fmt: skip
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
-
-
-class SizeError(BundleError, ValueError):
-    """A size that cannot be parsed."""
 
 
 def parse_size(text: str | int) -> int:

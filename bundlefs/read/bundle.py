@@ -20,19 +20,20 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from . import format as fmt
-from .cache import CacheStats, RecordCache
-from .checksum import crc32c
-from .errors import (
+from bundlefs.core import format as fmt
+from bundlefs.core.checksum import crc32c
+from bundlefs.errors import (
     CorruptDataError,
     EntryNotFound,
     FormatError,
     IsADirectory,
     NotADirectory,
     NotASymlink,
+    WouldBlock,
 )
-from .index import IndexReader
-from .shards import ShardSet, WouldBlock
+from bundlefs.read.cache import CacheStats, RecordCache
+from bundlefs.storage.index import IndexReader
+from bundlefs.storage.shards import ShardSet
 
 DEFAULT_CACHE_SIZE = 256 * 1024 * 1024
 _MAX_SYMLINK_HOPS = 40

@@ -24,17 +24,18 @@ import stat as statmod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from . import format as fmt
-from .bundle import Bundle
-from .errors import BundleError, CorruptDataError, EntryNotFound, NotADirectory
-from .verify import iter_content
+from bundlefs.core import format as fmt
+from bundlefs.errors import (
+    CorruptDataError,
+    EntryNotFound,
+    ExtractError,
+    NotADirectory,
+)
+from bundlefs.read.bundle import Bundle
+from bundlefs.read.verify import iter_content
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-class ExtractError(BundleError):
-    """Extraction cannot proceed: DEST is in the way, or a PATH is unsafe or missing."""
 
 
 @dataclass

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .errors import BundleError
+from bundlefs.errors import BundleError
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_BROKEN_PIPE = 141  # what a shell reports for a writer killed by SIGPIPE
@@ -109,7 +109,7 @@ def _rate(nbytes: int, seconds: float) -> str:
 
 def _size(text: str) -> int:
     """argparse type for sizes such as ``4096``, ``256K``, ``4GiB``."""
-    from .units import parse_size
+    from bundlefs.core.units import parse_size
 
     try:
         return parse_size(text)
@@ -118,7 +118,7 @@ def _size(text: str) -> int:
 
 
 def _open_bundle(path: str):
-    from .bundle import Bundle
+    from bundlefs.read.bundle import Bundle
 
     return Bundle(path)
 
@@ -187,7 +187,7 @@ class _SourceTotals:
 
 
 def _run_pack(args: argparse.Namespace) -> int:
-    from .packer import PackOptions, pack
+    from bundlefs.packing.packer import PackOptions, pack
 
     defaults = PackOptions()
     options = PackOptions(
@@ -244,8 +244,8 @@ def _info_args(p: argparse.ArgumentParser) -> None:
 
 
 def _run_info(args: argparse.Namespace) -> int:
-    from .format import FORMAT_VERSION
-    from .mount import daemon_stats, mounted_bundle
+    from bundlefs.core.format import FORMAT_VERSION
+    from bundlefs.mount.table import daemon_stats, mounted_bundle
 
     daemon = None
     served = mounted_bundle(args.bundle)
@@ -422,8 +422,8 @@ def _cat_args(p: argparse.ArgumentParser) -> None:
 
 
 def _run_cat(args: argparse.Namespace) -> int:
-    from .errors import IsADirectory
-    from .verify import iter_content
+    from bundlefs.errors import IsADirectory
+    from bundlefs.read.verify import iter_content
 
     status = EXIT_OK
     out = sys.stdout.buffer
@@ -466,7 +466,7 @@ def _extract_args(p: argparse.ArgumentParser) -> None:
 
 
 def _run_extract(args: argparse.Namespace) -> int:
-    from .extract import extract
+    from bundlefs.read.extract import extract
 
     started = last = time.monotonic()
 
@@ -508,7 +508,7 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
 
 
 def _run_verify(args: argparse.Namespace) -> int:
-    from .verify import verify
+    from bundlefs.read.verify import verify
 
     def progress(p) -> None:
         elapsed = time.monotonic() - p.started
@@ -601,10 +601,14 @@ COMMANDS: list[Command] = [
     Command("extract", "restore a bundle (or parts) to a directory", _extract_args, _run_extract),
     Command("verify", "check every checksum and structure of a bundle", _verify_args, _run_verify),
     _from_module(
-        "mount", "mount a bundle read-only", "bundlefs.mount", "add_mount_arguments", "run_mount"
+        "mount",
+        "mount a bundle read-only",
+        "bundlefs.mount.daemon",
+        "add_mount_arguments",
+        "run_mount",
     ),
     _from_module(
-        "umount", "unmount a bundle", "bundlefs.mount", "add_umount_arguments", "run_umount"
+        "umount", "unmount a bundle", "bundlefs.mount.daemon", "add_umount_arguments", "run_umount"
     ),
 ]
 
@@ -618,7 +622,7 @@ def _mount_helper_form(argv: list[str]) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from bundlefs import __version__
 
     parser = argparse.ArgumentParser(
         prog=_PROG,

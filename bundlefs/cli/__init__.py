@@ -1,0 +1,3 @@
+from bundlefs.cli.main import main
+
+__all__ = ["main"]

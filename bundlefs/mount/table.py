@@ -1,0 +1,80 @@
+"""The kernel's mount table: what is mounted where, read from /proc/self/mountinfo.
+
+One parser for the CLI (``info MNT``, ``umount``), the daemon (busy mount points), the tests and
+the benchmarks. Reading the table never touches the mount itself, so it cannot hang on a dead or
+busy daemon, and it imports no FUSE binding.
+May import: the standard library, ``bundlefs.errors``, ``bundlefs.core``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from bundlefs.errors import MountError
+
+BUNDLEFS_FSTYPE = "fuse.bundlefs"
+
+
+@dataclass(frozen=True)
+class MountInfo:
+    device: str  # major:minor
+    fstype: str
+    source: str
+
+
+def mount_info(path: str) -> MountInfo | None:
+    """What is mounted on ``path`` (the topmost mount), from /proc/self/mountinfo, or None.
+
+    The table, not ``stat``: touching a dead FUSE daemon's mount fails with ENOTCONN, and a
+    request to a live one could race an unmount and make it fail with EBUSY.
+    """
+    target = resolved_mount_path(path)
+    found = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            head, _, tail = line.partition(" - ")
+            fields, rest = head.split(), tail.split()
+            if len(fields) > 4 and len(rest) > 1 and unescape_mount_field(fields[4]) == target:
+                found = MountInfo(fields[2], rest[0], unescape_mount_field(rest[1]))
+    return found
+
+
+def is_mountpoint(path: str) -> bool:
+    """Whether something is mounted on ``path``."""
+    return mount_info(path) is not None
+
+
+def mounted_bundle(path: str) -> str | None:
+    """The bundle served on ``path`` if it is a bundlefs mount point, else None."""
+    info = mount_info(path)
+    return info.source if info is not None and info.fstype == BUNDLEFS_FSTYPE else None
+
+
+def daemon_stats(mountpoint: str) -> dict:
+    """The serving daemon's counters (cache hits, misses, evictions, bytes decompressed, EIOs).
+
+    An xattr of the mount root: reading it needs no FUSE binding in this process.
+    """
+    try:
+        return json.loads(os.getxattr(mountpoint, XATTR_STATS))
+    except (OSError, ValueError) as e:
+        raise MountError(f"cannot read the daemon statistics of {mountpoint}: {e}") from None
+
+
+def resolved_mount_path(path: str) -> str:
+    """``path`` with its directory's symlinks resolved, as the kernel lists mount points.
+
+    The last component is not looked up: it may be this daemon's own mount root, and a lookup
+    from the event loop would wait for an answer only the event loop can give.
+    """
+    path = os.path.abspath(path)
+    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+
+
+def unescape_mount_field(field: str) -> str:
+    # /proc/mounts writes space, tab, newline and backslash as octal escapes.
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        field = field.replace(code, char)
+    return field
