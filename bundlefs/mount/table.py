@@ -12,6 +12,7 @@ import json
 import os
 from dataclasses import dataclass
 
+from bundlefs.core.format import XATTR_STATS
 from bundlefs.errors import MountError
 
 BUNDLEFS_FSTYPE = "fuse.bundlefs"
