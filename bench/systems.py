@@ -143,23 +143,21 @@ def daemon_cpu_seconds(pid: int) -> float | None:
 
 
 def mount_points() -> list[Path]:
-    """Every mount point in the mount table.
+    """Every mount point in the mount table (bundlefs.mount.table, the one parser of it).
 
     Read from /proc rather than ``os.path.ismount``, which says False for a FUSE mount whose
     daemon died ("Transport endpoint is not connected"): exactly the mount we must clean up.
     """
-    out = []
-    with open("/proc/self/mounts") as f:
-        for line in f:
-            fields = line.split()
-            if len(fields) >= 2:
-                # /proc/mounts escapes space, tab, newline and backslash as octal.
-                out.append(Path(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[1])))
-    return out
+    from bundlefs.mount.table import mounts  # here: the bench imports nothing heavy up front
+
+    return [Path(m.mountpoint) for m in mounts()]
 
 
 def is_mounted(mnt: Path) -> bool:
-    return mnt.absolute() in mount_points()
+    """Whether the mount table lists ``mnt`` (a dead daemon's mount included); never stats it."""
+    from bundlefs.mount.table import is_mountpoint
+
+    return is_mountpoint(mnt)
 
 
 def _stat_with_deadline(path: Path, seconds: float) -> None:

@@ -6,6 +6,8 @@ errno values (the FUSE layer). This module knows nothing of either.
 
 from __future__ import annotations
 
+import errno
+
 
 class BundleError(Exception):
     """Base class of every error bundlefs raises on purpose."""
@@ -90,12 +92,29 @@ class IsADirectory(BundleError, IsADirectoryError):
     """File content was asked of a directory."""
 
 
-class NotASymlink(BundleError):
-    """readlink of something that is not a symbolic link."""
+class NotASymlink(BundleError, OSError):
+    """readlink of something that is not a symbolic link: ``EINVAL``, as ``os.readlink`` says."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(errno.EINVAL, message)
+
+    def __str__(self) -> str:
+        return str(self.strerror)  # the sentence alone, as the other errors print
 
 
 class PackError(BundleError):
     """Packing failed: the source could not be read, or the destination is in the way."""
+
+
+class IndexWriteError(PackError):
+    """LMDB failed while the packer wrote the index (a full disk or map, an I/O error).
+
+    ``reason`` is what LMDB said, for a caller that names the bundle in its own message.
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"cannot write the index: {reason}")
 
 
 class ExtractError(BundleError):

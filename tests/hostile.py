@@ -249,7 +249,7 @@ def _probe(bundle_path: str, source: str, work: str, strict: bool | str, seed: i
                         break
                     off = rng.randrange(entry.size)
                     n = rng.randint(1, 40_000)
-                    ok, part = guarded(f"read_at {rel!r}", bundle.read_at, entry, off, n)
+                    ok, part = guarded(f"read_at {rel!r}", bundle.content.read_at, entry, off, n)
                     checked = (
                         ok
                         and want is not None

@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bundlefs.mount.table import is_mountpoint, mounts
+
 READY_TIMEOUT = 30.0
 WATCHDOG_SECONDS = 600.0
 _UNEXPECTED_LOG = re.compile(r"WARNING|ERROR|CRITICAL|Traceback")
@@ -82,9 +84,8 @@ def wait_until(predicate, timeout: float = 10.0) -> bool:
 
 
 def is_mounted(path: os.PathLike | str) -> bool:
-    target = os.path.abspath(path)
-    with open("/proc/mounts") as f:
-        return any(line.split()[1] == target for line in f)
+    """Whether the mount table lists ``path`` (a dead daemon's mount included); never stats it."""
+    return is_mountpoint(path)
 
 
 def start_mount(
@@ -204,10 +205,8 @@ def sweep_stale_mounts(root: Path, *, live_too: bool = False) -> list[str]:
     """
     prefix = os.path.abspath(root)
     swept = []
-    with open("/proc/mounts") as f:
-        targets = [line.split()[1] for line in f if line.split()[2].startswith("fuse")]
+    targets = [m.mountpoint for m in mounts() if m.fstype.startswith("fuse")]
     for target in targets:
-        target = target.replace("\\040", " ")
         if not (target == prefix or target.startswith(prefix + "/")):
             continue
         if not live_too:

@@ -16,7 +16,7 @@ import pytest
 
 from bundlefs import Bundle, EntryNotFound, IsADirectory, NotADirectory
 from bundlefs.errors import NotASymlink
-from bundlefs.read import bundle as bundle_module
+from bundlefs.read import tree as tree_module
 from tests.conftest import FIXED_MTIME_NS, SAMPLE_FILES, SAMPLE_RECORD_SIZE, Symlink, source_paths
 
 # --- stat -----------------------------------------------------------------------------------------
@@ -521,26 +521,26 @@ def test_info_reports_sizes_and_the_config(sample_bundle: Bundle, sample_bundle_
 def test_decoded_directories_held_stay_bounded_and_paths_still_resolve(
     pack_tree, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bundle_module, "_DIRECTORY_CACHE", 3)
+    monkeypatch.setattr(tree_module, "_DIRECTORY_CACHE", 3)
     spec = {f"d{i}": {"sub": {"f": f"file {i}".encode()}} for i in range(8)}
     with Bundle(pack_tree(spec)) as b:
         for _ in range(2):  # the second pass meets a cache emptied and refilled
             for i in range(8):
                 assert b.read(f"d{i}/sub/f") == f"file {i}".encode()
-                assert len(b._directories) <= 3
+                assert len(b.tree._directories) <= 3
 
 
 def test_resolved_paths_held_stay_bounded_and_follow_symlinks_as_asked(
     pack_tree, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bundle_module, "_RESOLVED_PATHS", 4)
+    monkeypatch.setattr(tree_module, "_RESOLVED_PATHS", 4)
     spec = {f"f{i}": f"file {i}".encode() for i in range(10)}
     spec["link"] = Symlink("f3")
     with Bundle(pack_tree(spec)) as b:
         for _ in range(2):  # the second pass meets a cache emptied and refilled
             for i in range(10):
                 assert b.read(f"f{i}") == f"file {i}".encode()
-                assert len(b._resolved) <= 4
+                assert len(b.tree._resolved) <= 4
         # The same path, followed and not: two answers, each cached under its own key.
         assert b.stat("link").st_size == len(b"file 3")
         assert b.lstat("link").st_mode & 0o170000 == 0o120000
@@ -556,7 +556,7 @@ def test_lookups_without_name_tables_find_every_name_and_hold_nothing(pack_tree)
     with Bundle(pack_tree(spec), name_cache=0) as b:
         directory = b.resolve("d")
         for i in range(40):
-            assert b.lookup(directory, f"f{i:03}".encode()).size == 1
-        assert b.lookup(directory, b"f040") is None
-        assert b.lookup(b.resolve("empty"), b"x") is None
-        assert not b._name_tables
+            assert b.tree.lookup(directory, f"f{i:03}".encode()).size == 1
+        assert b.tree.lookup(directory, b"f040") is None
+        assert b.tree.lookup(b.resolve("empty"), b"x") is None
+        assert not b.tree._name_tables

@@ -24,7 +24,7 @@ def test_using_a_closed_bundle_raises_bundle_closed_error(pack_tree):
     with pytest.raises(BundleClosedError):
         b.stat("a.txt")
     with pytest.raises(BundleClosedError):
-        b.read_at(entry, 0, 10)
+        b.content.read_at(entry, 0, 10)
 
 
 def test_a_failed_open_leaves_no_lmdb_environment_behind(pack_tree, copy_bundle):
@@ -72,12 +72,12 @@ def test_a_tree_deeper_than_the_recursion_limit_walks_and_names_damage(tmp_path)
         assert sum(len(files) for _top, _dirs, files in b.walk()) == 1
         assert len(list(b)) == depth + 1
         leaf = b.resolve("/".join(parts) + "/leaf.bin")
-        record = b.index.record_at(leaf.shard, leaf.offset)
+        record = b.content.record_at(leaf.shard, leaf.offset)
     flip_byte(bundle / fmt.shard_filename(0), record.stored_offset + 1)
     with bundlefs.Bundle(bundle) as b:
         leaf = b.resolve("/".join(parts) + "/leaf.bin")
         with pytest.raises(CorruptDataError) as e:
-            b.read_at(leaf, 0, leaf.size)  # no path given: the bundle works it out
+            b.content.read_at(leaf, 0, leaf.size)  # no path given: the bundle works it out
         assert e.value.path.endswith("/d/d/leaf.bin")
 
 

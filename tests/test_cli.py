@@ -216,3 +216,10 @@ def test_importing_the_cli_does_not_import_fuse():
     code = "import sys, bundlefs.cli; print('pyfuse3' in sys.modules or 'trio' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True).stdout
     assert out.strip() == b"False"
+
+
+def test_mount_option_owner_with_a_value_is_ours_and_without_one_is_mount8s_flag():
+    from bundlefs.cli.mount import parse_mount_options
+
+    assert parse_mount_options(["ro,owner=mounter,nofail"]) == {"owner": "mounter"}
+    assert parse_mount_options(["ro,owner,group"]) == {}

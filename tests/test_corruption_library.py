@@ -53,7 +53,7 @@ SHARD = "shard-00000000"
 def _record_of(bundle: Path, path: str, offset_in_file: int = 0) -> fmt.Record:
     with Bundle(bundle) as b:
         entry = b.resolve(path)
-        return b.index.record_at(entry.shard, entry.offset + offset_in_file)
+        return b.content.record_at(entry.shard, entry.offset + offset_in_file)
 
 
 # --- damaged shard data ---------------------------------------------------------------------------
@@ -131,9 +131,13 @@ def test_a_read_of_whole_raw_records_checks_each_record(raw_bundle, copy_bundle,
     with Bundle(bundle) as b:
         entry = b.resolve("a-victim")
         with pytest.raises(CorruptDataError, match="a-victim"):
-            b.read_at(entry, 0, 2 * RECORD - 1)  # not the whole file: the record CRCs decide
+            b.content.read_at(
+                entry, 0, 2 * RECORD - 1
+            )  # not the whole file: the record CRCs decide
         bystander = b.resolve("b-bystander")
-        assert b.read_at(bystander, 0, 2 * RECORD - 1) == SPEC["b-bystander"][: 2 * RECORD - 1]
+        assert (
+            b.content.read_at(bystander, 0, 2 * RECORD - 1) == SPEC["b-bystander"][: 2 * RECORD - 1]
+        )
         assert b.cache.stats().entries <= 2  # the covered records were not cached
 
 

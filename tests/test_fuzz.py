@@ -158,7 +158,7 @@ def _record_of(bundle: Path, path: str):
 
     with Bundle(bundle) as b:
         entry = b.resolve(path)
-        return b.index.record_at(entry.shard, entry.offset)
+        return b.content.record_at(entry.shard, entry.offset)
 
 
 @pytest.mark.mount

@@ -73,7 +73,7 @@ def entry_value(bundle: Path, entry: fmt.Entry) -> bytes:
 def first_record(bundle: Path, path: str, *, compressed: bool | None = None) -> fmt.Record:
     with Bundle(bundle) as b:
         entry = b.resolve(path)
-        record = b.index.record_at(entry.shard, entry.offset)
+        record = b.content.record_at(entry.shard, entry.offset)
     if compressed is not None:
         assert (record.flags == 0) == compressed
     return record
@@ -499,7 +499,7 @@ def test_dot_dot_of_a_directory_whose_parent_is_a_file_is_refused(original, tmp_
     shutil.copytree(original, bundle)
     forge(bundle, *CASES["directory parent is a file"][0](bundle))
     with Bundle(bundle) as b, pytest.raises(FormatError):
-        b.parent_of(b.resolve("dir/sub"))
+        b.tree.parent_of(b.resolve("dir/sub"))
 
 
 # --- through the CLI and a real mount -------------------------------------------------------------

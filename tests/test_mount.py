@@ -284,7 +284,7 @@ def test_a_corrupt_record_gives_eio_while_other_files_still_read(pack_tree, moun
     bundle = pack_tree({"victim.bin": victim, "other": {"fine.txt": b"fine\n" * 1000}},
                        record_size=4096)  # fmt: skip
     with bundlefs.Bundle(bundle) as b:
-        record = b.index.record_at(0, b.resolve("victim.bin").offset + 4096)
+        record = b.content.record_at(0, b.resolve("victim.bin").offset + 4096)
     flip_byte(bundle / fmt.shard_filename(0), record.stored_offset + 10)
     m = mount_bundle(bundle, allowed_log=[r"ERROR .*damaged data.*victim\.bin"])
     fd = os.open(m.mountpoint / "victim.bin", os.O_RDONLY)
@@ -442,6 +442,23 @@ def test_info_json_on_a_mount_point_reports_daemon_statistics(sample_mount):
     for key in ("cache_hits", "cache_misses", "cache_evictions", "bytes_decompressed", "eio_count"):
         assert isinstance(daemon[key], int)
     assert daemon["cache_misses"] > 0
+
+
+def test_info_on_a_mount_point_works_where_pyfuse3_and_trio_cannot_be_imported(sample_mount):
+    # info reads the mount table and the stats xattr: a monitoring host needs no FUSE bindings.
+    program = (
+        "import sys\n"
+        "class Blocker:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('pyfuse3', 'trio'):\n"
+        "            raise ImportError(name + ' is blocked in this test')\n"
+        "sys.meta_path.insert(0, Blocker())\n"
+        "from bundlefs.cli import main\n"
+        "sys.exit(main(['info', '--json', sys.argv[1]]))\n"
+    )
+    result = run(sys.executable, "-c", program, str(sample_mount.mountpoint))
+    assert result.returncode == 0, result.stderr
+    assert '"daemon"' in result.stdout
 
 
 def test_kernel_read_ahead_is_raised_before_ready(sample_mount):

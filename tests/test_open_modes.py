@@ -295,7 +295,7 @@ def test_damaged_data_fails_with_eio_in_both_modes(mode, pack_tree, mount_bundle
     victim = pseudo_random_bytes(3 * 4096, seed=5, compressible=False)
     bundle = pack_tree({"victim.bin": victim, "fine.txt": b"fine\n" * 100}, record_size=4096)
     with Bundle(bundle) as b:
-        record = b.index.record_at(0, b.resolve("victim.bin").offset + 4096)
+        record = b.content.record_at(0, b.resolve("victim.bin").offset + 4096)
     flip_byte(bundle / fmt.shard_filename(0), record.stored_offset + 10)
     m = mount_bundle(bundle, "--open-mode", mode, allowed_log=[r"ERROR .*damaged.*victim\.bin"])
     with pytest.raises(OSError) as caught:
@@ -337,7 +337,7 @@ def test_index_resident_zero_leaves_the_index_to_lmdb(mount_bundle, tools_bundle
 def _options(*argv: str):
     import argparse
 
-    from bundlefs.mount.daemon import add_mount_arguments, options_from_args
+    from bundlefs.cli.mount import add_mount_arguments, options_from_args
 
     parser = argparse.ArgumentParser()
     add_mount_arguments(parser)

@@ -239,7 +239,7 @@ def flaky_source(sample_bundle_path: Path, copy_bundle, mount_bundle) -> Path:
     with Bundle(bundle) as b:
         entry = b.resolve("noise.bin")
         # Its second record holds nothing but noise.bin (the first is shared with lines.txt).
-        record = b.index.record_at(entry.shard, entry.offset + b.config.record_size)
+        record = b.content.record_at(entry.shard, entry.offset + b.config.record_size)
     with open(bundle / fmt.shard_filename(record.shard), "r+b") as f:
         f.seek(record.stored_offset + 10)
         f.write(b"\xff\x00\xff")

@@ -61,13 +61,13 @@ def test_file_of_size_reads_back(sized: Path, size: int) -> None:
 def test_file_larger_than_the_threshold_starts_a_record(sized: Path, size: int) -> None:
     with Bundle(sized) as b:
         entry = b.resolve(f"{SIZES.index(size):02d}-b-size-{size}")
-        assert b.index.record_at(entry.shard, entry.offset).offset == entry.offset
+        assert b.content.record_at(entry.shard, entry.offset).offset == entry.offset
 
 
 def test_small_files_share_records(sized: Path) -> None:
     with Bundle(sized) as b:
         first, second = b.resolve("00-a-prefix"), b.resolve("01-a-prefix")
-        assert b.index.record_at(0, first.offset) == b.index.record_at(0, second.offset)
+        assert b.content.record_at(0, first.offset) == b.content.record_at(0, second.offset)
 
 
 def test_partial_reads_across_record_boundaries(sized: Path) -> None:
@@ -82,12 +82,12 @@ def test_partial_reads_across_record_boundaries(sized: Path) -> None:
 def test_records_cover_each_shard_stream_without_gaps(sized: Path) -> None:
     with Bundle(sized) as b:
         for shard in range(b.config.shard_count):
-            records = list(b.index.iter_records(shard))
+            records = list(b.content.records(shard))
             offsets = [r.offset for r in records]
             ends = [r.end for r in records]
             assert offsets[0] == 0
             assert offsets[1:] == ends[:-1]
-            assert ends[-1] == b.index.shard_info(shard).uncompressed_size
+            assert ends[-1] == b.content.shard_info(shard).uncompressed_size
             assert all(r.stored_offset % b.config.block_size == 0 for r in records)
 
 
@@ -98,7 +98,7 @@ def test_all_zero_file_is_stored_as_zeros_records(pack_tree) -> None:
     bundle = pack_tree({"zeros": bytes(4 * R)})
     with Bundle(bundle) as b:
         assert b.read("zeros") == bytes(4 * R)
-        records = list(b.index.iter_records(0))
+        records = list(b.content.records(0))
         assert [r.flags for r in records] == [fmt.RECORD_ZEROS] * 4
         # Nothing but the header block is stored.
         assert (bundle / "shard-00000000").stat().st_size == b.config.block_size
@@ -539,7 +539,7 @@ def test_compression_none_stores_every_record_raw(tmp_path: Path, pack_tree) -> 
     bundle = pack_tree(spec, compression="none", record_size=64 * 1024)
     with Bundle(bundle) as b:
         assert b.config.compression_name == "none"
-        flags = {r.flags for r in b.index.iter_records(0)}
+        flags = {r.flags for r in b.content.records(0)}
         assert flags <= {fmt.RECORD_RAW, fmt.RECORD_ZEROS}
         assert fmt.RECORD_RAW in flags
         assert b.read("text") == spec["text"]
@@ -551,14 +551,14 @@ def test_lz4_compresses_compressible_content(pack_tree) -> None:
     bundle = pack_tree(spec)
     with Bundle(bundle) as b:
         assert b.config.compression_name == "lz4"
-        assert {r.flags for r in b.index.iter_records(0)} == {0}
+        assert {r.flags for r in b.content.records(0)} == {0}
         assert b.info().shard_bytes < len(spec["text"]) // 10
 
 
 def test_incompressible_records_are_stored_raw(pack_tree) -> None:
     bundle = pack_tree({"noise": pseudo_random_bytes(2 * R, seed=3, compressible=False)})
     with Bundle(bundle) as b:
-        assert {r.flags for r in b.index.iter_records(0)} == {fmt.RECORD_RAW}
+        assert {r.flags for r in b.content.records(0)} == {fmt.RECORD_RAW}
 
 
 @pytest.mark.parametrize(
@@ -569,7 +569,7 @@ def test_non_default_record_and_block_sizes(pack_tree, record_size: int, block_s
     bundle = pack_tree(spec, record_size=record_size, block_size=block_size)
     with Bundle(bundle) as b:
         assert (b.config.record_size, b.config.block_size) == (record_size, block_size)
-        for r in b.index.iter_records(0):
+        for r in b.content.records(0):
             assert r.length <= record_size
             assert r.stored_offset % block_size == 0
         assert (bundle / "shard-00000000").stat().st_size % block_size == 0
@@ -601,9 +601,9 @@ def test_tiny_shard_size_rotates_to_several_shards_that_all_read_back(pack_tree)
         for name, content in spec.items():
             assert b.read(name) == content, name
         for i in range(count):
-            info = b.index.shard_info(i)
+            info = b.content.shard_info(i)
             assert info.file_size == (bundle / fmt.shard_filename(i)).stat().st_size
-            assert info.record_count == len(list(b.index.iter_records(i)))
+            assert info.record_count == len(list(b.content.records(i)))
 
 
 def test_config_counts_describe_the_tree(sample_bundle: Bundle, sample_tree: Path) -> None:

@@ -22,10 +22,12 @@ import pytest
 
 from bundlefs import Bundle, PackOptions, pack
 from bundlefs.core import format as fmt
+from bundlefs.core import libc
 from bundlefs.errors import PackError
-from bundlefs.packing import packer
-from bundlefs.packing.packer import partial_dir, remove_stale_partials
+from bundlefs.packing import content, packer
+from bundlefs.storage import publish
 from bundlefs.storage.index import IndexWriter
+from bundlefs.storage.publish import partial_dir, remove_stale_partials
 from bundlefs.storage.shards import ShardWriter
 from tests.conftest import build_tree
 
@@ -229,20 +231,20 @@ def test_force_swaps_the_bundles_in_one_exchange(
     tmp_path: Path, old_bundle: Path, new_src: Path, monkeypatch
 ) -> None:
     calls = []
-    real = packer._renameat2
+    real = publish.renameat2
 
     def spy(src: str, dst: str, flags: int) -> None:
         real(src, dst, flags)
         calls.append(flags)
 
-    monkeypatch.setattr(packer, "_renameat2", spy)
+    monkeypatch.setattr(publish, "renameat2", spy)
 
     def no_plain_rename(src, dst) -> None:
         raise AssertionError("DEST was replaced with plain renames")
 
     monkeypatch.setattr(os, "rename", no_plain_rename)
     pack(str(new_src), str(old_bundle), FORCE)
-    assert calls == [packer._RENAME_EXCHANGE]
+    assert calls == [libc.RENAME_EXCHANGE]
     assert _listing(old_bundle) == ["new"]
     assert _names(tmp_path) == ["b.bundle", "new.src"]
 
@@ -253,7 +255,7 @@ def test_a_failed_exchange_leaves_the_old_bundle_in_place(
     def fail(src: str, dst: str, flags: int) -> None:
         raise OSError(errno.EIO, os.strerror(errno.EIO), src)
 
-    monkeypatch.setattr(packer, "_renameat2", fail)
+    monkeypatch.setattr(publish, "renameat2", fail)
     with pytest.raises(PackError, match="cannot replace"):
         pack(str(new_src), str(old_bundle), FORCE)
     assert _listing(old_bundle) == ["old"]
@@ -264,7 +266,7 @@ def _no_renameat2(monkeypatch) -> None:
     def missing(src: str, dst: str, flags: int) -> None:
         raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS), src)
 
-    monkeypatch.setattr(packer, "_renameat2", missing)
+    monkeypatch.setattr(publish, "renameat2", missing)
 
 
 def test_without_renameat2_force_replaces_with_two_renames(
@@ -406,7 +408,7 @@ def test_a_full_disk_while_writing_shards_is_a_pack_error(tmp_path: Path, monkey
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             super().write(data)
 
-    monkeypatch.setattr(packer, "ShardWriter", FullDisk)
+    monkeypatch.setattr(content, "ShardWriter", FullDisk)
     with pytest.raises(PackError, match="No space left on device"):
         pack(str(src), str(tmp_path / "b.bundle"))
     assert _names(tmp_path) == ["src"]
@@ -418,7 +420,7 @@ def test_a_failed_final_rename_is_a_pack_error(tmp_path: Path, monkeypatch) -> N
     def full(src: str, dst: str, flags: int) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), src)
 
-    monkeypatch.setattr(packer, "_renameat2", full)
+    monkeypatch.setattr(publish, "renameat2", full)
     with pytest.raises(PackError, match="No space left on device"):
         pack(str(src), str(tmp_path / "b.bundle"))
     assert _names(tmp_path) == ["src"]

@@ -90,7 +90,7 @@ def test_a_damaged_hard_linked_file_is_named_by_all_its_names(fresh):
 
     with Bundle(fresh) as b:
         entry = b.resolve("shared")
-        record = b.index.record_at(entry.shard, entry.offset)
+        record = b.content.record_at(entry.shard, entry.offset)
     flip_byte(fresh / shard_filename(entry.shard), record.stored_offset)
     report = verify(fresh)
     assert {"shared", "a/b/shared-too"} <= set(report.damaged_files)

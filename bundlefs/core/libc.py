@@ -7,6 +7,7 @@ Bottom layer: imports nothing of bundlefs. ctypes releases the GIL during each c
 from __future__ import annotations
 
 import ctypes
+import errno
 import functools
 import os
 
@@ -57,3 +58,78 @@ class ResidentMapping:
         if self._address is not None:
             _libc().munmap(self._address, self.size)
             self._address = None
+
+
+# -- renameat2(2): replace a directory in one step, or refuse to replace ---------------------------
+
+AT_FDCWD = -100
+RENAME_NOREPLACE = 1  # fail with EEXIST rather than replace
+RENAME_EXCHANGE = 2  # swap the two names atomically
+
+
+@functools.cache
+def _renameat2_func():
+    func = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if func is not None:
+        func.argtypes = (
+            ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint,
+        )  # fmt: skip
+        func.restype = ctypes.c_int
+    return func
+
+
+def renameat2(src: str, dst: str, flags: int) -> None:
+    """renameat2(2) of two paths (relative ones to the working directory); raises ``OSError``.
+
+    ``OSError(ENOSYS)`` where libc does not have the call; the kernel or the file system may
+    refuse the flags with ENOSYS, EINVAL or EOPNOTSUPP too.
+    """
+    func = _renameat2_func()
+    if func is None:
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS), src)
+    if func(AT_FDCWD, os.fsencode(src), AT_FDCWD, os.fsencode(dst), flags) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), src, None, dst)
+
+
+# -- sync_file_range(2): start writeback of a file range -------------------------------------------
+
+SYNC_FILE_RANGE_WRITE = 2  # <linux/fs.h>: start writeback of the range's dirty pages, no waiting
+
+
+@functools.cache
+def _sync_file_range_func():
+    func = getattr(ctypes.CDLL(None, use_errno=True), "sync_file_range", None)
+    if func is not None:
+        func.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+        func.restype = ctypes.c_int
+    return func
+
+
+def sync_file_range(fd: int, offset: int, length: int, flags: int) -> None:
+    """sync_file_range(2); raises ``OSError`` (ENOSYS where libc does not have the call)."""
+    func = _sync_file_range_func()
+    if func is None:
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+    if func(fd, offset, length, flags) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+
+
+# -- mallopt(3): keep freed large buffers from piling up in glibc's heaps --------------------------
+
+M_MMAP_THRESHOLD = -3  # <malloc.h>: allocations of at least this many bytes get their own mapping
+
+
+def set_mmap_threshold(nbytes: int) -> None:
+    """glibc ``mallopt(M_MMAP_THRESHOLD, nbytes)``: each allocation of ``nbytes`` or more is its
+    own mapping, returned to the OS when freed, and glibc stops raising the threshold by itself.
+
+    Raises ``OSError`` where the C library has no ``mallopt`` (not glibc: nothing to tune).
+    """
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    if mallopt is None:
+        raise OSError(errno.ENOSYS, "mallopt: not available (the C library is not glibc)")
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    mallopt(M_MMAP_THRESHOLD, nbytes)

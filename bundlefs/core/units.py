@@ -17,7 +17,10 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
 def parse_size(text: str | int) -> int:
-    """Bytes from ``"256K"``, ``"1GiB"``, ``"4GB"`` or a plain number (K/M/G alone are binary)."""
+    """Bytes from ``"256K"``, ``"1GiB"``, ``"4GB"`` or a plain number (K/M/G alone are binary).
+
+    The one size parser of every command and option; raises ``SizeError`` (a usage error).
+    """
     if isinstance(text, int):
         return text
     match = _SIZE.match(text)
@@ -26,11 +29,10 @@ def parse_size(text: str | int) -> int:
     return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
-def format_size(n: int) -> str:
-    """``1536`` → ``1.5 KiB``."""
-    value = float(n)
+def format_size(n: float) -> str:
+    """``1536`` → ``1.5 KiB``: bytes in binary units, as every command prints them."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
     raise AssertionError("unreachable")

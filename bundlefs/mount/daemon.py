@@ -1,6 +1,8 @@
-"""The mount daemon's lifecycle: options, mounting, daemonizing, signals, systemd notify, unmount.
+"""The mount daemon's lifecycle: mounting, daemonizing, signals, systemd notify, unmount.
 
-It defines no file-system semantics (that is ``fs``). The sequence follows what pyfuse3 allows:
+It takes a ``MountOptions`` (the command line builds one: ``bundlefs.cli.mount``) and parses no
+arguments and renders nothing; where its log goes is the caller's choice (``LogSetup``). It defines
+no file-system semantics (that is ``operations``). The sequence follows what pyfuse3 allows:
 ``pyfuse3.init`` mounts without starting threads; in daemon mode we fork after it, the child runs
 the trio loop, and the parent exits 0 only once the child reports that the kernel handshake
 happened — so a script can use the mount on its very next line.
@@ -8,49 +10,45 @@ happened — so a script can use the mount on its very next line.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import ctypes
 import logging
-import logging.handlers
 import os
 import shutil
 import signal
 import socket
 import stat
 import subprocess
-import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING
 
-from bundlefs.core.units import parse_size
+from bundlefs.core.libc import set_mmap_threshold
 from bundlefs.errors import BundleError, MountError
 from bundlefs.mount.table import is_mountpoint, mount_info, resolved_mount_path
 from bundlefs.read.bundle import DEFAULT_CACHE_SIZE, Bundle
 
+if TYPE_CHECKING:
+    from bundlefs.mount.operations import BundleOperations
+
 log = logging.getLogger("bundlefs")
 
 READY_TIMEOUT = 60.0
-_M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
 DEFAULT_READ_AHEAD_KB = 1024
 DEFAULT_INDEX_RESIDENT = 256 * 1024 * 1024  # ~3.5 million entries at ~70 bytes each
+_RECORD_BUFFER_MMAP_THRESHOLD = 128 * 1024
 
-# Options mount(8)/mount.fuse3 and fstab pass that mean nothing here (or that we always set).
-_IGNORED_OPTIONS = {
-    "ro", "rw", "dev", "nodev", "suid", "nosuid", "exec", "noexec", "auto", "noauto", "user",
-    "nouser", "users", "defaults", "_netdev", "nofail", "async", "sync", "atime", "noatime",
-    "relatime", "norelatime", "strictatime", "diratime", "nodiratime", "default_permissions",
-    "auto_unmount", "loop", "owner", "group", "comment",
-}  # fmt: skip
-
-
-# -o options that take a text value (the numeric ones are parsed below).
-_TEXT_OPTIONS = ("cache_size", "owner", "log_file", "open_mode", "index_resident")
+# Called once the mount is up, with True in the foreground (the log goes to stderr unless a log
+# file is set) and False in the detached daemon (its stderr is /dev/null: a log file or syslog).
+LogSetup = Callable[[bool], None]
 
 
 @dataclass(frozen=True)
 class MountOptions:
+    """How to mount and serve one bundle; ``log_file`` and ``debug`` are for the ``LogSetup``."""
+
     bundle: str
     mountpoint: str
     foreground: bool = False
@@ -67,143 +65,6 @@ class MountOptions:
     log_file: str | None = None
     debug: bool = False
     auto_unmount: bool = True
-
-
-# -- command line --------------------------------------------------------------------------------
-
-
-def add_mount_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("bundle", help="the bundle directory")
-    p.add_argument("mountpoint", help="an existing empty directory")
-    p.add_argument("-f", "--foreground", action="store_true", help="stay attached, log to stderr")
-    p.add_argument("--cache-size", default=None, help="record cache size, e.g. 512MiB (256MiB)")
-    p.add_argument("--allow-other", action="store_true", help="let other users use the mount")
-    p.add_argument(
-        "--owner",
-        choices=("stored", "mounter"),
-        default="stored",
-        help="show the owners stored in the bundle, or the mounting user",
-    )
-    p.add_argument("--uid", type=int, help="show every entry as owned by this uid")
-    p.add_argument("--gid", type=int, help="show every entry as owned by this gid")
-    p.add_argument(
-        "--read-ahead-kb",
-        type=int,
-        default=None,
-        help=f"kernel read-ahead for the mount in KiB (root only; default {DEFAULT_READ_AHEAD_KB})",
-    )
-    p.add_argument(
-        "--threads", type=int, default=4, help="record loads in parallel (4); 0 loads inline"
-    )
-    p.add_argument(
-        "--open-mode",
-        choices=("auto", "no-open", "open"),
-        default=None,
-        help="no-open: the kernel serves opens and cached reads without asking the daemon "
-        "(needs the patched pyfuse3 and Linux 5.1+); open: the daemon answers every open; "
-        "auto (default): no-open where available",
-    )
-    p.add_argument(
-        "--index-resident",
-        default=None,
-        help="keep the index in memory when it is at most this size, e.g. 1GiB (256MiB; 0: never)",
-    )
-    p.add_argument(
-        "--no-prefetch",
-        action="store_true",
-        help="do not start reading a small file's bytes when it is looked up",
-    )
-    p.add_argument("--no-index-check", action="store_true", help="skip the index checksum")
-    p.add_argument("--log-file", help="log here (daemon mode logs to syslog otherwise)")
-    p.add_argument(
-        "--no-auto-unmount",
-        action="store_true",
-        help="leave the mount in place if the daemon is killed (debugging only)",
-    )
-    p.add_argument("--debug", action="store_true", help="log every error in detail")
-    p.add_argument(
-        "-o",
-        dest="options",
-        action="append",
-        default=[],
-        help="comma-separated mount options, as mount(8) and fstab pass them",
-    )
-
-
-def options_from_args(args: argparse.Namespace) -> MountOptions:
-    """Merge the flags and ``-o`` options into one ``MountOptions``."""
-    values = dict(
-        cache_size=args.cache_size,
-        allow_other=args.allow_other,
-        owner=args.owner,
-        uid=args.uid,
-        gid=args.gid,
-        read_ahead_kb=args.read_ahead_kb,
-        log_file=args.log_file,
-        open_mode=args.open_mode,
-        index_resident=args.index_resident,
-    )
-    for group in args.options:
-        for option in filter(None, group.split(",")):
-            name, _, value = option.partition("=")
-            key = name.replace("-", "_")
-            if name in _IGNORED_OPTIONS or name.startswith(("x-systemd.", "x-")):
-                continue
-            if key == "allow_other":
-                values["allow_other"] = True
-            elif key in _TEXT_OPTIONS and value:
-                values[key] = value
-            elif key in ("uid", "gid", "read_ahead_kb") and value.isdigit():
-                values[key] = int(value)
-            elif key == "foreground":
-                args.foreground = True
-            else:
-                raise MountError(f"unknown mount option {option!r}")
-    if values["owner"] not in ("stored", "mounter"):
-        raise MountError("owner= takes 'stored' or 'mounter'")
-    if values["open_mode"] not in (None, "auto", "no-open", "open"):
-        raise MountError("open_mode= takes 'auto', 'no-open' or 'open'")
-    uid, gid = values["uid"], values["gid"]
-    if values["owner"] == "mounter":
-        uid = os.getuid() if uid is None else uid
-        gid = os.getgid() if gid is None else gid
-    cache = values["cache_size"]
-    return MountOptions(
-        bundle=os.path.abspath(args.bundle),
-        mountpoint=os.path.abspath(args.mountpoint),
-        foreground=args.foreground,
-        cache_size=DEFAULT_CACHE_SIZE if cache is None else parse_size(cache),
-        allow_other=values["allow_other"],
-        uid=uid,
-        gid=gid,
-        read_ahead_kb=DEFAULT_READ_AHEAD_KB
-        if values["read_ahead_kb"] is None
-        else values["read_ahead_kb"],
-        load_threads=max(0, args.threads),
-        open_mode=values["open_mode"] or "auto",
-        index_resident=DEFAULT_INDEX_RESIDENT
-        if values["index_resident"] is None
-        else parse_size(values["index_resident"]),
-        prefetch=not args.no_prefetch,
-        check_index=not args.no_index_check,
-        log_file=values["log_file"],
-        debug=args.debug,
-        auto_unmount=not args.no_auto_unmount,
-    )
-
-
-def run_mount(args: argparse.Namespace) -> int:
-    return mount(options_from_args(args))
-
-
-def add_umount_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("mountpoint")
-    p.add_argument("-z", "--lazy", action="store_true", help="detach now, clean up when unused")
-
-
-def run_umount(args: argparse.Namespace) -> int:
-    unmount(args.mountpoint, lazy=args.lazy)
-    return 0
 
 
 # -- mounting ------------------------------------------------------------------------------------
@@ -243,8 +104,12 @@ def _fuse_options(options: MountOptions) -> set[str]:
     return opts
 
 
-def mount(options: MountOptions) -> int:
-    """Mount and serve until unmounted or signalled. Returns the exit code."""
+def mount(options: MountOptions, log_setup: LogSetup | None = None) -> int:
+    """Mount and serve until unmounted or signalled. Returns the exit code.
+
+    ``log_setup`` is called once mounted (in the daemon, after it detached); without one the
+    logging configuration is left as it is.
+    """
     _check_mountpoint(options.mountpoint)
     _return_freed_buffers_to_the_os()
     # Open (and so validate) the bundle before mounting: a bad bundle fails here, clearly.
@@ -307,16 +172,18 @@ def mount(options: MountOptions) -> int:
         bundle.close()
         raise MountError(f"cannot mount on {options.mountpoint}: {e}") from None
 
-    if not options.foreground:
+    if ready_read is not None and ready_write is not None:  # not in the foreground
         pid = os.fork()
         if pid:
             os.close(ready_write)
             # The parent must not unmount or close anything the child now owns.
             os._exit(_wait_for_child(ready_read, pid))
         os.close(ready_read)
-        _become_daemon(options)
-    else:
-        _setup_logging(options, to_stderr=True)
+        _become_daemon()
+        if log_setup is not None:
+            log_setup(False)
+    elif log_setup is not None:
+        log_setup(True)
     return _serve(ops, pyfuse3)
 
 
@@ -326,40 +193,22 @@ def _wait_for_child(ready_read: int, pid: int) -> int:
     ready, _, _ = select.select([ready_read], [], [], READY_TIMEOUT)
     if ready and os.read(ready_read, 1) == b"1":
         return 0
-    print("bundlefs: error: the mount daemon did not become ready (see its log)", file=sys.stderr)
+    log.error("the mount daemon did not become ready (see its log)")
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     return 1
 
 
-def _become_daemon(options: MountOptions) -> None:
+def _become_daemon() -> None:
     os.setsid()
     os.chdir("/")
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     os.close(devnull)
-    _setup_logging(options, to_stderr=False)
 
 
-def _setup_logging(options: MountOptions, *, to_stderr: bool) -> None:
-    fmt = "%(asctime)s bundlefs[%(process)d] %(levelname)s %(name)s: %(message)s"
-    if options.log_file:
-        handler: logging.Handler = logging.FileHandler(options.log_file)
-    elif to_stderr:
-        handler = logging.StreamHandler(sys.stderr)
-    elif os.path.exists("/dev/log"):
-        handler = logging.handlers.SysLogHandler("/dev/log")
-        fmt = "bundlefs[%(process)d]: %(levelname)s %(name)s: %(message)s"
-    else:
-        handler = logging.NullHandler()
-    handler.setFormatter(logging.Formatter(fmt))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(logging.DEBUG if options.debug else logging.INFO)
-
-
-def _serve(ops, pyfuse3) -> int:
+def _serve(ops: BundleOperations, pyfuse3: ModuleType) -> int:
     import trio
 
     async def watch_signals(scope: trio.CancelScope) -> None:
@@ -417,9 +266,8 @@ def _return_freed_buffers_to_the_os() -> None:
     keeps each buffer its own mapping, returned to the OS when freed (65 MiB in the same test).
     """
     try:
-        libc = ctypes.CDLL(None)
-        libc.mallopt(_M_MMAP_THRESHOLD, 128 * 1024)
-    except (OSError, AttributeError) as e:  # not glibc: nothing to tune
+        set_mmap_threshold(_RECORD_BUFFER_MMAP_THRESHOLD)
+    except OSError as e:  # not glibc: nothing to tune
         log.debug("mallopt unavailable: %s", e)
 
 

@@ -44,6 +44,7 @@ class ThreadOffload:
 
     def _serve(self) -> None:
         token = self._token
+        assert token is not None  # set by _start before any worker runs
         while True:
             item = self._queue.get()
             if item is _STOP:

@@ -1,4 +1,4 @@
-"""The FUSE adapter: ``BundleOperations`` translates pyfuse3 requests into ``Bundle`` calls.
+"""The FUSE adapter: ``BundleOperations`` translates pyfuse3 requests into reader-library calls.
 
 Handlers are thin. Bundle inode numbers are FUSE inode numbers (root = 1), and the data never
 changes, so the adapter keeps no per-file state: ``forget`` has nothing to do, file and directory
@@ -23,8 +23,9 @@ import json
 import logging
 import os
 import select
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
+from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar
 
 import pyfuse3
 
@@ -104,15 +105,20 @@ def _errno_for(error: BaseException) -> int:
     return errno.EIO
 
 
-def _handler(fn: Callable) -> Callable:
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_Handler = Callable[Concatenate["BundleOperations", _P], Coroutine[Any, Any, _R]]
+
+
+def _handler(fn: _Handler[_P, _R]) -> _Handler[_P, _R]:
     """Wrap a handler: count it, map errors to errno, log the unexpected, let none escape."""
     name = fn.__name__
 
     @functools.wraps(fn)
-    async def wrapper(self: BundleOperations, *args):
+    async def wrapper(self: BundleOperations, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         self.requests[name] += 1
         try:
-            return await fn(self, *args)
+            return await fn(self, *args, **kwargs)
         except pyfuse3.FUSEError:
             raise
         except CorruptDataError as e:
@@ -132,7 +138,7 @@ def _handler(fn: Callable) -> Callable:
     return wrapper
 
 
-def _read_only(*_args) -> None:
+def _read_only() -> NoReturn:
     raise pyfuse3.FUSEError(errno.EROFS)
 
 
@@ -155,6 +161,9 @@ class BundleOperations(pyfuse3.Operations):
     ) -> None:
         super().__init__()
         self.bundle = bundle
+        self._tree = bundle.tree  # the two models every request goes to, one lookup nearer
+        self._content = bundle.content
+        self._entry_count = bundle.config.entry_count
         self.settings = settings
         self._on_ready = on_ready
         # load_threads == 0: load records inline on the event loop (no thread hop; blocks it).
@@ -164,7 +173,7 @@ class BundleOperations(pyfuse3.Operations):
         self._loads_in_flight = 0
         self._fuse_poll: select.poll | None = None  # set in init(), where the session exists
         self.eio_count = 0
-        self._logged_damage: set[tuple] = set()
+        self._logged_damage: set[tuple[int | None, int | None, str | None]] = set()
         self.requests: dict[str, int] = dict.fromkeys(_COUNTED_REQUESTS, 0)
         # The patched pyfuse3 reads enable_no_open at the kernel handshake and clears it when the
         # kernel lacks no_open/no_opendir; init() then sees what is in effect.
@@ -201,7 +210,7 @@ class BundleOperations(pyfuse3.Operations):
             self._offload.close()
         self.bundle.close()
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, object]:
         s = self.bundle.cache_stats()
         return {
             "cache_capacity": s.capacity,
@@ -226,11 +235,17 @@ class BundleOperations(pyfuse3.Operations):
             self._logged_damage.add(key)
         log.error("damaged data, read failed with EIO: %s", error)
 
+    def _entry(self, inode: int) -> fmt.Entry:
+        """The entry of an inode the kernel names. One never handed out is ENOENT, not damage."""
+        if not fmt.ROOT_INO <= inode <= self._entry_count:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return self._tree.entry(inode)
+
     # -- attributes --------------------------------------------------------------------------------
 
     def _attributes(self, entry: fmt.Entry) -> pyfuse3.EntryAttributes:
         attr = pyfuse3.EntryAttributes()
-        uid, gid = self.bundle.owner(entry)
+        uid, gid = self._tree.owner(entry)
         attr.st_ino = entry.ino
         attr.st_mode = entry.mode
         attr.st_nlink = entry.nlink
@@ -244,67 +259,83 @@ class BundleOperations(pyfuse3.Operations):
         return attr
 
     @_handler
-    async def lookup(self, parent_inode, name, ctx=None):
-        parent = self.bundle.entry(parent_inode)
+    async def lookup(
+        self,
+        parent_inode: pyfuse3.InodeT,
+        name: pyfuse3.FileNameT,
+        ctx: pyfuse3.RequestContext | None = None,
+    ) -> pyfuse3.EntryAttributes:
+        parent = self._entry(parent_inode)
         if name == b".":
             entry = parent
         elif name == b"..":
-            entry = self.bundle.parent_of(parent)
+            entry = self._tree.parent_of(parent)
         else:
-            entry = self.bundle.lookup(parent, name)
-            if entry is None:
+            found = self._tree.lookup(parent, name)
+            if found is None:
                 # A negative entry the kernel caches (raising ENOENT would not be cached).
                 attr = pyfuse3.EntryAttributes()
                 attr.st_ino = 0
                 attr.entry_timeout = CACHE_TIMEOUT
                 return attr
+            entry = found
             if self._prefetch:
-                self.bundle.prefetch(entry)  # the READ that usually follows finds it cached
+                self._content.prefetch(entry)  # the READ that usually follows finds it cached
         return self._attributes(entry)
 
     @_handler
-    async def getattr(self, inode, ctx=None):
-        return self._attributes(self.bundle.entry(inode))
+    async def getattr(
+        self, inode: pyfuse3.InodeT, ctx: pyfuse3.RequestContext | None = None
+    ) -> pyfuse3.EntryAttributes:
+        return self._attributes(self._entry(inode))
 
     @_handler
-    async def readlink(self, inode, ctx):
-        entry = self.bundle.entry(inode)
+    async def readlink(
+        self, inode: pyfuse3.InodeT, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.FileNameT:
+        entry = self._entry(inode)
         if not entry.is_symlink:
             raise pyfuse3.FUSEError(errno.EINVAL)
         return entry.symlink
 
-    async def forget(self, inode_list):
+    async def forget(self, inode_list: Sequence[tuple[pyfuse3.InodeT, int]]) -> None:
         pass  # no per-inode state
 
     # -- directories -------------------------------------------------------------------------------
 
     @_handler
-    async def opendir(self, inode, ctx):
+    async def opendir(
+        self, inode: pyfuse3.InodeT, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.FileHandleT:
         if self.open_mode == "no-open":
             raise pyfuse3.FUSEError(errno.ENOSYS)  # no more OPENDIR/RELEASEDIR; listings cached
-        if not self.bundle.entry(inode).is_dir:
+        if not self._entry(inode).is_dir:
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         return inode
 
     @_handler
-    async def readdir(self, fh, start_id, token):
+    async def readdir(
+        self, fh: pyfuse3.FileHandleT, start_id: int, token: pyfuse3.ReaddirToken
+    ) -> None:
         # start_id is the position in the directory, so a listing resumes exactly where the kernel
         # stopped it, in O(1), however large the directory.
-        directory = self.bundle.entry(fh)
+        directory = self._entry(fh)
         position = start_id
-        for name, entry in self.bundle.children(directory, start_id):
+        for name, entry in self._tree.children(directory, start_id):
             position += 1
             if not pyfuse3.readdir_reply(token, name, self._attributes(entry), position):
                 break
 
     @_handler
-    async def releasedir(self, fh):
+    async def releasedir(self, fh: pyfuse3.FileHandleT) -> None:
         pass
 
     # -- files -------------------------------------------------------------------------------------
 
     @_handler
-    async def open(self, inode, flags, ctx):
+    async def open(
+        self, inode: pyfuse3.InodeT, flags: pyfuse3.FlagT, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.FileInfo:
         if flags & os.O_ACCMODE != os.O_RDONLY or flags & (os.O_TRUNC | os.O_APPEND):
             raise pyfuse3.FUSEError(errno.EROFS)
         if self.open_mode == "no-open":
@@ -317,18 +348,21 @@ class BundleOperations(pyfuse3.Operations):
         return pyfuse3.FileInfo(fh=inode, keep_cache=True)
 
     @_handler
-    async def read(self, fh, off, size):
-        entry = self.bundle.entry(fh)
+    # pyfuse3 declares bytes, and takes any buffer: a bytearray spares a copy of large replies.
+    async def read(  # type: ignore[override]
+        self, fh: pyfuse3.FileHandleT, off: int, size: int
+    ) -> bytes | bytearray:
+        entry = self._entry(fh)
         if self._offload is None:
-            return self.bundle.read_at(entry, off, size, as_buffer=True)
+            return self._content.read_at(entry, off, size, as_buffer=True)
         try:
             # Cached records and page-cached bytes are served inline: a thread hop costs more.
-            return self.bundle.read_at(entry, off, size, nowait=True, as_buffer=True)
+            return self._content.read_at(entry, off, size, nowait=True, as_buffer=True)
         except WouldBlock:
             pass
         if not self._loads_in_flight and self._kernel_queue_empty():
             # Nothing else to serve meanwhile: wait for the disk here, without the hop.
-            return self.bundle.read_at(entry, off, size, as_buffer=True)
+            return self._content.read_at(entry, off, size, as_buffer=True)
         # A real disk read: in worker threads, pread + CRC + lz4 (which release the GIL) overlap
         # with each other and with the requests the event loop keeps answering.
         self._loads_in_flight += 1
@@ -338,20 +372,20 @@ class BundleOperations(pyfuse3.Operations):
             self._loads_in_flight -= 1
 
     def _read_buffer(self, entry: fmt.Entry, off: int, size: int) -> bytes | bytearray:
-        return self.bundle.read_at(entry, off, size, as_buffer=True)
+        return self._content.read_at(entry, off, size, as_buffer=True)
 
     def _kernel_queue_empty(self) -> bool:
         """Whether no request waits in /dev/fuse (always False where we cannot tell)."""
         return self._fuse_poll is not None and not self._fuse_poll.poll(0)
 
     @_handler
-    async def release(self, fh):
+    async def release(self, fh: pyfuse3.FileHandleT) -> None:
         pass
 
     # -- file system -------------------------------------------------------------------------------
 
     @_handler
-    async def statfs(self, ctx):
+    async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
         info = self.bundle.info()
         frsize = self.bundle.config.block_size
         st = pyfuse3.StatvfsData()
@@ -365,7 +399,9 @@ class BundleOperations(pyfuse3.Operations):
         return st
 
     @_handler
-    async def access(self, inode, mode, ctx):
+    async def access(
+        self, inode: pyfuse3.InodeT, mode: pyfuse3.ModeT, ctx: pyfuse3.RequestContext
+    ) -> bool:
         if mode & os.W_OK:
             raise pyfuse3.FUSEError(errno.EROFS)
         return True
@@ -373,7 +409,7 @@ class BundleOperations(pyfuse3.Operations):
     # -- extended attributes -----------------------------------------------------------------------
 
     def _xattrs(self, entry: fmt.Entry) -> dict[bytes, bytes]:
-        found = {}
+        found: dict[bytes, bytes] = {}
         if entry.is_file:
             found[fmt.XATTR_CRC] = f"{entry.crc32c:08x}".encode()
         if entry.user_data:
@@ -383,50 +419,113 @@ class BundleOperations(pyfuse3.Operations):
         return found
 
     @_handler
-    async def listxattr(self, inode, ctx):
-        return list(self._xattrs(self.bundle.entry(inode)))
+    async def listxattr(
+        self, inode: pyfuse3.InodeT, ctx: pyfuse3.RequestContext
+    ) -> Sequence[pyfuse3.XAttrNameT]:
+        return list(self._xattrs(self._entry(inode)))
 
     @_handler
-    async def getxattr(self, inode, name, ctx):
-        value = self._xattrs(self.bundle.entry(inode)).get(name)
+    async def getxattr(
+        self, inode: pyfuse3.InodeT, name: pyfuse3.XAttrNameT, ctx: pyfuse3.RequestContext
+    ) -> bytes:
+        value = self._xattrs(self._entry(inode)).get(name)
         if value is None:
             raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
         return value
 
-    # -- every mutation ----------------------------------------------------------------------------
+    # -- every mutation: the mount is read-only ---------------------------------------------------
 
-    async def setattr(self, inode, attr, fields, fh, ctx):
+    async def setattr(
+        self,
+        inode: pyfuse3.InodeT,
+        attr: pyfuse3.EntryAttributes,
+        fields: pyfuse3.SetattrFields,
+        fh: pyfuse3.FileHandleT | None,
+        ctx: pyfuse3.RequestContext,
+    ) -> pyfuse3.EntryAttributes:
         _read_only()
 
-    async def setxattr(self, inode, name, value, ctx):
+    async def setxattr(
+        self,
+        inode: pyfuse3.InodeT,
+        name: pyfuse3.XAttrNameT,
+        value: bytes,
+        ctx: pyfuse3.RequestContext,
+    ) -> None:
         _read_only()
 
-    async def removexattr(self, inode, name, ctx):
+    async def removexattr(
+        self, inode: pyfuse3.InodeT, name: pyfuse3.XAttrNameT, ctx: pyfuse3.RequestContext
+    ) -> None:
         _read_only()
 
-    async def mknod(self, parent_inode, name, mode, rdev, ctx):
+    async def mknod(
+        self,
+        parent_inode: pyfuse3.InodeT,
+        name: pyfuse3.FileNameT,
+        mode: pyfuse3.ModeT,
+        rdev: int,
+        ctx: pyfuse3.RequestContext,
+    ) -> pyfuse3.EntryAttributes:
         _read_only()
 
-    async def mkdir(self, parent_inode, name, mode, ctx):
+    async def mkdir(
+        self,
+        parent_inode: pyfuse3.InodeT,
+        name: pyfuse3.FileNameT,
+        mode: pyfuse3.ModeT,
+        ctx: pyfuse3.RequestContext,
+    ) -> pyfuse3.EntryAttributes:
         _read_only()
 
-    async def unlink(self, parent_inode, name, ctx):
+    async def unlink(
+        self, parent_inode: pyfuse3.InodeT, name: pyfuse3.FileNameT, ctx: pyfuse3.RequestContext
+    ) -> None:
         _read_only()
 
-    async def rmdir(self, parent_inode, name, ctx):
+    async def rmdir(
+        self, parent_inode: pyfuse3.InodeT, name: pyfuse3.FileNameT, ctx: pyfuse3.RequestContext
+    ) -> None:
         _read_only()
 
-    async def symlink(self, parent_inode, name, target, ctx):
+    async def symlink(
+        self,
+        parent_inode: pyfuse3.InodeT,
+        name: pyfuse3.FileNameT,
+        target: pyfuse3.FileNameT,
+        ctx: pyfuse3.RequestContext,
+    ) -> pyfuse3.EntryAttributes:
         _read_only()
 
-    async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
+    async def rename(
+        self,
+        parent_inode_old: pyfuse3.InodeT,
+        name_old: pyfuse3.FileNameT,
+        parent_inode_new: pyfuse3.InodeT,
+        name_new: pyfuse3.FileNameT,
+        flags: pyfuse3.FlagT,
+        ctx: pyfuse3.RequestContext,
+    ) -> None:
         _read_only()
 
-    async def link(self, inode, new_parent_inode, new_name, ctx):
+    async def link(
+        self,
+        inode: pyfuse3.InodeT,
+        new_parent_inode: pyfuse3.InodeT,
+        new_name: pyfuse3.FileNameT,
+        ctx: pyfuse3.RequestContext,
+    ) -> pyfuse3.EntryAttributes:
         _read_only()
 
-    async def create(self, parent_inode, name, mode, flags, ctx):
+    async def create(
+        self,
+        parent_inode: pyfuse3.InodeT,
+        name: pyfuse3.FileNameT,
+        mode: pyfuse3.ModeT,
+        flags: pyfuse3.FlagT,
+        ctx: pyfuse3.RequestContext,
+    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         _read_only()
 
-    async def write(self, fh, off, buf):
+    async def write(self, fh: pyfuse3.FileHandleT, off: int, buf: bytes) -> int:
         _read_only()

@@ -10,22 +10,47 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 
 from bundlefs.core.format import XATTR_STATS
 from bundlefs.errors import MountError
 
 BUNDLEFS_FSTYPE = "fuse.bundlefs"
+_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 
 
 @dataclass(frozen=True)
 class MountInfo:
     device: str  # major:minor
-    fstype: str
-    source: str
+    fstype: str  # "fuse.bundlefs", "ext4", …
+    source: str  # for bundlefs, the bundle served
+    mountpoint: str  # as the kernel lists it: absolute, symlinks resolved
 
 
-def mount_info(path: str) -> MountInfo | None:
+def mounts() -> list[MountInfo]:
+    """Every mount this process can see, in table order (a later mount covers an earlier one).
+
+    A FUSE mount whose daemon died is listed too, as long as the kernel keeps it.
+    """
+    found = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            head, _, tail = line.partition(" - ")
+            fields, rest = head.split(), tail.split()
+            if len(fields) > 4 and len(rest) > 1:
+                found.append(
+                    MountInfo(
+                        device=fields[2],
+                        fstype=rest[0],
+                        source=unescape_mount_field(rest[1]),
+                        mountpoint=unescape_mount_field(fields[4]),
+                    )
+                )
+    return found
+
+
+def mount_info(path: str | os.PathLike[str]) -> MountInfo | None:
     """What is mounted on ``path`` (the topmost mount), from /proc/self/mountinfo, or None.
 
     The table, not ``stat``: touching a dead FUSE daemon's mount fails with ENOTCONN, and a
@@ -33,27 +58,24 @@ def mount_info(path: str) -> MountInfo | None:
     """
     target = resolved_mount_path(path)
     found = None
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            head, _, tail = line.partition(" - ")
-            fields, rest = head.split(), tail.split()
-            if len(fields) > 4 and len(rest) > 1 and unescape_mount_field(fields[4]) == target:
-                found = MountInfo(fields[2], rest[0], unescape_mount_field(rest[1]))
+    for info in mounts():
+        if info.mountpoint == target:
+            found = info
     return found
 
 
-def is_mountpoint(path: str) -> bool:
-    """Whether something is mounted on ``path``."""
+def is_mountpoint(path: str | os.PathLike[str]) -> bool:
+    """Whether something is mounted on ``path`` (a dead FUSE daemon's mount included)."""
     return mount_info(path) is not None
 
 
-def mounted_bundle(path: str) -> str | None:
+def mounted_bundle(path: str | os.PathLike[str]) -> str | None:
     """The bundle served on ``path`` if it is a bundlefs mount point, else None."""
     info = mount_info(path)
     return info.source if info is not None and info.fstype == BUNDLEFS_FSTYPE else None
 
 
-def daemon_stats(mountpoint: str) -> dict:
+def daemon_stats(mountpoint: str | os.PathLike[str]) -> dict[str, object]:
     """The serving daemon's counters (cache hits, misses, evictions, bytes decompressed, EIOs).
 
     An xattr of the mount root: reading it needs no FUSE binding in this process.
@@ -64,7 +86,7 @@ def daemon_stats(mountpoint: str) -> dict:
         raise MountError(f"cannot read the daemon statistics of {mountpoint}: {e}") from None
 
 
-def resolved_mount_path(path: str) -> str:
+def resolved_mount_path(path: str | os.PathLike[str]) -> str:
     """``path`` with its directory's symlinks resolved, as the kernel lists mount points.
 
     The last component is not looked up: it may be this daemon's own mount root, and a lookup
@@ -75,7 +97,6 @@ def resolved_mount_path(path: str) -> str:
 
 
 def unescape_mount_field(field: str) -> str:
-    # /proc/mounts writes space, tab, newline and backslash as octal escapes.
-    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
-        field = field.replace(code, char)
-    return field
+    """A path field of the table as it is: the kernel writes space, tab, newline and backslash
+    as octal escapes (``\\040``, ``\\011``, ``\\012``, ``\\134``)."""
+    return _OCTAL_ESCAPE.sub(lambda m: chr(int(m[1], 8)), field)

@@ -32,7 +32,6 @@ from bundlefs.errors import (
     NotADirectory,
 )
 from bundlefs.read.bundle import Bundle
-from bundlefs.read.verify import iter_content
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -100,13 +99,13 @@ def _select(bundle: Bundle, paths: Sequence[str | bytes]) -> list[tuple[list[byt
                 )
             if not entry.is_dir:
                 raise NotADirectory(f"{os.fsdecode(raw)!r}: a component is not a directory")
-            child = bundle.lookup(entry, part)
+            child = bundle.tree.lookup(entry, part)
             if child is None:
                 raise EntryNotFound(f"{os.fsdecode(raw)!r} does not exist in the bundle")
             entry = child
         resolved[tuple(parts)] = entry
     keys = sorted(resolved)
-    out = []
+    out: list[tuple[tuple[bytes, ...], fmt.Entry]] = []
     for key in keys:
         if any(key[: len(k)] == k for k, _e in out):
             continue  # already inside a selected directory
@@ -182,7 +181,7 @@ class _Writer:
         # Iterative depth-first walk: deep trees must not hit the recursion limit. Each level
         # keeps one open descriptor (its children are created relative to it).
         stack: list[tuple[int, tuple[bytes, ...], fmt.Entry, Iterator]] = [
-            (fd, rel, directory, self.bundle.children(directory))
+            (fd, rel, directory, self.bundle.tree.children(directory))
         ]
         try:
             while stack:
@@ -199,7 +198,9 @@ class _Writer:
                 if entry.is_dir:
                     child_fd = self._make_dir(dir_fd, name, dir_rel + (name,))
                     self.summary.dirs += 1
-                    stack.append((child_fd, dir_rel + (name,), entry, self.bundle.children(entry)))
+                    stack.append(
+                        (child_fd, dir_rel + (name,), entry, self.bundle.tree.children(entry))
+                    )
                 else:
                     self._write_entry(dir_fd, dir_rel, name, entry)
         finally:
@@ -209,7 +210,7 @@ class _Writer:
     def _finish_directory(self, fd: int, entry: fmt.Entry) -> None:
         """Owner, mode and mtime of a directory, set after its children (they change its mtime)."""
         if self.owners:
-            uid, gid = self.bundle.owner(entry)
+            uid, gid = self.bundle.tree.owner(entry)
             os.chown(fd, uid, gid)
         os.chmod(fd, statmod.S_IMODE(entry.mode))
         os.utime(fd, ns=(entry.mtime_ns, entry.mtime_ns))
@@ -232,7 +233,7 @@ class _Writer:
             self._make_way(dir_fd, name, rel)
             os.symlink(entry.symlink, name, dir_fd=dir_fd)
             if self.owners:
-                uid, gid = self.bundle.owner(entry)
+                uid, gid = self.bundle.tree.owner(entry)
                 os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
             os.utime(
                 name, ns=(entry.mtime_ns, entry.mtime_ns), dir_fd=dir_fd, follow_symlinks=False
@@ -263,7 +264,7 @@ class _Writer:
         fd = os.open(name, _FILE_FLAGS, 0o600, dir_fd=dir_fd)
         try:
             try:
-                for piece in iter_content(self.bundle, entry, path):
+                for piece in self.bundle.content.iter_content(entry, path):
                     view = memoryview(piece)
                     while view:
                         view = view[os.write(fd, view) :]
@@ -272,7 +273,7 @@ class _Writer:
                 self.summary.damaged.append(path)
                 return False
             if self.owners:
-                uid, gid = self.bundle.owner(entry)
+                uid, gid = self.bundle.tree.owner(entry)
                 os.chown(fd, uid, gid)  # before chmod: chown clears set-id bits
             os.chmod(fd, statmod.S_IMODE(entry.mode))
             os.utime(fd, ns=(entry.mtime_ns, entry.mtime_ns))

@@ -1,4 +1,4 @@
-"""``verify``: the full consistency and checksum scan of a bundle, and the checked content reader.
+"""``verify``: the full consistency and checksum scan of a bundle.
 
 It owns the answer to "is this bundle intact, and if not, which files are damaged?". It reads
 everything — the marker, the index checksum, every shard header, every record (CRC and
@@ -6,8 +6,9 @@ decompression), every entry and the directory tree they form, and every file's c
 keeps going after damage, so one run names every damaged file. Damage never raises: it becomes a
 ``Problem`` in the report. Only a directory that cannot be opened as a bundle at all raises.
 
-``iter_content`` is also here because it is the one way to stream a file and still get its CRC
-checked at the end; ``extract`` and the CLI's ``cat`` use it. Imports: bundle, index, format.
+The tree invariants and count fields are core/integrity.py's rules, the same ones the reader
+enforces; here every rule is applied to every entry and each broken one is collected.
+May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``, ``bundlefs.read``.
 """
 
 from __future__ import annotations
@@ -15,47 +16,21 @@ from __future__ import annotations
 import bisect
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bundlefs.core import format as fmt
-from bundlefs.core.checksum import crc32c
+from bundlefs.core import integrity
 from bundlefs.errors import BundleError, CorruptDataError, FormatError
 from bundlefs.read.bundle import Bundle
-from bundlefs.storage.index import check_index_file, read_marker
+from bundlefs.storage.index import check_index_file
+from bundlefs.storage.publish import read_marker
 from bundlefs.storage.shards import ShardSet
-
-# Files up to this size are read in one piece (Bundle.read_at checks their CRC itself); larger ones
-# are streamed in chunks and their CRC is computed here, so memory stays bounded.
-WHOLE_READ_LIMIT = 16 * 1024 * 1024
-_CHUNK = 4 * 1024 * 1024
+from bundlefs.storage.store import LocalShardStore
 
 # Per-inode kinds in the scan's compact table (one byte per inode, so millions of entries fit).
 _BAD, _FILE, _DIR, _SYMLINK, _LINK = 0, 1, 2, 3, 4
 _NAME_AFTER_PREVIOUS = 0x10  # bit: this entry's name sorts after the previous inode's name
-
-
-def iter_content(bundle: Bundle, entry: fmt.Entry, path: str) -> Iterator[bytes]:
-    """The content of a regular file in pieces; raises ``CorruptDataError`` if it fails its CRC.
-
-    A small file is checked before its bytes are yielded; a large one only at the end (after its
-    records were each checked), so a caller that writes as it reads must undo on the error.
-    """
-    if entry.size <= WHOLE_READ_LIMIT:
-        yield bundle.read_at(entry, 0, entry.size, path=path)
-        return
-    value, pos = 0, 0
-    while pos < entry.size:
-        piece = bundle.read_at(entry, pos, _CHUNK, path=path)
-        if not piece:
-            raise CorruptDataError("file is shorter than its entry says", path=path)
-        value = crc32c(piece, value)
-        pos += len(piece)
-        yield piece
-    if value != entry.crc32c:
-        raise CorruptDataError(
-            "file content fails its checksum", bundle=bundle.path, path=path, shard=entry.shard
-        )
 
 
 @dataclass(frozen=True)
@@ -70,6 +45,10 @@ class Problem:
 
     def __str__(self) -> str:
         return self.message
+
+    def to_dict(self) -> dict[str, object]:
+        """As ``bundlefs verify --json`` lists it (the record offset is in the message)."""
+        return {"kind": self.kind, "message": self.message, "path": self.path, "shard": self.shard}
 
 
 @dataclass(frozen=True)
@@ -99,6 +78,24 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    def to_dict(self) -> dict[str, object]:
+        """The report as ``bundlefs verify --json`` prints it."""
+        return {
+            "bundle": self.bundle,
+            "ok": self.ok,
+            "entries": self.entries,
+            "files": self.files,
+            "dirs": self.dirs,
+            "symlinks": self.symlinks,
+            "hardlinks": self.hardlinks,
+            "shards": self.shards,
+            "records": self.records,
+            "bytes_checked": self.bytes_checked,
+            "seconds": round(self.seconds, 3),
+            "problems": [p.to_dict() for p in self.problems],
+            "damaged_files": self.damaged_files,
+        }
 
 
 def verify(
@@ -134,7 +131,7 @@ class _Verifier:
                 self.problem("index", f"the index cannot be read: {e}")
             else:
                 # A ShardSet of our own loads records without going through (or filling) the cache.
-                self._shards = ShardSet(self.path, marker)
+                self._shards = ShardSet(LocalShardStore(self.path), marker)
                 try:
                     with bundle:
                         self._scan(bundle)
@@ -178,10 +175,9 @@ class _Verifier:
     # -- shards and records ------------------------------------------------------------------------
 
     def _check_shards(self, bundle: Bundle) -> None:
-        index = bundle.index
         for shard in range(bundle.config.shard_count):
             try:
-                info = index.shard_info(shard)
+                info = bundle.content.shard_info(shard)
             except FormatError as e:
                 self.problem("shard", f"shard {shard}: descriptor unreadable: {e}", shard=shard)
                 self._mark_bad(shard, 0, fmt.MAX_SHARD_STREAM)
@@ -200,7 +196,7 @@ class _Verifier:
             self.problem("shard", f"shard {shard}: cannot read {path}: {e.strerror}", shard=shard)
             return None
         try:
-            fmt.check_shard_header(header, shard, bundle.index.marker.bundle_id)
+            fmt.check_shard_header(header, shard, bundle.info().bundle_id)
         except BundleError as e:
             self.problem("shard", f"shard {shard}: bad header: {e}", shard=shard)
         if size != info.file_size:
@@ -217,7 +213,7 @@ class _Verifier:
         expected = 0  # next stream offset a record must start at
         stored_end = bundle.config.block_size  # records follow the header block, in order
         count = 0
-        records = bundle.index.iter_records(shard)
+        records = bundle.content.records(shard)
         while True:
             try:
                 record = next(records)
@@ -299,70 +295,55 @@ class _Verifier:
     # -- entries and the directory tree ------------------------------------------------------------
 
     def _check_entries(self, bundle: Bundle) -> _Tree | None:
-        config, index = bundle.config, bundle.index
+        config, tree_model = bundle.config, bundle.tree
         n = config.entry_count
         tree = _Tree(bundle, n)
-        counts = dict(files=0, dirs=0, symlinks=0, hardlinks=0, data_bytes=0)
+        counts = integrity.TreeCounts()
         links: list[tuple[int, int]] = []  # (LINK entry, target)
         nlinks: dict[int, int] = {}  # file with an NLINK part -> its nlink
         previous: bytes | None = None
         for ino in range(1, n + 1):
             self._tick("entries", ino, n)
             try:
-                entry = index.entry(ino)
+                entry = tree_model.stored_entry(ino)
             except FormatError as e:
                 self.problem("entry", f"entry {ino}: {e}")
                 previous = None
                 continue
+            counts.add(entry)
             kind = _BAD
             if entry.is_link:
                 kind = _LINK
-                counts["hardlinks"] += 1
                 links.append((ino, entry.target))
             elif entry.is_file:
                 kind = _FILE
-                counts["files"] += 1
-                counts["data_bytes"] += entry.size
                 if entry.flags & fmt.FLAG_NLINK:
                     nlinks[ino] = entry.nlink
             elif entry.is_dir:
                 kind = _DIR
-                counts["dirs"] += 1
                 tree.add_dir(entry)
             elif entry.is_symlink:
                 kind = _SYMLINK
-                counts["symlinks"] += 1
-            if previous is not None and entry.name > previous:
+            # Which directory lists an inode is known only once every directory is read: keep
+            # the one bit the name-order rule needs against the inode before it.
+            if previous is not None and integrity.child_order(0, previous, entry.name) is None:
                 kind |= _NAME_AFTER_PREVIOUS
             tree.kinds[ino] = kind
             previous = entry.name
         self.report.entries = n
-        self.report.files, self.report.dirs = counts["files"], counts["dirs"]
-        self.report.symlinks, self.report.hardlinks = counts["symlinks"], counts["hardlinks"]
+        self.report.files, self.report.dirs = counts.files, counts.dirs
+        self.report.symlinks, self.report.hardlinks = counts.symlinks, counts.hardlinks
         try:
-            extra = next(index.iter_entries(n + 1, 1), None)
+            extra = next(tree_model.stored_entries(n + 1, 1), None)
         except FormatError:
             extra = None  # "no entry n+1": as it should be
         if extra is not None:
             self.problem("entry", f"entry {n + 1} exists past the entry count {n}")
-        self._check_counts(config, counts)
+        for message in counts.problems_against(config):
+            self.problem("config", message)
         self._check_tree(tree)
         self._check_links(tree, links, nlinks)
         return tree
-
-    def _check_counts(self, config: fmt.Config, counts: dict) -> None:
-        claimed = dict(
-            files=config.file_count,
-            dirs=config.dir_count,
-            symlinks=config.symlink_count,
-            hardlinks=config.hardlink_count,
-            data_bytes=config.data_bytes,
-        )
-        for name, value in claimed.items():
-            if counts[name] != value:
-                self.problem(
-                    "config", f"config says {value} {name}, the entries hold {counts[name]}"
-                )
 
     def _check_tree(self, tree: _Tree) -> None:
         kinds = tree.kinds
@@ -385,60 +366,46 @@ class _Verifier:
                 if kind & 0x0F == _DIR:
                     subdirs += 1
                 if ino > first and kind and kinds[ino - 1] and not kind & _NAME_AFTER_PREVIOUS:
-                    self.problem(
-                        "entry",
-                        f"{tree.path(ino)}: names in directory {directory} are not strictly "
-                        "increasing (duplicate or out of order)",
-                        path=tree.path(ino),
-                    )
+                    names = tree.name(ino - 1), tree.name(ino)
+                    message = integrity.child_order(directory, *names)
+                    self.problem("entry", f"{tree.path(ino)}: {message}", path=tree.path(ino))
             parent, nlink = tree.dirs[directory]
-            if nlink != 2 + subdirs:
-                self.problem(
-                    "entry",
-                    f"directory {tree.path(directory)} has nlink {nlink}, expected {2 + subdirs}",
-                )
+            message = integrity.directory_nlink(nlink, subdirs)
+            if message is not None:
+                self.problem("entry", f"directory {tree.path(directory)} {message}")
         if covered != len(kinds):
             self.problem("entry", f"no directory holds entries {covered}…{len(kinds) - 1}")
         for directory, (parent, _nlink) in tree.dirs.items():
             holder = tree.holder(directory)
             expected = fmt.ROOT_INO if directory == fmt.ROOT_INO else holder
-            if parent != expected:
-                self.problem(
-                    "entry",
-                    f"directory {tree.path(directory)} names {parent} as its parent, "
-                    f"not {expected}",
-                )
+            message = integrity.child_directory_parent(directory, parent, expected or 0)
+            if message is not None:
+                self.problem("entry", f"{tree.path(directory)}: {message}")
 
     def _check_links(self, tree: _Tree, links: list, nlinks: dict[int, int]) -> None:
         names: dict[int, int] = {}
         for ino, target in links:
-            if not 1 <= target < len(tree.kinds) or tree.kinds[target] & 0x0F != _FILE:
-                self.problem(
-                    "entry",
-                    f"{tree.path(ino)}: hard link to entry {target}, which is not a file",
-                    path=tree.path(ino),
-                )
+            is_file = 1 <= target < len(tree.kinds) and tree.kinds[target] & 0x0F == _FILE
+            message = integrity.link_target(ino, target, bool(is_file))
+            if message is not None:
+                self.problem("entry", f"{tree.path(ino)}: {message}", path=tree.path(ino))
                 continue
             names[target] = names.get(target, 1) + 1
         for ino in set(names) | set(nlinks):
-            if names.get(ino, 1) != nlinks.get(ino, 1):
-                self.problem(
-                    "entry",
-                    f"{tree.path(ino)}: nlink {nlinks.get(ino, 1)} but {names.get(ino, 1)} names",
-                    path=tree.path(ino),
-                )
+            message = integrity.link_count(nlinks.get(ino, 1), names.get(ino, 1))
+            if message is not None:
+                self.problem("entry", f"{tree.path(ino)}: {message}", path=tree.path(ino))
 
     # -- file content ------------------------------------------------------------------------------
 
     def _check_files(self, bundle: Bundle, tree: _Tree) -> None:
-        index = bundle.index
         n = len(tree.kinds) - 1
         for ino in range(1, n + 1):
             self._tick("files", ino, n)
             if tree.kinds[ino] & 0x0F != _FILE:
                 continue
             try:
-                entry = index.entry(ino)
+                entry = bundle.tree.stored_entry(ino)
             except FormatError:
                 continue  # reported by the entry scan
             path = tree.path(ino)
@@ -457,7 +424,7 @@ class _Verifier:
             return f"extends past the end of shard {entry.shard}'s stream"
         message = None
         try:
-            for piece in iter_content(bundle, entry, path):
+            for piece in bundle.content.iter_content(entry, path):
                 self.report.bytes_checked += len(piece)
         except CorruptDataError as e:
             message = e.detail + (f" (shard {e.shard})" if e.shard is not None else "")
@@ -502,6 +469,12 @@ class _Tree:
                 return directory
         return None
 
+    def name(self, ino: int) -> bytes:
+        try:
+            return self._bundle.tree.stored_entry(ino).name
+        except FormatError:
+            return b""
+
     def path(self, ino: int) -> str:
         """The path of an inode from the root, as well as a damaged tree allows."""
         parts: list[bytes] = []
@@ -511,7 +484,7 @@ class _Tree:
                 return f"<inode {ino}: directory cycle>"
             seen.add(ino)
             try:
-                parts.append(self._bundle.index.entry(ino).name)
+                parts.append(self._bundle.tree.stored_entry(ino).name)
             except FormatError:
                 parts.append(b"<inode %d>" % ino)
             holder = self.holder(ino)
@@ -525,11 +498,11 @@ class _Tree:
         """LINK entries that name ``target`` (built on first use: only damaged files need it)."""
         if self._links is None:
             self._links = {}
-            index = self._bundle.index
+            tree = self._bundle.tree
             for ino, kind in enumerate(self.kinds):
                 if kind & 0x0F == _LINK:
                     try:
-                        self._links.setdefault(index.entry(ino).target, []).append(ino)
+                        self._links.setdefault(tree.stored_entry(ino).target, []).append(ino)
                     except FormatError:
                         continue
         return self._links.get(target, [])

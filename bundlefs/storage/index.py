@@ -2,7 +2,10 @@
 
 The reader checks the completion marker, the index size, LMDB's meta pages and the index checksum
 *before* LMDB maps the file, because LMDB trusts its file completely (a truncated file faults the
-process with SIGBUS). It knows nothing about shards beyond their descriptors.
+process with SIGBUS). It knows nothing about shards beyond their descriptors. LMDB's own errors
+end here: callers see ``FormatError`` (reading) or ``IndexWriteError`` (writing).
+
+May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.publish`` (the marker).
 """
 
 from __future__ import annotations
@@ -16,15 +19,17 @@ from collections.abc import Iterator
 import lmdb
 
 from bundlefs.core import format as fmt
-from bundlefs.core.checksum import crc32c, file_checksum
+from bundlefs.core import integrity
+from bundlefs.core.checksum import file_checksum
 from bundlefs.core.libc import ResidentMapping
 from bundlefs.errors import (
     BundleClosedError,
     BundleError,
     FormatError,
-    IncompleteBundleError,
+    IndexWriteError,
     NotABundleError,
 )
+from bundlefs.storage.publish import read_marker
 
 # Open readers, so that a forked child (a DataLoader worker) reopens LMDB instead of using the
 # parent's environment, which must never cross a fork.
@@ -48,25 +53,6 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def read_marker(bundle_dir: str) -> fmt.Marker:
-    """Read and validate ``COMPLETE``; explains what is wrong when it is absent."""
-    path = os.path.join(bundle_dir, fmt.MARKER_NAME)
-    try:
-        with open(path, "rb") as f:
-            data = f.read(fmt.MARKER_SIZE + 1)
-    except FileNotFoundError:
-        if not os.path.isdir(bundle_dir):
-            raise NotABundleError(f"{bundle_dir} does not exist or is not a directory") from None
-        if os.path.isdir(os.path.join(bundle_dir, fmt.INDEX_DIR)):
-            raise IncompleteBundleError(
-                f"{bundle_dir} is an incomplete bundle (no completion marker: was pack killed?)"
-            ) from None
-        raise NotABundleError(f"{bundle_dir} is not a bundle (no completion marker)") from None
-    except (IsADirectoryError, NotADirectoryError):
-        raise NotABundleError(f"{bundle_dir} is not a bundle") from None
-    return fmt.decode_marker(data, crc32c)
 
 
 def check_index_file(bundle_dir: str, marker: fmt.Marker, checksum: bool = True) -> tuple[int, int]:
@@ -117,10 +103,7 @@ class IndexReader:
             # Readers size tables by entry_count (verify keeps a byte per inode): a forged count
             # must not make them allocate gigabytes. LMDB knows how many keys there really are.
             held = self._txn().stat(self._dbs[fmt.DB_ENTRIES])["entries"]
-            if held != self.config.entry_count:
-                raise FormatError(
-                    f"config claims {self.config.entry_count} entries, the index {held}"
-                )
+            integrity.enforce(integrity.entry_count(self.config, held))
             self.owners = self._load_owners()
         except BaseException:
             self.close()  # else the shared environment would stay open for the process's life
@@ -349,34 +332,48 @@ class IndexReader:
 
 
 class IndexWriter:
-    """Writes a fresh index with sorted appends. Owned by the packer; one writer per index."""
+    """Writes a fresh index with sorted appends. Owned by the packer; one writer per index.
+
+    Every LMDB failure (a full disk or map, an I/O error) is raised as ``IndexWriteError``, so no
+    caller above the storage layer needs to know LMDB.
+    """
 
     # Deterministic commit points keep the dirty set bounded and the output byte-identical.
     COMMIT_EVERY = 50_000
 
     def __init__(self, index_dir: str, map_size: int = 1 << 40) -> None:
         os.makedirs(index_dir, exist_ok=True)
-        self._env = lmdb.open(
-            index_dir,
-            map_size=map_size,
-            subdir=True,
-            lock=False,  # we own the directory exclusively; no lock.mdb in the bundle
-            max_dbs=len(fmt.ALL_DBS) + 1,
-            sync=False,  # the packer fsyncs once at the end
-            metasync=False,
-        )
-        self._dbs = {name: self._env.open_db(name) for name in fmt.ALL_DBS}
-        self._txn = self._env.begin(write=True)
+        try:
+            self._env = lmdb.open(
+                index_dir,
+                map_size=map_size,
+                subdir=True,
+                lock=False,  # we own the directory exclusively; no lock.mdb in the bundle
+                max_dbs=len(fmt.ALL_DBS) + 1,
+                sync=False,  # the packer fsyncs once at the end
+                metasync=False,
+            )
+        except lmdb.Error as e:
+            raise IndexWriteError(str(e)) from e
+        try:
+            self._dbs = {name: self._env.open_db(name) for name in fmt.ALL_DBS}
+            self._txn = self._env.begin(write=True)
+        except lmdb.Error as e:
+            self._env.close()
+            raise IndexWriteError(str(e)) from e
         self._pending = 0
 
     def _put(self, db: bytes, key: bytes, value: bytes, *, append: bool) -> None:
-        if not self._txn.put(key, value, db=self._dbs[db], append=append, overwrite=not append):
-            raise FormatError(f"index key {key!r} was written twice")
-        self._pending += 1
-        if self._pending >= self.COMMIT_EVERY:
-            self._txn.commit()
-            self._txn = self._env.begin(write=True)
-            self._pending = 0
+        try:
+            if not self._txn.put(key, value, db=self._dbs[db], append=append, overwrite=not append):
+                raise FormatError(f"index key {key!r} was written twice")
+            self._pending += 1
+            if self._pending >= self.COMMIT_EVERY:
+                self._txn.commit()
+                self._txn = self._env.begin(write=True)
+                self._pending = 0
+        except lmdb.Error as e:
+            raise IndexWriteError(str(e)) from e
 
     def put_entry(self, entry: fmt.Entry) -> None:
         self._put(fmt.DB_ENTRIES, fmt.entry_key(entry.ino), fmt.encode_entry(entry), append=True)
@@ -400,12 +397,19 @@ class IndexWriter:
 
     def close(self) -> None:
         """Commit, flush to disk and close."""
-        self._txn.commit()
-        self._env.sync(True)
-        self._env.close()
+        try:
+            self._txn.commit()
+            self._env.sync(True)
+            self._env.close()
+        except lmdb.Error as e:
+            raise IndexWriteError(str(e)) from e
 
     def abort(self) -> None:
+        """Discard what was written and close; LMDB errors raise ``IndexWriteError``."""
         try:
-            self._txn.abort()
-        finally:
-            self._env.close()
+            try:
+                self._txn.abort()
+            finally:
+                self._env.close()
+        except lmdb.Error as e:
+            raise IndexWriteError(str(e)) from e

@@ -1,18 +1,16 @@
-"""Shard file I/O: the record codec, ``ShardWriter`` (append, pad, header) and ``ShardSet`` (reads).
+"""Shard files: the record codec, ``ShardWriter`` (append, pad, header) and ``ShardSet`` (reads).
 
-Reads use ``os.pread`` so no file position is shared between threads or forked processes. Every
-record read checks the record's CRC32C before decompressing, and decompression is bounded by the
-length the index promises: a forged length cannot make a reader allocate more than ``record_size``.
+``ShardSet`` reads stored bytes through a ``ShardStore`` (storage/store.py: local files today,
+an object store tomorrow) and owns what a record means: every record read checks the record's
+CRC32C before decompressing, and decompression is bounded by the length the index promises: a
+forged length cannot make a reader allocate more than ``record_size``.
+May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.store``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import errno
-import functools
 import os
-import threading
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Executor, Future
@@ -20,15 +18,15 @@ from concurrent.futures import Executor, Future
 import lz4.block
 
 from bundlefs.core import format as fmt
+from bundlefs.core import libc
 from bundlefs.core.checksum import crc32c
 from bundlefs.errors import (
-    BundleClosedError,
     BundleError,
     CorruptDataError,
     FormatError,
     UnsupportedVersionError,
-    WouldBlock,
 )
+from bundlefs.storage.store import ShardStore
 
 
 def encode_record_payload(data: bytes, compression: int) -> tuple[bytes, int]:
@@ -69,18 +67,6 @@ def _encode_record(data: bytes, compression: int) -> tuple[bytes, int, int]:
     return stored, flags, crc32c(stored)
 
 
-_SYNC_FILE_RANGE_WRITE = 2  # <linux/fs.h>: start writeback of the range's dirty pages, no waiting
-
-
-@functools.cache
-def _libc_sync_file_range():
-    func = getattr(ctypes.CDLL(None, use_errno=True), "sync_file_range", None)
-    if func is not None:
-        func.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
-        func.restype = ctypes.c_int
-    return func
-
-
 def start_writeback(fd: int, offset: int, length: int) -> None:
     """Ask the kernel to start writing ``length`` bytes at ``offset`` to disk, without waiting.
 
@@ -88,9 +74,8 @@ def start_writeback(fd: int, offset: int, length: int) -> None:
     disk writes while the packer reads and compresses, so the fsync before sealing has little
     left to wait for (it took ~15% of a pack of small files when all the writeback waited on it).
     """
-    func = _libc_sync_file_range()
-    if func is not None:
-        func(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
+    with contextlib.suppress(OSError):
+        libc.sync_file_range(fd, offset, length, libc.SYNC_FILE_RANGE_WRITE)
 
 
 class ShardWriter:
@@ -206,28 +191,6 @@ def write_shard_header(path: str, index: int, bundle_id: bytes) -> None:
         os.close(fd)
 
 
-def _preadv(fd: int, buffer: bytearray | memoryview, offset: int, nowait: bool) -> int:
-    """preadv into ``buffer``; with ``nowait``, only from the page cache (RWF_NOWAIT): a read
-    that would wait for the disk raises WouldBlock instead.
-
-    The mount's event loop reads cached data inline (~10 µs) and sends only real disk reads to a
-    worker thread (a thread hop alone costs ~200 µs).
-    """
-    if not nowait:
-        return os.preadv(fd, [buffer], offset)
-    try:
-        got = os.preadv(fd, [buffer], offset, os.RWF_NOWAIT)
-    except BlockingIOError:
-        raise WouldBlock from None
-    except OSError as e:
-        if e.errno in (errno.EOPNOTSUPP, errno.EINVAL):  # a file system without RWF_NOWAIT
-            raise WouldBlock from None
-        raise
-    if got != len(buffer):
-        raise WouldBlock  # partly cached, or short: the blocking read decides which
-    return got
-
-
 @contextlib.contextmanager
 def _read_errors(record: fmt.Record) -> Iterator[None]:
     """Turn a failed shard read into the CorruptDataError of the record it was for."""
@@ -252,61 +215,41 @@ def _truncated(record: fmt.Record) -> CorruptDataError:
 
 
 class ShardSet:
-    """The shard files of one bundle, opened lazily, read with pread. Thread-safe."""
+    """The records of one bundle's shards: read through a ``ShardStore``, CRC-checked, decoded.
 
-    def __init__(self, bundle_dir: str, marker: fmt.Marker) -> None:
+    Each shard's header is checked against the bundle on first use. Thread-safe.
+    """
+
+    def __init__(self, store: ShardStore, marker: fmt.Marker) -> None:
+        self._store = store
         self._marker = marker
-        self._fds: dict[int, int] = {}
-        self._lock = threading.Lock()
-        # Shards are opened lazily, relative to the directory opened now: a bundle replaced at
-        # the same path later (pack --force) cannot lend this one its shards.
-        try:
-            self._dir_fd: int | None = os.open(
-                bundle_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-            )
-        except OSError as e:
-            raise FormatError(f"cannot open the bundle directory: {e.strerror}") from None
+        self._names: dict[int, str] = {}  # shard -> file name, once its header matched
 
-    def _fd(self, shard: int) -> int:
-        fd = self._fds.get(shard)
-        if fd is not None:
-            return fd
-        with self._lock:
-            fd = self._fds.get(shard)
-            if fd is None:
-                fd = self._open(shard)
-                self._fds[shard] = fd
-        return fd
-
-    def _open(self, shard: int) -> int:
+    def _name(self, shard: int) -> str:
+        """The shard's file name, its header checked on first use."""
+        name = self._names.get(shard)
+        if name is not None:
+            return name
         if not 0 <= shard < self._marker.shard_count:
             raise FormatError(f"shard {shard} does not exist")
-        if self._dir_fd is None:
-            raise BundleClosedError("the bundle is closed")
+        name = fmt.shard_filename(shard)
         try:
-            fd = os.open(fmt.shard_filename(shard), os.O_RDONLY | os.O_CLOEXEC, dir_fd=self._dir_fd)
+            header = self._store.read(name, 0, fmt.SHARD_HEADER_SIZE)
         except OSError as e:
             raise CorruptDataError(f"cannot open shard file: {e.strerror}", shard=shard) from None
         try:
-            fmt.check_shard_header(
-                os.pread(fd, fmt.SHARD_HEADER_SIZE, 0), shard, self._marker.bundle_id
-            )
+            fmt.check_shard_header(header, shard, self._marker.bundle_id)
         except (FormatError, UnsupportedVersionError) as e:
             # The bundle opened, so a header that disagrees with it is damage to this shard
             # (found by make fuzz: a flipped version byte aborted extract mid-file).
-            os.close(fd)
             raise CorruptDataError(str(e), shard=shard) from None
-        return fd
+        self._names[shard] = name
+        return name
 
     def _pread(self, record: fmt.Record, length: int, offset: int, nowait: bool = False) -> bytes:
+        name = self._name(record.shard)
         with _read_errors(record):
-            fd = self._fd(record.shard)
-            if nowait:
-                buffer = bytearray(length)
-                _preadv(fd, buffer, offset, nowait=True)
-                data = bytes(buffer)
-            else:
-                data = os.pread(fd, length, offset)
+            data = self._store.read(name, offset, length, nowait=nowait)
         if len(data) != length:
             raise _truncated(record)
         return data
@@ -341,8 +284,8 @@ class ShardSet:
 
         Advice only: a shard that cannot be opened or advised is left to the read that follows.
         """
-        with contextlib.suppress(OSError, BundleError):
-            os.posix_fadvise(self._fd(shard), offset, length, os.POSIX_FADV_WILLNEED)
+        with contextlib.suppress(BundleError):
+            self._store.prefetch(self._name(shard), offset, length)
 
     def read_raw_into(
         self,
@@ -362,8 +305,9 @@ class ShardSet:
         assert start + len(view) <= record.end
         assert not check_record or (start == record.offset and len(view) == record.length)
         offset = record.stored_offset + start - record.offset
+        name = self._name(record.shard)
         with _read_errors(record):
-            got = _preadv(self._fd(record.shard), view, offset, nowait)
+            got = self._store.read_into(name, offset, view, nowait=nowait)
         if got != len(view):
             raise _truncated(record)
         if check_record and crc32c(view) != record.crc32c:
@@ -372,11 +316,5 @@ class ShardSet:
             )
 
     def close(self) -> None:
-        """Close every shard. Must not race reads in other threads."""
-        with self._lock:
-            for fd in self._fds.values():
-                os.close(fd)
-            self._fds.clear()
-            if self._dir_fd is not None:
-                os.close(self._dir_fd)
-                self._dir_fd = None
+        """Close the store. Must not race reads in other threads."""
+        self._store.close()

@@ -1,0 +1,68 @@
+"""``bundlefs extract BUNDLE DEST [PATH...]``: the options, the progress line and the summary."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import TYPE_CHECKING
+
+from bundlefs.cli.output import EXIT_FAILURE, EXIT_OK, error, out, status
+from bundlefs.core.units import format_size
+
+if TYPE_CHECKING:
+    from bundlefs.read.extract import ExtractSummary
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("bundle")
+    p.add_argument("dest", help="the directory to extract into (created if missing)")
+    p.add_argument("paths", nargs="*", metavar="PATH", help="files or directories (default: all)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="extract into a non-empty DEST, replacing files and symlinks in the way",
+    )
+    owners = p.add_mutually_exclusive_group()
+    owners.add_argument(
+        "--owners", dest="owners", action="store_true", default=None, help="restore uid/gid"
+    )
+    owners.add_argument(
+        "--no-owners", dest="owners", action="store_false", help="do not restore uid/gid"
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary")
+
+
+def run(args: argparse.Namespace) -> int:
+    from bundlefs.read.bundle import Bundle
+    from bundlefs.read.extract import extract
+
+    started = last = time.monotonic()
+
+    def progress(s: ExtractSummary) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last >= 0.2:
+            last = now
+            status.show(
+                f"extracting: {s.files:,} files, {format_size(s.bytes)}, {now - started:.0f} s"
+            )
+
+    with Bundle(args.bundle) as bundle:
+        summary = extract(
+            bundle,
+            args.dest,
+            args.paths,
+            force=args.force,
+            owners=args.owners,
+            progress=None if args.quiet else progress,
+        )
+    status.clear()
+    for path in summary.damaged:
+        error(f"{path} was not extracted: its content is damaged")
+    if not args.quiet:
+        out(
+            f"extracted {summary.files:,} files, {summary.dirs:,} dirs, {summary.symlinks:,} "
+            f"symlinks, {summary.hardlinks:,} hard links ({summary.bytes:,} bytes) into "
+            f"{summary.dest}"
+        )
+    return EXIT_OK if summary.ok else EXIT_FAILURE

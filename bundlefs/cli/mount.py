@@ -1,0 +1,213 @@
+"""``bundlefs mount`` and ``bundlefs umount``: flags and ``-o`` options to one ``MountOptions``.
+
+The daemon's lifecycle is ``bundlefs.mount.daemon``; it is imported only when a command runs, so
+building the parser (for any command) loads nothing of the mount. ``-o a,b=c`` is the form
+mount(8), mount.fuse3 and fstab pass (``bundlefs BUNDLE MNT -o OPTS``; see ``cli.main``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import TYPE_CHECKING
+
+from bundlefs.cli.output import EXIT_OK, LogTarget, setup_logging, size
+from bundlefs.core.units import parse_size
+from bundlefs.errors import MountError
+
+if TYPE_CHECKING:
+    from bundlefs.mount.daemon import MountOptions
+
+# Options mount(8)/mount.fuse3 and fstab pass that mean nothing here (or that we always set).
+_IGNORED_OPTIONS = {
+    "ro", "rw", "dev", "nodev", "suid", "nosuid", "exec", "noexec", "auto", "noauto", "user",
+    "nouser", "users", "defaults", "_netdev", "nofail", "async", "sync", "atime", "noatime",
+    "relatime", "norelatime", "strictatime", "diratime", "nodiratime", "default_permissions",
+    "auto_unmount", "loop", "owner", "group", "comment",
+}  # fmt: skip
+
+# -o options that take a text value; sizes among them are parsed once merged with the flags.
+_TEXT_OPTIONS = ("cache_size", "owner", "log_file", "open_mode", "index_resident")
+_NUMBER_OPTIONS = ("uid", "gid", "read_ahead_kb")
+_OPEN_MODES = ("auto", "no-open", "open")
+
+
+# -- mount ----------------------------------------------------------------------------------------
+
+
+def add_mount_arguments(p: argparse.ArgumentParser) -> None:
+    # The defaults named in the help are bundlefs.mount.daemon's (not imported here).
+    p.add_argument("bundle", help="the bundle directory")
+    p.add_argument("mountpoint", help="an existing empty directory")
+    p.add_argument("-f", "--foreground", action="store_true", help="stay attached, log to stderr")
+    p.add_argument(
+        "--cache-size", type=size, default=None, help="record cache size, e.g. 512MiB (256MiB)"
+    )
+    p.add_argument("--allow-other", action="store_true", help="let other users use the mount")
+    p.add_argument(
+        "--owner",
+        choices=("stored", "mounter"),
+        default="stored",
+        help="show the owners stored in the bundle, or the mounting user",
+    )
+    p.add_argument("--uid", type=int, help="show every entry as owned by this uid")
+    p.add_argument("--gid", type=int, help="show every entry as owned by this gid")
+    p.add_argument(
+        "--read-ahead-kb",
+        type=int,
+        default=None,
+        help="kernel read-ahead for the mount in KiB (root only; default 1024)",
+    )
+    p.add_argument(
+        "--threads", type=int, default=4, help="record loads in parallel (4); 0 loads inline"
+    )
+    p.add_argument(
+        "--open-mode",
+        choices=_OPEN_MODES,
+        default=None,
+        help="no-open: the kernel serves opens and cached reads without asking the daemon "
+        "(needs the patched pyfuse3 and Linux 5.1+); open: the daemon answers every open; "
+        "auto (default): no-open where available",
+    )
+    p.add_argument(
+        "--index-resident",
+        type=size,
+        default=None,
+        help="keep the index in memory when it is at most this size, e.g. 1GiB (256MiB; 0: never)",
+    )
+    p.add_argument(
+        "--no-prefetch",
+        action="store_true",
+        help="do not start reading a small file's bytes when it is looked up",
+    )
+    p.add_argument("--no-index-check", action="store_true", help="skip the index checksum")
+    p.add_argument("--log-file", help="log here (daemon mode logs to syslog otherwise)")
+    p.add_argument(
+        "--no-auto-unmount",
+        action="store_true",
+        help="leave the mount in place if the daemon is killed (debugging only)",
+    )
+    p.add_argument("--debug", action="store_true", help="log every error in detail")
+    p.add_argument(
+        "-o",
+        dest="options",
+        action="append",
+        default=[],
+        help="comma-separated mount options, as mount(8) and fstab pass them",
+    )
+
+
+def parse_mount_options(groups: list[str]) -> dict[str, object]:
+    """The ``-o`` option strings (``ro,cache_size=1GiB,uid=1000``) as option name → value.
+
+    Text values stay text (sizes are parsed when merged with the flags), numbers become ints,
+    flags ``True``; the generic options of mount(8) and fstab are dropped. An option bundlefs
+    does not know raises ``MountError``.
+    """
+    values: dict[str, object] = {}
+    for group in groups:
+        for option in filter(None, group.split(",")):
+            name, _, value = option.partition("=")
+            key = name.replace("-", "_")
+            if key in _TEXT_OPTIONS and value:
+                values[key] = value  # before the generic ones: mount(8)'s flag "owner" has none
+                continue
+            if name in _IGNORED_OPTIONS or name.startswith(("x-systemd.", "x-")):
+                continue
+            if key in ("allow_other", "foreground"):
+                values[key] = True
+            elif key in _NUMBER_OPTIONS and value.isdigit():
+                values[key] = int(value)
+            else:
+                raise MountError(f"unknown mount option {option!r}")
+    return values
+
+
+def _int_or_none(value: object) -> int | None:
+    assert value is None or isinstance(value, int)  # parse_mount_options and argparse made it
+    return value
+
+
+def _size_or_none(value: object) -> int | None:
+    """A size from a flag (parsed by argparse) or an -o option (text, parsed here)."""
+    assert value is None or isinstance(value, int | str)
+    return None if value is None else parse_size(value)
+
+
+def _text_or_none(value: object) -> str | None:
+    assert value is None or isinstance(value, str)
+    return value
+
+
+def options_from_args(args: argparse.Namespace) -> MountOptions:
+    """Merge the flags and ``-o`` options (the later wins) into one ``MountOptions``."""
+    from bundlefs.mount.daemon import DEFAULT_INDEX_RESIDENT, DEFAULT_READ_AHEAD_KB, MountOptions
+    from bundlefs.read.bundle import DEFAULT_CACHE_SIZE
+
+    values: dict[str, object] = dict(
+        foreground=args.foreground,
+        cache_size=args.cache_size,
+        allow_other=args.allow_other,
+        owner=args.owner,
+        uid=args.uid,
+        gid=args.gid,
+        read_ahead_kb=args.read_ahead_kb,
+        log_file=args.log_file,
+        open_mode=args.open_mode,
+        index_resident=args.index_resident,
+    )
+    values.update(parse_mount_options(args.options))
+    if values["owner"] not in ("stored", "mounter"):
+        raise MountError("owner= takes 'stored' or 'mounter'")
+    if values["open_mode"] not in (None, *_OPEN_MODES):
+        raise MountError("open_mode= takes 'auto', 'no-open' or 'open'")
+    uid, gid = _int_or_none(values["uid"]), _int_or_none(values["gid"])
+    if values["owner"] == "mounter":
+        uid = os.getuid() if uid is None else uid
+        gid = os.getgid() if gid is None else gid
+    cache, resident = _size_or_none(values["cache_size"]), _size_or_none(values["index_resident"])
+    read_ahead = _int_or_none(values["read_ahead_kb"])
+    return MountOptions(
+        bundle=os.path.abspath(args.bundle),
+        mountpoint=os.path.abspath(args.mountpoint),
+        foreground=bool(values["foreground"]),
+        cache_size=DEFAULT_CACHE_SIZE if cache is None else cache,
+        allow_other=bool(values["allow_other"]),
+        uid=uid,
+        gid=gid,
+        read_ahead_kb=DEFAULT_READ_AHEAD_KB if read_ahead is None else read_ahead,
+        load_threads=max(0, args.threads),
+        open_mode=_text_or_none(values["open_mode"]) or "auto",
+        index_resident=DEFAULT_INDEX_RESIDENT if resident is None else resident,
+        prefetch=not args.no_prefetch,
+        check_index=not args.no_index_check,
+        log_file=_text_or_none(values["log_file"]),
+        debug=args.debug,
+        auto_unmount=not args.no_auto_unmount,
+    )
+
+
+def run_mount(args: argparse.Namespace) -> int:
+    options = options_from_args(args)
+    from bundlefs.mount.daemon import mount
+
+    def log_setup(foreground: bool) -> None:
+        target: LogTarget = "stderr" if foreground else "syslog"
+        setup_logging(target, log_file=options.log_file, debug=options.debug)
+
+    return mount(options, log_setup)
+
+
+# -- umount ---------------------------------------------------------------------------------------
+
+
+def add_umount_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("mountpoint")
+    p.add_argument("-z", "--lazy", action="store_true", help="detach now, clean up when unused")
+
+
+def run_umount(args: argparse.Namespace) -> int:
+    from bundlefs.mount.daemon import unmount
+
+    unmount(args.mountpoint, lazy=args.lazy)
+    return EXIT_OK

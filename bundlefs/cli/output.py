@@ -1,0 +1,156 @@
+"""What a user of the command line sees: stdout lines, one-sentence errors, progress, the log.
+
+Every command writes through here:
+- ``out`` writes a line to stdout as bytes (names that are not UTF-8 come out unchanged), and
+  ``out_json`` one JSON object (``--json``, from a result's ``to_dict()``);
+- ``error`` writes ``bundlefs: error: …``, the one sentence of a failure;
+- ``status`` is the self-overwriting progress line on stderr (only on a terminal, never with
+  ``--quiet``);
+- ``setup_logging`` decides where log records go, for every command and for the mount daemon;
+- ``size`` (the argparse type of every size option) and ``rate`` format what the commands report;
+- ``EXIT_*`` are the exit statuses of docs/cli.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Literal
+
+from bundlefs.core.units import parse_size
+from bundlefs.errors import SizeError
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_BROKEN_PIPE = 141  # what a shell reports for a writer killed by SIGPIPE
+
+PROG = "bundlefs"
+_MB = 1_000_000
+
+
+# -- stdout and errors ----------------------------------------------------------------------------
+
+
+def out(text: str | bytes = "") -> None:
+    """Write a line to stdout as bytes, so names that are not UTF-8 come out unchanged."""
+    data = os.fsencode(text) if isinstance(text, str) else text
+    sys.stdout.buffer.write(data + b"\n")
+
+
+def out_json(facts: dict[str, object]) -> None:
+    """``--json``: one indented object on stdout."""
+    out(json.dumps(facts, indent=2))
+
+
+def error(message: str) -> None:
+    """The one sentence of a failure, ``bundlefs: error: …`` on stderr."""
+    status.clear()
+    sys.stderr.write(f"{PROG}: error: {message}\n")
+    sys.stderr.flush()
+
+
+# -- progress -------------------------------------------------------------------------------------
+
+
+class StatusLine:
+    """One self-overwriting progress line on stderr (only when stderr is a terminal)."""
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self._active = False
+
+    def show(self, text: str) -> None:
+        if not self.enabled:
+            return
+        sys.stderr.write("\r\x1b[K" + text)
+        sys.stderr.flush()
+        self._active = True
+
+    def clear(self) -> None:
+        if self._active:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+            self._active = False
+
+
+status = StatusLine()
+
+
+# -- sizes and rates ------------------------------------------------------------------------------
+
+
+def size(text: str) -> int:
+    """argparse type for sizes such as ``4096``, ``256K``, ``4GiB`` (a bad one: usage error)."""
+    try:
+        return parse_size(text)
+    except SizeError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def rate(nbytes: int, seconds: float) -> str:
+    return f"{nbytes / _MB / seconds:.1f} MB/s" if seconds > 0 else "- MB/s"
+
+
+# -- the log --------------------------------------------------------------------------------------
+
+
+class _TerminalHandler(logging.StreamHandler):
+    """``bundlefs: warning: …`` on stderr, clearing a progress line first so they do not mix."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+        self.setFormatter(logging.Formatter(f"{PROG}: %(levelname)s: %(message)s"))
+
+    def format(self, record: logging.LogRecord) -> str:
+        record = logging.makeLogRecord(record.__dict__)
+        record.levelname = record.levelname.lower()
+        return super().format(record)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        status.clear()
+        super().emit(record)
+
+
+LogTarget = Literal["terminal", "stderr", "syslog"]
+
+
+def setup_logging(
+    target: LogTarget = "terminal", *, log_file: str | None = None, debug: bool = False
+) -> None:
+    """Where log records go; the one logging setup of every command.
+
+    - ``terminal``: every command (and ``mount`` until it serves): bundlefs's warnings and errors
+      as ``bundlefs: warning: …`` on stderr;
+    - ``stderr``: a mount serving in the foreground: INFO and up (DEBUG with ``debug``) of every
+      logger, timestamped, to ``log_file`` if set, else to stderr;
+    - ``syslog``: the detached mount daemon: the same, to ``log_file`` if set, else to syslog
+      (nowhere without ``/dev/log``).
+    """
+    logger = logging.getLogger("bundlefs")
+    if target == "terminal":
+        if not any(isinstance(h, _TerminalHandler) for h in logger.handlers):
+            logger.addHandler(_TerminalHandler())
+        logger.setLevel(logging.WARNING)
+        logger.propagate = False
+        return
+    logger.handlers[:] = [h for h in logger.handlers if not isinstance(h, _TerminalHandler)]
+    logger.setLevel(logging.NOTSET)
+    logger.propagate = True
+    fmt = "%(asctime)s bundlefs[%(process)d] %(levelname)s %(name)s: %(message)s"
+    if log_file:
+        handler: logging.Handler = logging.FileHandler(log_file)
+    elif target == "stderr":
+        handler = logging.StreamHandler(sys.stderr)
+    elif os.path.exists("/dev/log"):
+        from logging.handlers import SysLogHandler
+
+        handler = SysLogHandler("/dev/log")
+        fmt = "bundlefs[%(process)d]: %(levelname)s %(name)s: %(message)s"
+    else:
+        handler = logging.NullHandler()
+    handler.setFormatter(logging.Formatter(fmt))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if debug else logging.INFO)

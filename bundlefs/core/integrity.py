@@ -1,0 +1,124 @@
+"""The tree invariants and count fields of docs/format.md ("The entry tree"), in one place.
+
+Each rule is a function that says what is wrong in one sentence, or returns None. The reader
+applies the rules it meets on its way and fails fast (``enforce`` raises ``FormatError``);
+``verify`` applies every rule to every entry and collects every problem. Entries and the config
+in, messages out: no I/O.
+
+May import: ``bundlefs.core.format``, ``bundlefs.errors``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bundlefs.core import format as fmt
+from bundlefs.errors import FormatError
+
+
+def enforce(problem: str | None) -> None:
+    """Fail fast on a broken rule (the reader's way)."""
+    if problem is not None:
+        raise FormatError(problem)
+
+
+# -- a directory and its children ------------------------------------------------------------------
+
+
+def child_order(directory: int, previous: bytes, name: bytes) -> str | None:
+    """A directory's children are one inode range in strictly increasing name order (raw bytes),
+    which is what lets a lookup bisect the range."""
+    if name <= previous:
+        return f"names in directory {directory} are not strictly increasing (duplicate or unsorted)"
+    return None
+
+
+def child_directory_parent(child: int, named_parent: int, directory: int) -> str | None:
+    """A directory names as its parent the directory that lists it (the root names itself), else
+    a forged index could alias one directory under two names, or make a cycle."""
+    if named_parent != directory:
+        return f"directory {child} names {named_parent} as its parent, not {directory}"
+    return None
+
+
+def parent_lists(directory: fmt.Entry, parent: fmt.Entry) -> str | None:
+    """The entry a directory names as its parent is a directory whose child range holds it; the
+    root is its own parent."""
+    inside = parent.first_child <= directory.ino < parent.first_child + parent.size
+    if parent.is_dir and (inside or directory.ino == fmt.ROOT_INO == parent.ino):
+        return None
+    return f"directory {directory.ino} names {directory.parent} as its parent"
+
+
+def directory_nlink(nlink: int, subdirectories: int) -> str | None:
+    """A directory's link count is 2 plus its subdirectories, as on a POSIX file system."""
+    if nlink != 2 + subdirectories:
+        return f"has nlink {nlink}, expected {2 + subdirectories}"
+    return None
+
+
+def link_target(link: int, target: int, target_is_file: bool) -> str | None:
+    """A hard link (LINK entry) names a regular file, never another link or a directory."""
+    if not target_is_file:
+        return f"hard link {link} points to entry {target}, which is not a file"
+    return None
+
+
+def link_count(file_nlink: int, names: int) -> str | None:
+    """A file's nlink is the number of entries naming it: itself plus its LINK entries."""
+    if file_nlink != names:
+        return f"nlink {file_nlink} but {names} names"
+    return None
+
+
+# -- the whole table -------------------------------------------------------------------------------
+
+
+def entry_count(config: fmt.Config, held: int) -> str | None:
+    """The config's entry count is the number of entries the index holds (readers size tables by
+    it: a forged count would make them allocate for entries that are not there)."""
+    if held != config.entry_count:
+        return f"config claims {config.entry_count} entries, the index {held}"
+    return None
+
+
+@dataclass
+class TreeCounts:
+    """The count fields of the config, as the entries add them up."""
+
+    files: int = 0
+    dirs: int = 0
+    symlinks: int = 0
+    hardlinks: int = 0
+    data_bytes: int = 0
+
+    def add(self, entry: fmt.Entry) -> None:
+        """Count one entry (a LINK entry counts as a hard link, not as the file it names)."""
+        if entry.is_link:
+            self.hardlinks += 1
+        elif entry.is_file:
+            self.files += 1
+            self.data_bytes += entry.size
+        elif entry.is_dir:
+            self.dirs += 1
+        elif entry.is_symlink:
+            self.symlinks += 1
+
+    @classmethod
+    def claimed_by(cls, config: fmt.Config) -> TreeCounts:
+        return cls(
+            config.file_count,
+            config.dir_count,
+            config.symlink_count,
+            config.hardlink_count,
+            config.data_bytes,
+        )
+
+    def problems_against(self, config: fmt.Config) -> list[str]:
+        """Every count field of ``config`` that the entries do not add up to."""
+        claimed = self.claimed_by(config)
+        return [
+            f"config says {getattr(claimed, name)} {name}, the entries hold {getattr(self, name)}"
+            for name in ("files", "dirs", "symlinks", "hardlinks", "data_bytes")
+            if getattr(claimed, name) != getattr(self, name)
+        ]

@@ -1,0 +1,230 @@
+"""Building the entries of a bundle from what an ``EntrySource`` delivers.
+
+The builder assigns inode numbers breadth first with names in the source's (bytewise) order, as
+docs/format.md §3.3 requires, which lets every index write be a sorted append and makes each
+directory's children one contiguous inode range. It keeps the table of distinct (uid, gid) pairs,
+gives later names of a multiply-linked file the inode of its first, attaches user data and counts
+what it built; file content goes to the ``ContentWriter``. It does not know where entries come
+from. Memory holds the queue of directories still to list (up to every directory of two adjacent
+levels of the tree), the owners table and one entry per multiply-linked file seen: not the entries
+of the whole tree, but not bounded by a constant either.
+
+May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``,
+``bundlefs.packing.sources``, ``bundlefs.packing.content``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import stat as statmod
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from bundlefs.core import format as fmt
+from bundlefs.core import integrity
+from bundlefs.errors import PackError
+from bundlefs.packing.content import ContentWriter
+from bundlefs.packing.sources import EntrySource, SourceErrors, SourceItem, Stat
+from bundlefs.storage.index import IndexWriter
+
+if TYPE_CHECKING:
+    from bundlefs.packing.packer import PackProgress
+
+# Called with (relative path bytes, lstat result); returns bytes to attach to the entry or None.
+UserData = Callable[[bytes, Stat], bytes | None]
+
+
+class EntryBuilder:
+    """Puts one entry per source item into the index, breadth first from the root."""
+
+    def __init__(
+        self,
+        source: EntrySource,
+        content: ContentWriter,
+        index: IndexWriter,
+        errors: SourceErrors,
+        progress: PackProgress,
+        *,
+        user_data: UserData | None = None,
+    ) -> None:
+        self.source = source
+        self.content = content
+        self.index = index
+        self.errors = errors
+        self.progress = progress
+        self.user_data = user_data
+        self.owners: dict[tuple[int, int], int] = {}
+        self.hardlinks: dict[tuple[int, int], list] = {}  # (st_dev, st_ino) -> [entry, names]
+        self.counts = integrity.TreeCounts()  # the config's count fields, as verify adds them
+        self.next_ino = fmt.ROOT_INO + 1
+
+    def build(self) -> None:
+        """Every entry of the tree, then the link counts of multiply-linked files."""
+        root_item = self.source.root()
+        root = self._dir_entry(fmt.ROOT_INO, b"", root_item.st, fmt.ROOT_INO, b"")
+        self.index.put_entry(root)
+        self.counts.add(root)
+        queue: deque[tuple[fmt.Entry, bytes]] = deque([(root, b"")])
+        while queue:
+            directory, rel = queue.popleft()
+            self._pack_directory(directory, rel, queue)
+        for entry, names in self.hardlinks.values():
+            if names > 1:
+                self.index.replace_entry(dataclasses.replace(entry, nlink=names))
+
+    def config(self, base: fmt.Config, shard_count: int) -> fmt.Config:
+        """``base`` (the layout) with the counts of what was built."""
+        return dataclasses.replace(
+            base,
+            shard_count=shard_count,
+            owner_count=len(self.owners),
+            entry_count=self.next_ino - 1,
+            file_count=self.counts.files,
+            dir_count=self.counts.dirs,
+            symlink_count=self.counts.symlinks,
+            hardlink_count=self.counts.hardlinks,
+            data_bytes=self.counts.data_bytes,
+            created_ns=int(os.environ["SOURCE_DATE_EPOCH"]) * 10**9
+            if os.environ.get("SOURCE_DATE_EPOCH", "").isdigit()
+            else 0,
+        )
+
+    # -- directories -------------------------------------------------------------------------------
+
+    def _pack_directory(self, directory: fmt.Entry, rel: bytes, queue: deque) -> None:
+        first_child = self.next_ino
+        subdirs = 0
+        previous = b""
+        for item in self.source.children(rel):
+            if item.name <= previous:
+                raise PackError(f"the source listed {os.fsdecode(item.rel)!r} out of name order")
+            previous = item.name
+            child = self._pack_child(item, directory.ino)
+            if child is None:
+                continue
+            if child.is_dir:
+                subdirs += 1
+                queue.append((child, item.rel))
+        count = self.next_ino - first_child
+        final = dataclasses.replace(
+            directory,
+            size=count,
+            first_child=first_child if count else 0,
+            nlink=2 + subdirs,
+        )
+        self.index.replace_entry(final)
+        self.progress.dirs += 1
+
+    def _pack_child(self, item: SourceItem, parent: int) -> fmt.Entry | None:
+        ino = self.next_ino
+        if ino > fmt.MAX_ENTRIES:
+            raise PackError("the tree has more entries than a bundle can hold (2^32 - 1)")
+        kind = statmod.S_IFMT(item.st.st_mode)
+        entry: fmt.Entry | None
+        if kind == statmod.S_IFDIR:
+            entry = self._dir_entry(ino, item.name, item.st, parent, item.rel)
+        elif kind == statmod.S_IFLNK:
+            entry = self._symlink_entry(ino, item)
+        elif kind == statmod.S_IFREG:
+            entry = self._file_entry(ino, item)
+        else:
+            self.errors.skip(item.rel, "not a regular file, directory or symlink")
+            return None
+        if entry is None:
+            return None
+        self.index.put_entry(entry)
+        self.counts.add(entry)
+        self.next_ino += 1
+        return entry
+
+    # -- entries -----------------------------------------------------------------------------------
+
+    def _common(self, st: Stat, rel: bytes) -> dict:
+        key = (st.st_uid, st.st_gid)
+        owner = self.owners.get(key)
+        if owner is None:
+            owner = len(self.owners)
+            if owner >= fmt.MAX_OWNERS:
+                raise PackError("the tree has more distinct (uid, gid) pairs than a bundle holds")
+            self.owners[key] = owner
+            self.index.put_owner(owner, *key)
+        user_data = b""
+        if self.user_data is not None:
+            user_data = self.user_data(rel, st) or b""
+            if len(user_data) > fmt.MAX_USER_DATA:
+                raise PackError(
+                    f"user data for {os.fsdecode(rel)} is over {fmt.MAX_USER_DATA} bytes"
+                )
+        return dict(
+            mode=statmod.S_IFMT(st.st_mode) | statmod.S_IMODE(st.st_mode),
+            owner=owner,
+            mtime_ns=st.st_mtime_ns,
+            user_data=user_data,
+        )
+
+    def _dir_entry(self, ino: int, name: bytes, st: Stat, parent: int, rel: bytes) -> fmt.Entry:
+        # Placeholder: _pack_directory rewrites it (same length) once its children are known.
+        return fmt.Entry(
+            ino=ino,
+            size=0,
+            name=name,
+            parent=parent,
+            first_child=0,
+            nlink=2,
+            **self._common(st, rel),
+        )
+
+    def _symlink_entry(self, ino: int, item: SourceItem) -> fmt.Entry | None:
+        rel = item.rel
+        try:
+            target = self.source.readlink(item)
+        except OSError as e:
+            self.errors.report(rel, e)
+            return None
+        if not 1 <= len(target) <= fmt.MAX_SYMLINK_TARGET:
+            self.errors.report(rel, OSError(errno.ENAMETOOLONG, "symlink target too long"))
+            return None
+        return fmt.Entry(
+            ino=ino, size=len(target), name=item.name, symlink=target, **self._common(item.st, rel)
+        )
+
+    def _file_entry(self, ino: int, item: SourceItem) -> fmt.Entry | None:
+        st = item.st
+        link_key = (st.st_dev, st.st_ino)
+        if st.st_nlink > 1 and link_key in self.hardlinks:
+            first = self.hardlinks[link_key]
+            first[1] += 1
+            target: fmt.Entry = first[0]
+            return fmt.Entry(
+                ino=ino,
+                mode=target.mode,
+                owner=target.owner,
+                mtime_ns=target.mtime_ns,
+                size=target.size,
+                name=item.name,
+                flags=fmt.FLAG_LINK,
+                target=target.ino,
+            )
+        stored = self.content.store(item, self.source)
+        if stored is None:
+            return None
+        shard, offset, size, crc, st = stored
+        flags = fmt.FLAG_NLINK if st.st_nlink > 1 else 0
+        entry = fmt.Entry(
+            ino=ino,
+            size=size,
+            name=item.name,
+            flags=flags,
+            shard=shard,
+            offset=offset,
+            crc32c=crc,
+            nlink=1,
+            **self._common(st, item.rel),
+        )
+        if st.st_nlink > 1:
+            self.hardlinks[link_key] = [entry, 1]
+        self.progress.files += 1
+        return entry

@@ -1,0 +1,186 @@
+"""Writing file content into the shard stream: where shards are cut, and the records they make.
+
+``ContentWriter`` appends each file's bytes to the current shard's uncompressed stream and
+returns where they went, with their size and CRC32C as read: a file that changes while it is read
+is stored consistently and reported in ``changed``. It opens a new ``ShardWriter`` when the
+current one is full, and puts each shard's records into the index only when that shard closes.
+
+May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``,
+``bundlefs.packing.sources``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import stat as statmod
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import TYPE_CHECKING
+
+from bundlefs.core import format as fmt
+from bundlefs.core.checksum import crc32c
+from bundlefs.errors import PackError
+from bundlefs.packing.sources import READ_CHUNK, EntrySource, SourceErrors, SourceItem, Stat
+from bundlefs.storage.index import IndexWriter
+from bundlefs.storage.shards import ShardWriter
+
+if TYPE_CHECKING:
+    from bundlefs.packing.packer import PackProgress
+
+log = logging.getLogger(__name__)
+
+# Where one file's content went: (shard, offset in its stream, size, CRC32C, the file's status as
+# it was opened).
+Stored = tuple[int, int, int, int, Stat]
+
+
+class ContentWriter:
+    """Stores file content in shard order; ``finish`` closes the last shard, ``abort`` drops it."""
+
+    def __init__(
+        self,
+        work: str,
+        config: fmt.Config,
+        index: IndexWriter,
+        errors: SourceErrors,
+        progress: PackProgress,
+        *,
+        shard_size: int,
+        pool: Executor | None = None,
+        tick: Callable[[], None] | None = None,
+    ) -> None:
+        self.work = work
+        self.config = config
+        self.index = index
+        self.errors = errors
+        self.progress = progress
+        self.shard_size = shard_size
+        self.pool = pool  # compresses records; shared with the source's readers
+        self._tick = tick
+        self.shards: list[fmt.ShardInfo] = []  # the closed shards
+        self.shard: ShardWriter | None = None  # the one being written
+        self.changed: list[str] = []  # files that changed while being read
+
+    def store(self, item: SourceItem, source: EntrySource) -> Stored | None:
+        """Copy a regular file's content into the current shard; None if it was skipped."""
+        if item.data is not None:
+            assert item.before is not None and item.after is not None  # read ahead: both taken
+            return self._store_bytes(item.rel, item.data, item.before, item.after)
+        return self._store_content(item, source)
+
+    def _store_content(self, item: SourceItem, source: EntrySource) -> Stored | None:
+        """What is stored is exactly the bytes read, with their own size and CRC."""
+        rel = item.rel
+        try:
+            content = source.open(item)
+        except OSError as e:
+            self.errors.report(rel, e)
+            return None
+        try:
+            before = content.stat()
+            if not statmod.S_ISREG(before.st_mode):
+                self.errors.report(rel, OSError(errno.EINVAL, "no longer a regular file"))
+                return None
+            shard = self._shard_for(before.st_size)
+            offset = shard.stream_size
+            crc, size = 0, 0
+            while True:
+                try:
+                    chunk = content.read(READ_CHUNK)
+                except OSError as e:
+                    # Skipped with skip_errors like any unreadable file; the bytes already in the
+                    # shard stream belong to no entry, which readers never notice.
+                    self.errors.report(rel, e)
+                    return None
+                if not chunk:
+                    break
+                shard.write(chunk)
+                crc = crc32c(chunk, crc)
+                size += len(chunk)
+                self.progress.bytes_read += len(chunk)
+                if self._tick is not None:
+                    self._tick()
+            after = content.stat()
+        finally:
+            content.close()
+        return self._stored(rel, shard, offset, size, crc, before, after)
+
+    def _store_bytes(self, rel: bytes, data: bytes, before: Stat, after: Stat) -> Stored:
+        """Store content the source already read whole (same result as _store_content)."""
+        shard = self._shard_for(len(data))
+        offset = shard.stream_size
+        shard.write(data)
+        self.progress.bytes_read += len(data)
+        if self._tick is not None:
+            self._tick()
+        return self._stored(rel, shard, offset, len(data), crc32c(data), before, after)
+
+    def _stored(self, rel, shard: ShardWriter, offset, size, crc, before, after) -> Stored:
+        if size != before.st_size or after.st_mtime_ns != before.st_mtime_ns:
+            log.warning("%s changed while it was packed; stored the bytes read", os.fsdecode(rel))
+            self.changed.append(os.fsdecode(rel))
+        return shard.index, offset, size, crc, before
+
+    # -- shards and records ------------------------------------------------------------------------
+
+    def _shard_for(self, size: int) -> ShardWriter:
+        shard = self.shard
+        if (
+            shard is not None
+            and shard.stream_size
+            and (
+                # The stream size, not the file size: it does not wait on compression threads,
+                # so where shards are cut never depends on timing.
+                shard.stream_size >= self.shard_size
+                or shard.stream_size + size > fmt.MAX_SHARD_STREAM
+            )
+        ):
+            self._close_shard()
+            shard = None
+        if shard is None:
+            index = len(self.shards)
+            if index >= fmt.MAX_SHARDS:
+                raise PackError("the bundle would need more than 65,536 shards")
+            path = os.path.join(self.work, fmt.shard_filename(index))
+            shard = self.shard = ShardWriter(path, index, self.config, self.pool)
+        if size > self.config.large_file_threshold:
+            shard.cut()  # large files start on a record boundary
+        return shard
+
+    def _close_shard(self) -> None:
+        if self.shard is None:
+            return
+        info = self.shard.finish()
+        self._drain_records()
+        self.shards.append(info)
+        self.shard = None
+
+    def _drain_records(self) -> None:
+        # Only when a shard closes: when records become ready depends on compression threads,
+        # and putting them between entries at varying points would change the index's bytes.
+        shard = self.shard
+        if shard is None:
+            return
+        for record in shard.records:
+            self.index.put_record(record)
+            self.progress.bytes_stored += record.stored_length
+        shard.records.clear()
+
+    def finish(self) -> list[fmt.ShardInfo]:
+        """Close the last shard and put every shard's descriptor into the index."""
+        if self.shard is None and not self.shards:
+            self._shard_for(0)  # an empty tree still gets one shard: every bundle has one
+        self._close_shard()
+        for i, info in enumerate(self.shards):
+            self.index.put_shard(i, info)
+        return self.shards
+
+    def abort(self) -> None:
+        """Release the open shard without masking the error being raised (closing it would flush
+        its buffer, which fails again on a full disk)."""
+        if self.shard is not None:
+            with contextlib.suppress(OSError):
+                self.shard.abort()

@@ -1,0 +1,289 @@
+"""Staging and publishing a bundle: nothing is ever seen at DEST but a complete bundle.
+
+A bundle is built in a temporary sibling ``.NAME.partial-PID`` (``stage``) and moved into place
+only once sealed (``seal``, then ``publish``). The packer holds an exclusive ``flock`` on that
+directory until it is done, old bundle removed and all; ``remove_stale_partials`` deletes only
+siblings nobody holds locked, so a killed packer's leftovers go and a live one's stay, across PID
+namespaces and hosts. The completion marker ``COMPLETE`` is written last (``write_marker``) and is
+what every reader checks first (``read_marker``): both live here.
+
+May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.shards``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import logging
+import os
+import shutil
+import stat as statmod
+from collections.abc import Iterator
+
+from bundlefs.core import format as fmt
+from bundlefs.core.checksum import crc32c
+from bundlefs.core.libc import RENAME_EXCHANGE, RENAME_NOREPLACE, renameat2
+from bundlefs.errors import IncompleteBundleError, NotABundleError, PackError
+from bundlefs.storage.shards import write_shard_header
+
+log = logging.getLogger(__name__)
+
+_PARTIAL_TAG = ".partial-"
+_ASIDE_TAG = ".previous-"  # the old bundle during a two-rename replacement; never auto-removed
+# renameat2 refusals that mean "not here" (old kernel or libc, or a filesystem such as NFS without
+# the flag), so the portable sequence of plain renames is used instead.
+_NO_RENAMEAT2 = (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP)
+
+NOT_A_BUNDLE = "DEST exists and is not a bundle; refusing to replace it"
+
+
+# -- the completion marker -------------------------------------------------------------------------
+
+
+def read_marker(bundle_dir: str) -> fmt.Marker:
+    """Read and validate ``COMPLETE``; explains what is wrong when it is absent."""
+    path = os.path.join(bundle_dir, fmt.MARKER_NAME)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(fmt.MARKER_SIZE + 1)
+    except FileNotFoundError:
+        if not os.path.isdir(bundle_dir):
+            raise NotABundleError(f"{bundle_dir} does not exist or is not a directory") from None
+        if os.path.isdir(os.path.join(bundle_dir, fmt.INDEX_DIR)):
+            raise IncompleteBundleError(
+                f"{bundle_dir} is an incomplete bundle (no completion marker: was pack killed?)"
+            ) from None
+        raise NotABundleError(f"{bundle_dir} is not a bundle (no completion marker)") from None
+    except (IsADirectoryError, NotADirectoryError):
+        raise NotABundleError(f"{bundle_dir} is not a bundle") from None
+    return fmt.decode_marker(data, crc32c)
+
+
+def write_marker(bundle_dir: str, marker: fmt.Marker) -> None:
+    """Write ``COMPLETE`` and fsync it (its directory is the caller's to sync)."""
+    with open(os.path.join(bundle_dir, fmt.MARKER_NAME), "wb") as f:
+        f.write(fmt.encode_marker(marker, crc32c))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+# -- staging ---------------------------------------------------------------------------------------
+
+
+def partial_dir(dest: str) -> str:
+    """The temporary sibling this process builds the bundle for ``dest`` in."""
+    parent, name = os.path.split(os.path.abspath(dest))
+    return os.path.join(parent, f".{name}{_PARTIAL_TAG}{os.getpid()}")
+
+
+def remove_stale_partials(dest: str) -> list[str]:
+    """Remove the temporary siblings of interrupted packs to ``dest``: those nobody holds locked.
+
+    A packer holds an exclusive flock on its temporary directory until it has finished, so a
+    sibling that can be locked belongs to a packer that is gone (the kernel, or the NFS lock
+    manager, dropped its lock). A sibling that cannot be locked, or is not a directory, is left.
+    """
+    parent, name = os.path.split(os.path.abspath(dest))
+    prefix = f".{name}{_PARTIAL_TAG}"
+    removed: list[str] = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    for entry in names:
+        if not entry.startswith(prefix):
+            continue
+        path = os.path.join(parent, entry)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue  # gone already, or not a directory: not ours to delete
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a live packer holds it (or the filesystem cannot tell us: keep it)
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(entry)
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _lock_directory(path: str) -> int:
+    """An fd of directory ``path`` holding an exclusive flock, if the filesystem grants one.
+
+    Where it does not (NFS without lock support, or with flock emulated by byte-range locks,
+    which need a file open for writing), the fd is returned unlocked: cleaners cannot lock the
+    directory either, so they leave it alone.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        log.debug("cannot lock %s (%s); stale-partial cleanup will skip it", path, e.strerror)
+    return fd
+
+
+@contextlib.contextmanager
+def stage(dest: str) -> Iterator[tuple[str, tuple[int, int]]]:
+    """A fresh, locked temporary sibling of ``dest``: yields (its path, its (st_dev, st_ino)).
+
+    Stale siblings of killed packers are removed first. If the body raises, the directory is
+    removed; either way the lock is held until the body is done (publishing included).
+    """
+    remove_stale_partials(dest)
+    work = partial_dir(dest)
+    try:
+        os.mkdir(work)
+    except OSError as e:
+        raise PackError(f"cannot create the temporary directory {work}: {e.strerror}") from e
+    try:
+        lock = _lock_directory(work)
+    except OSError as e:
+        shutil.rmtree(work, ignore_errors=True)
+        raise PackError(f"cannot open the temporary directory {work}: {e.strerror}") from e
+    try:
+        st = os.fstat(lock)
+        yield work, (st.st_dev, st.st_ino)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    finally:
+        os.close(lock)
+
+
+# -- sealing ---------------------------------------------------------------------------------------
+
+
+def seal(work: str, shard_count: int) -> fmt.Marker:
+    """Hash the closed index, stamp the shards with the bundle id and write ``COMPLETE``."""
+    blake = hashlib.blake2b()
+    crc, size = 0, 0
+    with open(os.path.join(work, fmt.INDEX_DIR, fmt.INDEX_FILE), "rb", buffering=0) as f:
+        while chunk := f.read(4 * 1024 * 1024):
+            blake.update(chunk)
+            crc = crc32c(chunk, crc)
+            size += len(chunk)
+    bundle_id = blake.digest()[:16]
+    for i in range(shard_count):
+        write_shard_header(os.path.join(work, fmt.shard_filename(i)), i, bundle_id)
+    marker = fmt.Marker(bundle_id, size, crc, shard_count)
+    write_marker(work, marker)
+    for d in (os.path.join(work, fmt.INDEX_DIR), work):
+        _fsync_dir(d)
+    return marker
+
+
+# -- publishing ------------------------------------------------------------------------------------
+
+
+def is_bundle(path: str) -> bool:
+    """Whether ``path`` is a bundle, complete or not, that ``force`` may replace.
+
+    A real directory (not a symlink) with an ``index/`` directory and either ``COMPLETE`` or
+    ``index/data.mdb``: every bundle has these, and a directory of anything else is not replaced.
+    """
+    try:
+        if not statmod.S_ISDIR(os.lstat(path).st_mode):
+            return False
+        if not statmod.S_ISDIR(os.lstat(os.path.join(path, fmt.INDEX_DIR)).st_mode):
+            return False
+    except OSError:
+        return False
+    return any(
+        os.path.isfile(os.path.join(path, p))
+        for p in (fmt.MARKER_NAME, os.path.join(fmt.INDEX_DIR, fmt.INDEX_FILE))
+    )
+
+
+def publish(work: str, dest: str, force: bool) -> None:
+    """Move the finished bundle at ``work`` to ``dest``; with ``force``, replace the bundle there.
+
+    A new DEST is made by one rename that never replaces anything. An existing bundle is swapped
+    with the new one in one step (RENAME_EXCHANGE), so readers never find DEST missing, and then
+    removed from ``work``, where it landed, while the caller still holds the work lock.
+    """
+    if not os.path.lexists(dest):
+        try:
+            _move_new(work, dest)
+        except FileExistsError:
+            pass  # appeared while packing: replaced below if allowed, like one there before
+        except OSError as e:
+            raise PackError(f"cannot move the new bundle to {dest}: {e.strerror}") from e
+        else:
+            _sync_parent(dest)
+            return
+    if not force:
+        raise PackError(f"{dest} appeared while packing; the new bundle was discarded")
+    if not is_bundle(dest):
+        raise PackError(NOT_A_BUNDLE)
+    # Lock the old bundle too: once at ``work`` it is in the cleaners' namespace.
+    old_lock = _lock_directory(dest)
+    try:
+        old = _swap(work, dest)
+        _sync_parent(dest)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        os.close(old_lock)
+
+
+def _move_new(work: str, dest: str) -> None:
+    try:
+        renameat2(work, dest, RENAME_NOREPLACE)
+        return
+    except OSError as e:
+        if e.errno not in _NO_RENAMEAT2:
+            raise
+    if os.path.lexists(dest):
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), dest)
+    os.rename(work, dest)
+
+
+def _swap(work: str, dest: str) -> str:
+    """Put the bundle at ``work`` in place of the one at ``dest``; return where the old one is."""
+    try:
+        renameat2(work, dest, RENAME_EXCHANGE)
+        return work
+    except OSError as e:
+        if e.errno not in _NO_RENAMEAT2:
+            raise PackError(f"cannot replace {dest} with the new bundle: {e.strerror}") from e
+    # Without RENAME_EXCHANGE DEST is missing between the two renames. The old bundle waits under
+    # a name no cleaner removes, so a packer killed in between loses nothing.
+    parent, name = os.path.split(os.path.abspath(dest))
+    aside = os.path.join(parent, f".{name}{_ASIDE_TAG}{os.getpid()}")
+    try:
+        os.rename(dest, aside)
+    except OSError as e:
+        raise PackError(f"cannot move the old bundle at {dest} aside: {e.strerror}") from e
+    try:
+        os.rename(work, dest)
+    except OSError as e:
+        try:
+            os.rename(aside, dest)
+        except OSError:
+            raise PackError(
+                f"cannot move the new bundle to {dest} ({e.strerror}) nor the old one back; "
+                f"the old bundle is at {aside}"
+            ) from e
+        raise PackError(f"cannot move the new bundle to {dest}: {e.strerror}") from e
+    return aside
+
+
+def _sync_parent(dest: str) -> None:
+    try:
+        _fsync_dir(os.path.dirname(os.path.abspath(dest)))
+    except OSError as e:
+        raise PackError(
+            f"the bundle is at {dest}, but its directory could not be synced to disk: {e.strerror}"
+        ) from e
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
