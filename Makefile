@@ -42,6 +42,7 @@ test: install $(STOCK_PYFUSE3)/.installed
 lint: install
 	$(BIN)/ruff check bundlefs tests bench
 	$(BIN)/ruff format --check bundlefs tests bench
+	$(BIN)/mypy
 
 demo: install
 	$(BIN)/python -m bundlefs.demo
