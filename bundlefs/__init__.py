@@ -1,8 +1,10 @@
 """bundlefs: millions of small files as one immutable, compressed, randomly seekable bundle.
 
 ``Bundle`` reads a bundle without FUSE; ``pack`` writes one. The FUSE mount lives in
-``bundlefs.fs``/``bundlefs.mount`` and is imported only when used; so is the packer, which a
+``bundlefs.mount`` and is imported only when used; so is the packer, which a
 mount never needs (every millisecond of import is a millisecond before a mount is ready).
+
+May import: ``bundlefs.errors``, ``bundlefs.read`` (and ``bundlefs.packing``, lazily).
 """
 
 from bundlefs.errors import (

@@ -1,4 +1,7 @@
-"""``python -m bundlefs``: the same CLI as the ``bundlefs`` console script."""
+"""``python -m bundlefs``: the same CLI as the ``bundlefs`` console script.
+
+May import: ``bundlefs.cli``.
+"""
 
 from bundlefs.cli.main import main
 

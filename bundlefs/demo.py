@@ -7,6 +7,8 @@ subprocess), printing each command before its output. Re-running replaces ``./de
 
 ``main()`` runs ``STEPS`` in order; each step is a function of the ``Demo`` paths. The demo
 ends by mounting the bundle, comparing the mount with the source and unmounting it.
+
+May import: anything below it (it runs the CLI as a user would).
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 Every error a bundle can cause is a ``BundleError``; callers map them to exit codes (the CLI) or
 errno values (the FUSE layer). This module knows nothing of either.
+
+May import: the standard library only: every other module imports this one.
 """
 
 from __future__ import annotations

@@ -126,3 +126,11 @@ def test_only_the_storage_layer_imports_lmdb():
             continue
         for module, _ in _imports(path):
             assert module.split(".")[0] != "lmdb", f"{path} imports lmdb"
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_every_module_says_what_it_owns_and_what_it_may_import(path):
+    docstring = ast.get_docstring(ast.parse(path.read_text()))
+    assert docstring, f"{path}: a module docstring says what the module owns"
+    if path.name != "__init__.py" or path.parent == PACKAGE:
+        assert "May import:" in docstring, f"{path}: say what it may import"

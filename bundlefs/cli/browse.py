@@ -2,6 +2,8 @@
 
 ``info`` also takes a bundlefs mount point: it reads the mount table and the daemon's statistics
 xattr (``bundlefs.mount.table``), never a FUSE binding.
+
+May import: the library layers, ``bundlefs.mount.table``, ``bundlefs.cli.output``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""``bundlefs extract BUNDLE DEST [PATH...]``: the options, the progress line and the summary."""
+"""``bundlefs extract BUNDLE DEST [PATH...]``: the options, the progress line and the summary.
+
+May import: the library layers, ``bundlefs.cli.output``.
+"""
 
 from __future__ import annotations
 

@@ -13,6 +13,8 @@ umount) — and they all write through ``output``. Policy, in one place (``main`
 Heavy modules are imported inside the subcommands that use them: building the parser imports
 neither the packer nor the mount daemon, and nothing here imports pyfuse3 or trio. ``COMMANDS``
 is the one place a subcommand is added.
+
+May import: every layer below, and the other ``bundlefs.cli`` modules.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ Every command writes through here:
 - ``setup_logging`` decides where log records go, for every command and for the mount daemon;
 - ``size`` (the argparse type of every size option) and ``rate`` format what the commands report;
 - ``EXIT_*`` are the exit statuses of docs/cli.md.
+
+May import: ``bundlefs.core``, ``bundlefs.errors``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""``bundlefs pack SRC DEST``: the options, the progress line and the one-line summary."""
+"""``bundlefs pack SRC DEST``: the options, the progress line and the one-line summary.
+
+May import: the library layers, ``bundlefs.cli.output``.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""``bundlefs verify BUNDLE``: the progress line, the report (human or ``--json``), the status."""
+"""``bundlefs verify BUNDLE``: the progress line, the report (human or ``--json``), the status.
+
+May import: the library layers, ``bundlefs.cli.output``.
+"""
 
 from __future__ import annotations
 

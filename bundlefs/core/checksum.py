@@ -1,4 +1,7 @@
-"""CRC32C, the one checksum of the format: of records, files, the index and the marker."""
+"""CRC32C, the one checksum of the format: of records, files, the index and the marker.
+
+May import: the standard library, the ``crc32c`` binding.
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,8 @@
 This module is docs/format.md in code. It is pure: it does no I/O and imports neither lmdb nor lz4.
 Every decoder validates what it decodes and raises ``FormatError`` for anything the document does
 not allow, so the layers above can trust a decoded value's ranges.
+
+May import: the standard library, ``bundlefs.errors``; no storage or compression library.
 """
 
 from __future__ import annotations

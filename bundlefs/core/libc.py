@@ -2,6 +2,8 @@
 
 Bottom layer: imports nothing of bundlefs. ctypes releases the GIL during each call, so a long
 ``madvise`` here never stalls the mount's event loop.
+
+May import: the standard library (ctypes).
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Human-readable byte sizes: parsing ``256K``, ``1GiB``, ``4GB`` and formatting them back."""
+"""Human-readable byte sizes: parsing ``256K``, ``1GiB``, ``4GB`` and formatting them back.
+
+May import: the standard library, ``bundlefs.errors``.
+"""
 
 from __future__ import annotations
 

@@ -6,6 +6,8 @@ no file-system semantics (that is ``operations``). The sequence follows what pyf
 ``pyfuse3.init`` mounts without starting threads; in daemon mode we fork after it, the child runs
 the trio loop, and the parent exits 0 only once the child reports that the kernel handshake
 happened — so a script can use the mount on its very next line.
+
+May import: the library layers, ``bundlefs.mount`` (pyfuse3 and trio only inside ``mount``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ back with ``TrioToken.run_sync_soon``: 59-68 µs a call in the same measurement 
 in a row, with other work running beside them). Calls are not cancellable once queued; they are
 bounded disk reads.
 
-May import trio and outcome (both come with the mount); nothing of bundlefs.
+May import: trio and outcome (both come with the mount); nothing of bundlefs.
 """
 
 from __future__ import annotations

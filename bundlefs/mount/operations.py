@@ -13,6 +13,9 @@ answered with ``keep_cache``. Both paths serve the same bytes; the stats xattr s
 
 This module holds the only errno table (``_errno_for``); every handler goes through ``_handler`` so
 no exception can escape into pyfuse3's main loop (which would end the file system).
+
+May import: pyfuse3, ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.read``,
+``bundlefs.mount.offload``.
 """
 
 from __future__ import annotations

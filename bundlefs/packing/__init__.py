@@ -1,0 +1,1 @@
+"""The packer: entry sources, the entry builder, the content writer, ``pack``."""

@@ -1,0 +1,3 @@
+"""The reader library: the tree model, the content reader, the ``Bundle`` facade, verify,
+extract.
+"""

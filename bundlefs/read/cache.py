@@ -1,6 +1,8 @@
 """``RecordCache``: a byte-bounded, thread-safe LRU of decompressed records, with counters.
 
 It does no I/O and knows nothing of FUSE; the reader decides what to load and when.
+
+May import: the standard library.
 """
 
 from __future__ import annotations

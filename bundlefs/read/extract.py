@@ -14,6 +14,8 @@ Conflicts: DEST may be missing or an empty directory. A non-empty DEST needs ``f
 and symlinks in the way are replaced, existing directories are merged into, and a directory where
 a non-directory belongs is an error. A file whose content is damaged is removed again, reported in
 the summary, and the rest is still extracted. Imports: bundle, verify, format, errors.
+
+May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.read``.
 """
 
 from __future__ import annotations
