@@ -3,6 +3,6 @@
 May import: ``bundlefs.cli``.
 """
 
-from bundlefs.cli.main import main
+from bundlefs.cli.app import main
 
 raise SystemExit(main())

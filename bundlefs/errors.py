@@ -103,6 +103,9 @@ class NotASymlink(BundleError, OSError):
     def __str__(self) -> str:
         return str(self.strerror)  # the sentence alone, as the other errors print
 
+    def __reduce__(self) -> tuple[type, tuple[str]]:  # picklable, for process pools
+        return type(self), (str(self.strerror),)
+
 
 class PackError(BundleError):
     """Packing failed: the source could not be read, or the destination is in the way."""
@@ -118,6 +121,9 @@ class IndexWriteError(PackError):
         self.reason = reason
         super().__init__(f"cannot write the index: {reason}")
 
+    def __reduce__(self) -> tuple[type, tuple[str]]:  # picklable, for process pools
+        return type(self), (self.reason,)
+
 
 class ExtractError(BundleError):
     """Extraction cannot proceed: DEST is in the way, or a PATH is unsafe or missing."""
@@ -129,6 +135,13 @@ class MountError(BundleError):
 
 class SizeError(BundleError, ValueError):
     """A size that cannot be parsed."""
+
+
+class ShardUnavailable(OSError):
+    """A shard store could not open a shard file (its errno and reason are the OS's).
+
+    Not a ``BundleError``: ``ShardSet`` reports it as damage to that shard.
+    """
 
 
 class WouldBlock(Exception):

@@ -560,3 +560,14 @@ def test_lookups_without_name_tables_find_every_name_and_hold_nothing(pack_tree)
         assert b.tree.lookup(directory, b"f040") is None
         assert b.tree.lookup(b.resolve("empty"), b"x") is None
         assert not b.tree._name_tables
+
+
+def test_errors_survive_a_trip_through_pickle_for_process_pools() -> None:
+    import pickle
+
+    from bundlefs.errors import IndexWriteError, NotASymlink
+
+    not_a_link = pickle.loads(pickle.dumps(NotASymlink("'a' is not a symbolic link")))
+    assert (not_a_link.errno, str(not_a_link)) == (22, "'a' is not a symbolic link")
+    full = pickle.loads(pickle.dumps(IndexWriteError("disk full")))
+    assert (full.reason, str(full)) == ("disk full", "cannot write the index: disk full")

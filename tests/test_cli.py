@@ -94,6 +94,18 @@ def test_pack_with_a_bad_size_is_a_usage_error(tmp_path):
     assert b"invalid size" in result.stderr
 
 
+def test_an_absurdly_large_size_is_a_usage_error_not_a_traceback(tmp_path):
+    result = run_cli("pack", "--record-size", "9" * 400 + "G", tmp_path, tmp_path / "b")
+    assert result.returncode == 2
+    assert b"too large" in result.stderr and b"Traceback" not in result.stderr
+
+
+def test_a_bad_size_in_a_mount_option_is_a_usage_error_like_everywhere(tmp_path):
+    result = run_cli("mount", tmp_path, tmp_path, "-o", "cache_size=bogus")
+    assert result.returncode == 2
+    assert result.stderr.count(b"\n") == 1 and b"invalid size" in result.stderr
+
+
 def test_info_json_reports_the_bundle_facts(packed):
     _src, bundle = packed
     result = run_cli("info", "--json", bundle)

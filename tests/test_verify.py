@@ -128,3 +128,21 @@ def test_verify_of_a_directory_without_a_marker_raises_not_a_bundle(fresh):
 
 def test_cli_verify_of_a_non_bundle_is_one_line(tmp_path):
     assert_one_line_error(run_cli("verify", tmp_path))
+
+
+def test_an_unreadable_shard_descriptor_is_reported_for_its_shard_alone(tmp_path):
+    from bundlefs.core import format as fmt
+    from tests.hostile import forge
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(4):
+        (src / f"f{i}").write_bytes(os.urandom(40_000))
+    bundle = tmp_path / "b"
+    pack(str(src), str(bundle), PackOptions(record_size=4096, shard_size=48 * 1024))
+    assert len(list(bundle.glob("shard-*"))) >= 2
+    forge(str(bundle), {(fmt.DB_SHARDS, fmt.shard_key(1)): b"bad"})
+    report = verify(bundle)
+    assert not report.ok
+    shard_problems = {p.shard for p in report.problems if p.kind == "shard"}
+    assert shard_problems == {1}, [str(p) for p in report.problems]

@@ -1,5 +1,5 @@
 """The ``bundlefs`` command line (entry point ``bundlefs.cli:main``)."""
 
-from bundlefs.cli.main import main
+from bundlefs.cli.app import main
 
 __all__ = ["main"]

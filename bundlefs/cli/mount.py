@@ -2,7 +2,7 @@
 
 The daemon's lifecycle is ``bundlefs.mount.daemon``; it is imported only when a command runs, so
 building the parser (for any command) loads nothing of the mount. ``-o a,b=c`` is the form
-mount(8), mount.fuse3 and fstab pass (``bundlefs BUNDLE MNT -o OPTS``; see ``cli.main``).
+mount(8), mount.fuse3 and fstab pass (``bundlefs BUNDLE MNT -o OPTS``; see ``cli.app``).
 
 May import: the library layers, ``bundlefs.mount`` (the daemon only when a command runs),
 ``bundlefs.cli.output``.

@@ -33,9 +33,10 @@ def child_order(directory: int, previous: bytes, name: bytes) -> str | None:
     return None
 
 
-def child_directory_parent(child: int, named_parent: int, directory: int) -> str | None:
+def child_directory_parent(child: int, named_parent: int, directory: int | None) -> str | None:
     """A directory names as its parent the directory that lists it (the root names itself), else
-    a forged index could alias one directory under two names, or make a cycle."""
+    a forged index could alias one directory under two names, or make a cycle). ``directory`` is
+    None where no directory lists ``child``: no parent is right then."""
     if named_parent != directory:
         return f"directory {child} names {named_parent} as its parent, not {directory}"
     return None

@@ -19,6 +19,9 @@ _UNITS = {
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
+_LARGEST = 2**63  # an off_t: no size bundlefs takes can be larger
+
+
 def parse_size(text: str | int) -> int:
     """Bytes from ``"256K"``, ``"1GiB"``, ``"4GB"`` or a plain number (K/M/G alone are binary).
 
@@ -29,7 +32,10 @@ def parse_size(text: str | int) -> int:
     match = _SIZE.match(text)
     if not match or match.group(2).lower() not in _UNITS:
         raise SizeError(f"invalid size {text!r} (examples: 4096, 256K, 512MiB, 4GB)")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    value = float(match.group(1)) * _UNITS[match.group(2).lower()]
+    if value >= _LARGEST:  # else int() of an infinite float is an OverflowError traceback
+        raise SizeError(f"size {text!r} is too large")
+    return int(value)
 
 
 def format_size(n: float) -> str:

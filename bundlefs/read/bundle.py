@@ -139,10 +139,13 @@ class Bundle:
         self.path = os.fsdecode(os.fspath(path))
         self._index = IndexReader(self.path, check_checksum=check_index)
         self.config = self._index.config
+        shards = None
         try:
-            self._shards = ShardSet(LocalShardStore(self.path), self._index.marker)
+            shards = self._shards = ShardSet(LocalShardStore(self.path), self._index.marker)
             self.tree = TreeModel(self._index, name_cache=name_cache)
         except BaseException:
+            if shards is not None:
+                shards.close()  # else the bundle directory's descriptor would stay open
             self._index.close()
             raise
         self.root = self.tree.root

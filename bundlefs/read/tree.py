@@ -146,7 +146,8 @@ class TreeModel:
             name for _ino, name in self._index.iter_names(directory.first_child, directory.size)
         )
         for i in range(1, len(names)):  # bisect needs what the format promises: strictly sorted
-            integrity.enforce(integrity.child_order(directory.ino, names[i - 1], names[i]))
+            if names[i] <= names[i - 1]:  # the rule inline: a call a name was 72 -> 130 ns
+                integrity.enforce(integrity.child_order(directory.ino, names[i - 1], names[i]))
         with self._names_lock:
             held = self._name_tables.get(directory.ino)
             if held is not None:
@@ -168,10 +169,11 @@ class TreeModel:
         previous = None
         count = directory.size - start
         for raw in self._index.iter_entries(directory.first_child + start, count):
-            if previous is not None:
+            # The rules inline, their words from core/integrity.py: this loop serves readdir.
+            if previous is not None and raw.name <= previous:
                 integrity.enforce(integrity.child_order(directory.ino, previous, raw.name))
             previous = raw.name
-            if raw.is_dir:
+            if raw.is_dir and raw.parent != directory.ino:
                 rule = integrity.child_directory_parent(raw.ino, raw.parent, directory.ino)
                 integrity.enforce(rule)
             yield raw.name, (self.entry(raw.ino) if raw.is_link else raw)

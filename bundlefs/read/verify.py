@@ -132,6 +132,7 @@ class _Verifier:
             else:
                 # A ShardSet of our own loads records without going through (or filling) the cache.
                 self._shards = ShardSet(LocalShardStore(self.path), marker)
+                self._bundle_id = marker.bundle_id
                 try:
                     with bundle:
                         self._scan(bundle)
@@ -196,7 +197,7 @@ class _Verifier:
             self.problem("shard", f"shard {shard}: cannot read {path}: {e.strerror}", shard=shard)
             return None
         try:
-            fmt.check_shard_header(header, shard, bundle.info().bundle_id)
+            fmt.check_shard_header(header, shard, self._bundle_id)
         except BundleError as e:
             self.problem("shard", f"shard {shard}: bad header: {e}", shard=shard)
         if size != info.file_size:
@@ -378,7 +379,7 @@ class _Verifier:
         for directory, (parent, _nlink) in tree.dirs.items():
             holder = tree.holder(directory)
             expected = fmt.ROOT_INO if directory == fmt.ROOT_INO else holder
-            message = integrity.child_directory_parent(directory, parent, expected or 0)
+            message = integrity.child_directory_parent(directory, parent, expected)
             if message is not None:
                 self.problem("entry", f"{tree.path(directory)}: {message}")
 

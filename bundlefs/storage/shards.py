@@ -24,6 +24,7 @@ from bundlefs.errors import (
     BundleError,
     CorruptDataError,
     FormatError,
+    ShardUnavailable,
     UnsupportedVersionError,
 )
 from bundlefs.storage.store import ShardStore
@@ -235,8 +236,9 @@ class ShardSet:
         name = fmt.shard_filename(shard)
         try:
             header = self._store.read(name, 0, fmt.SHARD_HEADER_SIZE)
-        except OSError as e:
+        except ShardUnavailable as e:
             raise CorruptDataError(f"cannot open shard file: {e.strerror}", shard=shard) from None
+        # Any other OSError is a read error: the caller's _read_errors names its record.
         try:
             fmt.check_shard_header(header, shard, self._marker.bundle_id)
         except (FormatError, UnsupportedVersionError) as e:
@@ -247,8 +249,8 @@ class ShardSet:
         return name
 
     def _pread(self, record: fmt.Record, length: int, offset: int, nowait: bool = False) -> bytes:
-        name = self._name(record.shard)
         with _read_errors(record):
+            name = self._name(record.shard)
             data = self._store.read(name, offset, length, nowait=nowait)
         if len(data) != length:
             raise _truncated(record)
@@ -284,7 +286,7 @@ class ShardSet:
 
         Advice only: a shard that cannot be opened or advised is left to the read that follows.
         """
-        with contextlib.suppress(BundleError):
+        with contextlib.suppress(OSError, BundleError):
             self._store.prefetch(self._name(shard), offset, length)
 
     def read_raw_into(
@@ -305,8 +307,8 @@ class ShardSet:
         assert start + len(view) <= record.end
         assert not check_record or (start == record.offset and len(view) == record.length)
         offset = record.stored_offset + start - record.offset
-        name = self._name(record.shard)
         with _read_errors(record):
+            name = self._name(record.shard)
             got = self._store.read_into(name, offset, view, nowait=nowait)
         if got != len(view):
             raise _truncated(record)

@@ -17,15 +17,16 @@ import os
 import threading
 from typing import Protocol
 
-from bundlefs.errors import BundleClosedError, FormatError, WouldBlock
+from bundlefs.errors import BundleClosedError, FormatError, ShardUnavailable, WouldBlock
 
 
 class ShardStore(Protocol):
     """Byte ranges of the named shard files of one bundle. Thread-safe.
 
-    Errors: ``OSError`` for a shard that cannot be opened or read (the caller knows which record
-    it was for and reports that), ``WouldBlock`` where ``nowait`` was asked and the bytes are not
-    at hand, ``BundleClosedError`` after ``close``. A range past the end of a shard comes back
+    Errors: ``ShardUnavailable`` (an ``OSError``) for a shard that cannot be opened, ``OSError``
+    for one that cannot be read (the caller knows which record it was for and reports that),
+    ``WouldBlock`` where ``nowait`` was asked and the bytes are not at hand,
+    ``BundleClosedError`` after ``close``. A range past the end of a shard comes back
     short; the caller decides whether that is damage.
     """
 
@@ -94,7 +95,10 @@ class LocalShardStore:
             if fd is None:
                 if self._dir_fd is None:
                     raise BundleClosedError("the bundle is closed")
-                fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=self._dir_fd)
+                try:
+                    fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=self._dir_fd)
+                except OSError as e:
+                    raise ShardUnavailable(e.errno, e.strerror, name) from None
                 self._fds[name] = fd
         return fd
 
