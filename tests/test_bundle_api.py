@@ -8,6 +8,7 @@ import json
 import multiprocessing
 import os
 import random
+import signal
 import stat
 import threading
 from pathlib import Path
@@ -460,6 +461,50 @@ def test_a_forked_child_reads_from_a_bundle_opened_in_the_parent(sample_bundle_p
         assert os.waitstatus_to_exitcode(status) == 0
         # The parent's bundle still works after the child used (and exited with) its copy.
         assert b.read("hello.txt") == SAMPLE_FILES["hello.txt"]
+
+
+def test_a_forked_child_reads_a_record_another_parent_thread_was_loading(
+    sample_bundle_path: Path,
+) -> None:
+    # A data loader forks workers while its main process may be mid-read: the child must not
+    # wait for a load that, in the child, nobody is doing.
+    with Bundle(sample_bundle_path, cache_size=0) as b:
+        entry = b.resolve("big.bin")
+        loading, release = threading.Event(), threading.Event()
+        real_load = b._shards.load
+        parent_loader: list[threading.Thread] = []
+
+        def stalled_load(record, *, nowait=False):
+            if parent_loader and threading.current_thread() is parent_loader[0]:
+                loading.set()
+                release.wait(30)
+            return real_load(record, nowait=nowait)
+
+        b._shards.load = stalled_load
+        parent_loader.append(threading.Thread(target=b.content.read_at, args=(entry, 1, 100)))
+        parent_loader[0].start()
+        assert loading.wait(10)
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                signal.alarm(10)  # without the fork handler this read waits forever
+                ok = b.content.read_at(entry, 1, 100) == BIG[1:101]
+                os.write(write_end, b"ok" if ok else b"wrong bytes")
+                status = 0
+            except BaseException as e:
+                os.write(write_end, f"error {e!r}".encode())
+            finally:
+                os._exit(status)
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as pipe:
+            message = pipe.read().decode()
+        _, status = os.waitpid(pid, 0)
+        release.set()
+        parent_loader[0].join(10)
+        assert message == "ok"
+        assert os.waitstatus_to_exitcode(status) == 0
 
 
 _POOL_BUNDLE: Bundle | None = None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import fnmatch
 import io
 import os
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -125,6 +126,20 @@ def _as_bytes(path: Path) -> tuple[bytes, bool]:
     return path, False
 
 
+_open_bundles: weakref.WeakSet[Bundle] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # Data loaders fork workers from a process that may be reading: a load another thread had in
+    # flight never finishes in the child, and a lock held at the fork stays held. (The index
+    # reopens LMDB on its own: storage/index.py.)
+    for bundle in list(_open_bundles):
+        bundle._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class Bundle:
     """An open bundle. Use as a context manager, or call ``close()``."""
 
@@ -139,13 +154,16 @@ class Bundle:
         self.path = os.fsdecode(os.fspath(path))
         self._index = IndexReader(self.path, check_checksum=check_index)
         self.config = self._index.config
-        shards = None
         try:
-            shards = self._shards = ShardSet(LocalShardStore(self.path), self._index.marker)
+            store = LocalShardStore(self.path)
+        except BaseException:
+            self._index.close()
+            raise
+        self._shards = ShardSet(store, self._index.marker)
+        try:
             self.tree = TreeModel(self._index, name_cache=name_cache)
         except BaseException:
-            if shards is not None:
-                shards.close()  # else the bundle directory's descriptor would stay open
+            self._shards.close()  # and the bundle directory's descriptor with it
             self._index.close()
             raise
         self.root = self.tree.root
@@ -157,6 +175,13 @@ class Bundle:
             path_of=self.tree.path_of,
         )
         self._shard_bytes: int | None = None
+        self._store = store
+        _open_bundles.add(self)
+
+    def _forked(self) -> None:
+        self.content.forked()
+        self.tree.forked()
+        self._store.forked()
 
     def __enter__(self) -> Bundle:
         return self

@@ -68,6 +68,10 @@ class RecordCache:
                 self._size -= len(evicted)
                 self.evictions += 1
 
+    def forked(self) -> None:
+        """In a child after ``fork()``: a lock another thread held then would stay held here."""
+        self._lock = threading.Lock()
+
     def clear(self) -> None:
         with self._lock:
             self._items.clear()

@@ -49,6 +49,13 @@ class ContentReader:
         self._inflight: dict[tuple[int, int], threading.Event] = {}
         self._inflight_lock = threading.Lock()
 
+    def forked(self) -> None:
+        """In a child after ``fork()`` (data-loader workers): the loads other threads had in
+        flight never finish here, so a reader of one of those records would wait forever."""
+        self._inflight = {}
+        self._inflight_lock = threading.Lock()
+        self.cache.forked()
+
     # -- where file bytes are stored ------------------------------------------------------------
 
     def record_at(self, shard: int, offset: int) -> fmt.Record:

@@ -50,6 +50,10 @@ class TreeModel:
         self._names_held = 0
         self._names_lock = threading.Lock()
 
+    def forked(self) -> None:
+        """In a child after ``fork()``: a lock another thread held then would stay held here."""
+        self._names_lock = threading.Lock()
+
     def clear(self) -> None:
         """Drop every cache (a closed bundle resolves nothing: the index raises)."""
         self._resolved.clear()

@@ -102,6 +102,11 @@ class LocalShardStore:
                 self._fds[name] = fd
         return fd
 
+    def forked(self) -> None:
+        """In a child after ``fork()``: a lock another thread held then would stay held here.
+        The descriptors stay valid (pread shares no file position)."""
+        self._lock = threading.Lock()
+
     def read(self, name: str, offset: int, length: int, *, nowait: bool = False) -> bytes:
         fd = self._fd(name)
         if not nowait:
