@@ -11,6 +11,7 @@ import random
 import signal
 import stat
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -437,28 +438,36 @@ def test_eight_threads_reading_random_ranges_get_the_right_bytes(sample_bundle_p
         assert stats.evictions > 0
 
 
+def _in_forked_child(work: Callable[[], str]) -> str:
+    """``work()``'s answer from a forked child (which never returns into pytest), or its error."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            os.write(write_end, work().encode())
+            status = 0
+        except BaseException as e:
+            os.write(write_end, f"error {e!r}".encode())
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        message = pipe.read().decode()
+    _, status = os.waitpid(pid, 0)
+    return message if os.waitstatus_to_exitcode(status) == 0 else f"exit {status}: {message}"
+
+
 def test_a_forked_child_reads_from_a_bundle_opened_in_the_parent(sample_bundle_path: Path) -> None:
     with Bundle(sample_bundle_path) as b:
         assert b.read("big.bin") == BIG  # the parent has a live LMDB transaction and cached records
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: report through the pipe, never return into pytest
-            status = 1
-            try:
-                bad = _random_reads(b, seed=99, count=50)
-                ok = b.read("dir/sub/deep.txt") == SAMPLE_FILES["dir/sub/deep.txt"]
-                os.write(write_end, ("ok" if ok and not bad else f"bad {bad}").encode())
-                status = 0
-            except BaseException as e:
-                os.write(write_end, f"error {e!r}".encode())
-            finally:
-                os._exit(status)
-        os.close(write_end)
-        with os.fdopen(read_end, "rb") as pipe:
-            message = pipe.read().decode()
-        _, status = os.waitpid(pid, 0)
-        assert message == "ok"
-        assert os.waitstatus_to_exitcode(status) == 0
+
+        def in_child() -> str:
+            bad = _random_reads(b, seed=99, count=50)
+            ok = b.read("dir/sub/deep.txt") == SAMPLE_FILES["dir/sub/deep.txt"]
+            return "ok" if ok and not bad else f"bad {bad}"
+
+        assert _in_forked_child(in_child) == "ok"
         # The parent's bundle still works after the child used (and exited with) its copy.
         assert b.read("hello.txt") == SAMPLE_FILES["hello.txt"]
 
@@ -484,27 +493,16 @@ def test_a_forked_child_reads_a_record_another_parent_thread_was_loading(
         parent_loader.append(threading.Thread(target=b.content.read_at, args=(entry, 1, 100)))
         parent_loader[0].start()
         assert loading.wait(10)
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            status = 1
-            try:
-                signal.alarm(10)  # without the fork handler this read waits forever
-                ok = b.content.read_at(entry, 1, 100) == BIG[1:101]
-                os.write(write_end, b"ok" if ok else b"wrong bytes")
-                status = 0
-            except BaseException as e:
-                os.write(write_end, f"error {e!r}".encode())
-            finally:
-                os._exit(status)
-        os.close(write_end)
-        with os.fdopen(read_end, "rb") as pipe:
-            message = pipe.read().decode()
-        _, status = os.waitpid(pid, 0)
-        release.set()
-        parent_loader[0].join(10)
-        assert message == "ok"
-        assert os.waitstatus_to_exitcode(status) == 0
+
+        def in_child() -> str:
+            signal.alarm(10)  # without the fork handler this read waits forever
+            return "ok" if b.content.read_at(entry, 1, 100) == BIG[1:101] else "wrong bytes"
+
+        try:
+            assert _in_forked_child(in_child) == "ok"
+        finally:
+            release.set()
+            parent_loader[0].join(10)
 
 
 _POOL_BUNDLE: Bundle | None = None
@@ -544,15 +542,12 @@ def test_a_forked_child_can_use_two_bundles_of_one_path(sample_bundle_path: Path
     with Bundle(sample_bundle_path) as a, Bundle(sample_bundle_path) as b:
         a.read("hello.txt")
         b.read("hello.txt")
-        pid = os.fork()
-        if pid == 0:
-            ok = False
-            try:
-                ok = a.read("dir/a.txt") == b.read("dir/a.txt") == SAMPLE_FILES["dir/a.txt"]
-            finally:
-                os._exit(0 if ok else 1)
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
+
+        def in_child() -> str:
+            same = a.read("dir/a.txt") == b.read("dir/a.txt") == SAMPLE_FILES["dir/a.txt"]
+            return "ok" if same else "different bytes"
+
+        assert _in_forked_child(in_child) == "ok"
 
 
 def test_info_reports_sizes_and_the_config(sample_bundle: Bundle, sample_bundle_path: Path) -> None:
