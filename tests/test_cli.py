@@ -94,6 +94,22 @@ def test_pack_with_a_bad_size_is_a_usage_error(tmp_path):
     assert b"invalid size" in result.stderr
 
 
+def test_pack_json_reports_the_summary_as_one_object(tmp_path):
+    src = build_rich_tree(tmp_path / "src")
+    result = run_cli("pack", "--json", src, tmp_path / "b")
+    assert result.returncode == 0, result.stderr
+    facts = json.loads(result.stdout)
+    with Bundle(tmp_path / "b") as bundle:
+        config = bundle.config
+    assert facts["dest"] == str(tmp_path / "b")
+    assert (facts["files"], facts["dirs"], facts["bytes"]) == (
+        config.file_count,
+        config.dir_count,
+        config.data_bytes,
+    )
+    assert facts["stored_bytes"] > 0 and facts["skipped"] == [] and facts["changed"] == []
+
+
 def test_an_absurdly_large_size_is_a_usage_error_not_a_traceback(tmp_path):
     result = run_cli("pack", "--record-size", "9" * 400 + "G", tmp_path, tmp_path / "b")
     assert result.returncode == 2

@@ -13,7 +13,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from bundlefs.cli.output import EXIT_OK, out, rate, size, status
+from bundlefs.cli.output import EXIT_OK, out, out_json, rate, size, status
 from bundlefs.core.units import format_size
 
 if TYPE_CHECKING:
@@ -54,6 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--skip-errors", action="store_true", help="skip unreadable files, and list them"
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary")
+    p.add_argument("--json", action="store_true", help="the summary as one JSON object")
 
 
 class _SourceTotals:
@@ -110,6 +111,9 @@ def run(args: argparse.Namespace) -> int:
     summary = pack(args.source, args.dest, options, None if args.quiet else progress)
     status.clear()
     if args.quiet:
+        return EXIT_OK
+    if args.json:
+        out_json(summary.to_dict())
         return EXIT_OK
     c = summary.config
     ratio = c.data_bytes / summary.stored_bytes if summary.stored_bytes else 0.0
