@@ -29,6 +29,7 @@ LAYERS = {
     "packing": 3,
     "__init__": 4,  # the library's public face: Bundle, pack, the errors
     "mount": 5,
+    "integrations": 5,  # fsspec, torch: adapters over the public face, beside the FUSE adapter
     "cli": 6,
     "demo": 7,
     "__main__": 7,
