@@ -208,19 +208,19 @@ class EntryBuilder:
                 flags=fmt.FLAG_LINK,
                 target=target.ino,
             )
-        stored = self.content.store(item, self.source)
+        stored = item.stored or self.content.store(item, self.source)
         if stored is None:
             return None
-        shard, offset, size, crc, st = stored
+        st = stored.st
         flags = fmt.FLAG_NLINK if st.st_nlink > 1 else 0
         entry = fmt.Entry(
             ino=ino,
-            size=size,
+            size=stored.size,
             name=item.name,
             flags=flags,
-            shard=shard,
-            offset=offset,
-            crc32c=crc,
+            shard=stored.shard,
+            offset=stored.offset,
+            crc32c=stored.crc32c,
             nlink=1,
             **self._common(st, item.rel),
         )

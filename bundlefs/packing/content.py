@@ -16,14 +16,22 @@ import errno
 import logging
 import os
 import stat as statmod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING
 
 from bundlefs.core import format as fmt
 from bundlefs.core.checksum import crc32c
 from bundlefs.errors import PackError
-from bundlefs.packing.sources import READ_CHUNK, EntrySource, SourceErrors, SourceItem, Stat
+from bundlefs.packing.sources import (
+    HEAD_SIZE,
+    READ_CHUNK,
+    EntrySource,
+    SourceErrors,
+    SourceItem,
+    Stat,
+    StoredContent,
+)
 from bundlefs.storage.index import IndexWriter
 from bundlefs.storage.shards import ShardWriter
 
@@ -31,11 +39,6 @@ if TYPE_CHECKING:
     from bundlefs.packing.packer import PackProgress
 
 log = logging.getLogger(__name__)
-
-# Where one file's content went: (shard, offset in its stream, size, CRC32C, the file's status as
-# it was opened).
-Stored = tuple[int, int, int, int, Stat]
-
 
 class ContentWriter:
     """Stores file content in shard order; ``finish`` closes the last shard, ``abort`` drops it."""
@@ -64,14 +67,34 @@ class ContentWriter:
         self.shard: ShardWriter | None = None  # the one being written
         self.changed: list[str] = []  # files that changed while being read
 
-    def store(self, item: SourceItem, source: EntrySource) -> Stored | None:
+    def store(self, item: SourceItem, source: EntrySource) -> StoredContent | None:
         """Copy a regular file's content into the current shard; None if it was skipped."""
         if item.data is not None:
             assert item.before is not None and item.after is not None  # read ahead: both taken
             return self._store_bytes(item.rel, item.data, item.before, item.after)
         return self._store_content(item, source)
 
-    def _store_content(self, item: SourceItem, source: EntrySource) -> Stored | None:
+    def store_stream(self, rel: bytes, chunks: Iterable[bytes], st: Stat) -> StoredContent:
+        """Append a file's content as a source streams it (an archive member, in archive order).
+
+        ``st`` is the member's status (its ``st_size`` places large files on record boundaries);
+        what is stored is exactly the bytes ``chunks`` yields.
+        """
+        shard = self._shard_for(st.st_size)
+        offset = shard.stream_size
+        crc, size, head = 0, 0, b""
+        for chunk in chunks:
+            if len(head) < HEAD_SIZE:
+                head += chunk[: HEAD_SIZE - len(head)]
+            shard.write(chunk)
+            crc = crc32c(chunk, crc)
+            size += len(chunk)
+            self.progress.bytes_read += len(chunk)
+            if self._tick is not None:
+                self._tick()
+        return self._stored(rel, shard, offset, size, crc, st, st, head)
+
+    def _store_content(self, item: SourceItem, source: EntrySource) -> StoredContent | None:
         """What is stored is exactly the bytes read, with their own size and CRC."""
         rel = item.rel
         try:
@@ -86,7 +109,7 @@ class ContentWriter:
                 return None
             shard = self._shard_for(before.st_size)
             offset = shard.stream_size
-            crc, size = 0, 0
+            crc, size, head = 0, 0, b""
             while True:
                 try:
                     chunk = content.read(READ_CHUNK)
@@ -97,6 +120,8 @@ class ContentWriter:
                     return None
                 if not chunk:
                     break
+                if len(head) < HEAD_SIZE:
+                    head += chunk[: HEAD_SIZE - len(head)]
                 shard.write(chunk)
                 crc = crc32c(chunk, crc)
                 size += len(chunk)
@@ -106,9 +131,9 @@ class ContentWriter:
             after = content.stat()
         finally:
             content.close()
-        return self._stored(rel, shard, offset, size, crc, before, after)
+        return self._stored(rel, shard, offset, size, crc, before, after, head)
 
-    def _store_bytes(self, rel: bytes, data: bytes, before: Stat, after: Stat) -> Stored:
+    def _store_bytes(self, rel: bytes, data: bytes, before: Stat, after: Stat) -> StoredContent:
         """Store content the source already read whole (same result as _store_content)."""
         shard = self._shard_for(len(data))
         offset = shard.stream_size
@@ -116,13 +141,17 @@ class ContentWriter:
         self.progress.bytes_read += len(data)
         if self._tick is not None:
             self._tick()
-        return self._stored(rel, shard, offset, len(data), crc32c(data), before, after)
+        return self._stored(
+            rel, shard, offset, len(data), crc32c(data), before, after, data[:HEAD_SIZE]
+        )
 
-    def _stored(self, rel, shard: ShardWriter, offset, size, crc, before, after) -> Stored:
+    def _stored(
+        self, rel, shard: ShardWriter, offset, size, crc, before, after, head: bytes
+    ) -> StoredContent:
         if size != before.st_size or after.st_mtime_ns != before.st_mtime_ns:
             log.warning("%s changed while it was packed; stored the bytes read", os.fsdecode(rel))
             self.changed.append(os.fsdecode(rel))
-        return shard.index, offset, size, crc, before
+        return StoredContent(shard.index, offset, size, crc, before, head)
 
     # -- shards and records ------------------------------------------------------------------------
 

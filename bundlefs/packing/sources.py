@@ -64,6 +64,23 @@ class Stat(Protocol):
     def st_ino(self) -> int: ...
 
 
+# How many leading bytes of a file the builder sees: enough for every magic number
+# core/content_types.py sniffs.
+HEAD_SIZE = 64
+
+
+@dataclass(frozen=True, slots=True)
+class StoredContent:
+    """Where one file's content went in the shard streams, as the content writer stored it."""
+
+    shard: int
+    offset: int  # of its first byte in the shard's uncompressed stream
+    size: int
+    crc32c: int
+    st: Stat  # the file's status as it was opened (what the entry records)
+    head: bytes  # its first HEAD_SIZE bytes (fewer if it is shorter), for content sniffing
+
+
 @dataclass(slots=True)
 class SourceItem:
     """One entry the source delivers.
@@ -71,6 +88,8 @@ class SourceItem:
     ``data`` is the whole content of a regular file the source already read (its read-ahead),
     with ``before`` and ``after`` the file's status around that read, which tell whether the file
     changed while it was read; otherwise ``data`` is None and content comes from ``open``.
+    ``stored`` is set instead by a source that streams content into the shards itself, in its own
+    order, before the builder walks the tree (an archive read once from start to end).
     """
 
     rel: bytes  # the path below the root, components joined by b"/"; b"" is the root
@@ -79,6 +98,7 @@ class SourceItem:
     data: bytes | None = None
     before: Stat | None = None
     after: Stat | None = None
+    stored: StoredContent | None = None
 
 
 class Content(Protocol):
