@@ -55,9 +55,15 @@ def test_shard_and_owner_keys_are_u32_and_u16() -> None:
     assert fmt.owner_key(7) == b"\x00\x07"
 
 
-def test_shard_filename_is_eight_lowercase_hex_digits() -> None:
+def test_shard_filename_is_eight_decimal_digits() -> None:
     assert fmt.shard_filename(0) == "shard-00000000"
-    assert fmt.shard_filename(0xABCD) == "shard-0000abcd"
+    assert fmt.shard_filename(10) == "shard-00000010"
+    assert fmt.shard_filename(65535) == "shard-00065535"
+
+
+def test_version_1_shard_filename_was_eight_lowercase_hex_digits() -> None:
+    assert fmt.shard_filename(10, 1) == "shard-0000000a"
+    assert fmt.shard_filename(0xABCD, 1) == "shard-0000abcd"
 
 
 @pytest.mark.parametrize("name", [b"", b".", b"..", b"a/b", b"nul\0", b"x" * 256], ids=repr)
@@ -123,9 +129,14 @@ def _reseal(body: bytes) -> bytes:
 
 def test_marker_of_a_newer_version_is_unsupported() -> None:
     data = fmt.encode_marker(MARKER, crc32c)
-    data = _reseal(data[:8] + struct.pack(">I", 2) + data[12:])
-    with pytest.raises(UnsupportedVersionError):
+    data = _reseal(data[:8] + struct.pack(">I", 3) + data[12:])
+    with pytest.raises(UnsupportedVersionError, match="reads versions 1 to 2"):
         fmt.decode_marker(data, crc32c)
+
+
+def test_marker_of_version_1_still_decodes_and_says_so() -> None:
+    data = fmt.encode_marker(dataclasses.replace(MARKER, format_version=1), crc32c)
+    assert fmt.decode_marker(data, crc32c).format_version == 1
 
 
 def test_marker_claiming_too_many_shards_is_refused() -> None:
@@ -237,7 +248,19 @@ def test_config_with_the_wrong_magic_is_refused() -> None:
 
 def test_config_of_a_newer_version_is_unsupported() -> None:
     with pytest.raises(UnsupportedVersionError):
-        fmt.decode_config(_config_with(8, ">H", 2))
+        fmt.decode_config(_config_with(8, ">H", 3))
+
+
+def test_config_of_version_1_ignores_the_field_version_2_counts_content_types_in() -> None:
+    v1 = dataclasses.replace(CONFIG, format_version=1)
+    data = bytearray(fmt.encode_config(v1))
+    struct.pack_into(">H", data, 10, 7)  # reserved in version 1
+    assert fmt.decode_config(bytes(data)) == v1
+
+
+def test_config_of_version_2_round_trips_its_content_type_count() -> None:
+    config = dataclasses.replace(CONFIG, content_type_count=300)
+    assert fmt.decode_config(fmt.encode_config(config)) == config
 
 
 def test_config_with_unknown_incompatible_features_is_unsupported() -> None:
@@ -259,7 +282,13 @@ def test_config_with_an_invalid_record_size_is_refused(record_size: int) -> None
 
 def test_config_with_an_unknown_compression_is_refused() -> None:
     with pytest.raises(FormatError, match="compression"):
-        fmt.decode_config(_config_with(28, ">B", 2))
+        fmt.decode_config(_config_with(28, ">B", 3))
+
+
+def test_zstd_compression_is_refused_in_a_version_1_config() -> None:
+    v1 = dataclasses.replace(CONFIG, format_version=1, compression=fmt.COMPRESSION_ZSTD)
+    with pytest.raises(FormatError, match="compression"):
+        fmt.decode_config(fmt.encode_config(v1))
 
 
 def test_config_without_a_root_is_refused() -> None:
@@ -410,7 +439,40 @@ def _entry_bytes(entry: fmt.Entry, offset: int, fmt_code: str, value: int) -> by
 
 def test_entry_with_unknown_flags_is_refused() -> None:
     with pytest.raises(FormatError, match="flags"):
-        fmt.decode_entry(5, _entry_bytes(FILE, 2, ">B", 0x08))
+        fmt.decode_entry(5, _entry_bytes(FILE, 2, ">B", 0x10))
+
+
+def test_file_entry_with_a_content_type_round_trips() -> None:
+    entry = dataclasses.replace(FILE, content_type=513, user_data=b'{"label":3}')
+    data = fmt.encode_entry(entry)
+    decoded = fmt.decode_entry(entry.ino, data)
+    assert decoded.content_type == 513 and decoded.flags & fmt.FLAG_CONTENT_TYPE
+    assert decoded.user_data == b'{"label":3}'
+    assert fmt.entry_name(data) == entry.name
+
+
+@pytest.mark.parametrize("entry", ["DIRECTORY", "SYMLINK", "LINK"])
+def test_content_type_flag_on_anything_but_a_plain_file_is_refused(entry: str) -> None:
+    value = globals()[entry]
+    data = bytearray(fmt.encode_entry(value))
+    data[2] |= fmt.FLAG_CONTENT_TYPE
+    with pytest.raises(FormatError, match="content type"):
+        fmt.decode_entry(value.ino, bytes(data))
+
+
+@pytest.mark.parametrize(
+    "media_type", [b"", b"text", b"/plain", b"text/pl\x00ain", b"x/" + b"y" * 200, b"t\xe9xt/x"]
+)
+def test_invalid_content_type_names_are_refused(media_type: bytes) -> None:
+    with pytest.raises(FormatError, match="media type"):
+        fmt.decode_content_type(media_type)
+
+
+def test_metadata_items_must_be_utf8_with_a_nonempty_key() -> None:
+    assert fmt.decode_meta(b"owner", "Zoë".encode()) == ("owner", "Zoë")
+    for key, value in ((b"", b"v"), (b"k\x00", b"v"), (b"k", b"\xff"), (b"k" * 256, b"v")):
+        with pytest.raises(FormatError):
+            fmt.decode_meta(key, value)
 
 
 def test_link_entry_carrying_nlink_is_refused() -> None:
@@ -641,12 +703,13 @@ def test_shard_header_is_32_bytes_and_checks() -> None:
         (fmt.encode_shard_header(4, bytes(16)), FormatError),
         (
             fmt.encode_shard_header(4, BUNDLE_ID)[:8]
-            + struct.pack(">I", 2)
+            + struct.pack(">I", 3)
             + fmt.encode_shard_header(4, BUNDLE_ID)[12:],
             UnsupportedVersionError,
         ),
+        (fmt.encode_shard_header(4, BUNDLE_ID, 1), UnsupportedVersionError),
     ],
-    ids=["short", "magic", "wrong-index", "other-bundle", "newer-version"],
+    ids=["short", "magic", "wrong-index", "other-bundle", "newer-version", "older-version"],
 )
 def test_shard_header_mismatch_is_refused(header: bytes, error: type) -> None:
     with pytest.raises(error):

@@ -1,14 +1,18 @@
-"""The worked example of docs/format.md §8: a bundle decoded from the document alone.
+"""The worked example of docs/format.md §8: bundles decoded from the document alone.
 
-Nothing here imports bundlefs except ``pack`` (to write the bundle under test): the reader below is
-written from docs/format.md with ``struct``, ``lmdb``, ``lz4.block`` and ``crc32c`` (plus
-``hashlib`` for the bundle id the document defines as BLAKE2b). The golden bytes are computed by
-hand from the document's tables, so if the code and the document drift apart, this test fails.
+The reader below reads both versions the document defines: the worked example in version 2, and
+the committed version-1 bundle with twelve hex-named shards next to the same tree packed today.
+
+Nothing here imports bundlefs except ``pack`` (to write the bundles under test): the reader below
+is written from docs/format.md with ``struct``, ``lmdb``, ``lz4.block``, ``zstandard`` and
+``crc32c`` (plus ``hashlib`` for the bundle id the document defines as BLAKE2b). The golden bytes
+are computed by hand from the document's tables, so if the code and the document drift apart,
+this test fails.
 
 The tiny tree (three entries):
 
     /            directory, mode 0755            inode 1 (the root)
-    hello.txt    "hello, bundle\\n" (14 bytes)   inode 2 ("hello.txt" < "link" bytewise)
+    hello.txt    "hello, bundle\\n" (14 bytes)   inode 2 ("hello.txt" < "link" bytewise), text/plain
     link         symlink -> "hello.txt"          inode 3
 
 every entry with mtime 1_700_000_000_123_456_789 ns and, when the test runs as root, owner 1000:100.
@@ -25,9 +29,14 @@ import crc32c
 import lmdb
 import lz4.block
 import pytest
+import zstandard
 
-from bundlefs import pack
+from bundlefs import PackOptions, pack
 from tests.conftest import SAMPLE_FILES
+from tests.legacy_trees import SOURCE_DATE_EPOCH as V1_EPOCH
+from tests.legacy_trees import V1_FILES, V1_PACK_OPTIONS, build_v1_tree
+
+V1_BUNDLE = Path(__file__).parent / "data" / "v1-twelve-shards.bundle"
 
 CONTENT = b"hello, bundle\n"
 MTIME_NS = 1_700_000_000_123_456_789  # 0x17979cfe3d85cd15
@@ -47,11 +56,15 @@ def read_marker(bundle: Path) -> dict:
     data = (bundle / "COMPLETE").read_bytes()
     assert len(data) == 52
     magic, version, reserved, bundle_id, index_size, index_crc, shard_count = u("8sII16sQII", data)
-    assert magic == b"BNDLDONE" and version == 1 and reserved == 0
+    assert magic == b"BNDLDONE" and version in (1, 2) and reserved == 0
     (marker_crc,) = u("I", data, 48)
     assert marker_crc == crc32c.crc32c(data[:48])
     return dict(
-        bundle_id=bundle_id, index_size=index_size, index_crc=index_crc, shard_count=shard_count
+        version=version,
+        bundle_id=bundle_id,
+        index_size=index_size,
+        index_crc=index_crc,
+        shard_count=shard_count,
     )
 
 
@@ -79,14 +92,16 @@ class DocReader:
         self.bundle = bundle
         self.marker = read_marker(bundle)
         check_index_file(bundle, self.marker)
-        # §3: subdirectory mode, no lock file, five named databases.
-        self.env = lmdb.open(str(bundle / "index"), readonly=True, lock=False, max_dbs=5)
-        self.dbs = {
-            name: self.env.open_db(name, create=False)
-            for name in (b"config", b"entries", b"records", b"shards", b"owners")
-        }
+        self.version = self.marker["version"]
+        # §3: subdirectory mode, no lock file, five named databases (seven from version 2).
+        self.env = lmdb.open(str(bundle / "index"), readonly=True, lock=False, max_dbs=7)
+        names = [b"config", b"entries", b"records", b"shards", b"owners"]
+        if self.version >= 2:
+            names += [b"types", b"meta"]
+        self.dbs = {name: self.env.open_db(name, create=False) for name in names}
         self.txn = self.env.begin()
         self.config = self.decode_config(self.raw(b"config", b"config"))
+        assert self.config["version"] == self.version
 
     def close(self) -> None:
         self.txn.abort()
@@ -100,27 +115,45 @@ class DocReader:
     def items(self, db: bytes) -> list[tuple[bytes, bytes]]:
         return list(self.txn.cursor(db=self.dbs[db]))
 
-    @staticmethod
-    def decode_config(v: bytes) -> dict:
+    def shard_name(self, shard: int) -> str:
+        """§1: eight decimal digits; version 1 used lowercase hex."""
+        return f"shard-{shard:08x}" if self.version == 1 else f"shard-{shard:08d}"
+
+    def decode_config(self, v: bytes) -> dict:
         """§3.2: 96 bytes."""
         assert len(v) == 96
         names = [
-            "magic", "version", "reserved", "incompatible", "block_size", "record_size",
+            "magic", "version", "content_type_count", "incompatible", "block_size", "record_size",
             "large_file_threshold", "compression", "shard_count", "owner_count", "entry_count",
             "file_count", "dir_count", "symlink_count", "hardlink_count", "data_bytes",
             "created_ns",
         ]  # fmt: skip
         config = dict(zip(names, u("8sHHIIIIB3xIIQQQQQQq", v), strict=True))
-        assert config["magic"] == b"BUNDLEFS" and config["version"] == 1
+        assert config["magic"] == b"BUNDLEFS" and config["version"] in (1, 2)
         assert config["incompatible"] == 0
+        if config["version"] == 1:
+            config["content_type_count"] = 0  # reserved in version 1
         return config
+
+    def content_type(self, e: dict) -> str | None:
+        """§3.6: a u16 index into ``types``, whose values are ASCII media types."""
+        if "content_type" not in e:
+            return None
+        assert e["content_type"] < self.config["content_type_count"]
+        return self.raw(b"types", struct.pack(">H", e["content_type"])).decode("ascii")
+
+    def meta(self) -> dict[str, str]:
+        """§3.7: UTF-8 keys and values."""
+        if self.version == 1:
+            return {}
+        return {k.decode(): v.decode() for k, v in self.items(b"meta")}
 
     def entry(self, ino: int) -> dict:
         """§3.3: 22-byte header, kind-specific part, optional parts, then the name."""
         v = self.raw(b"entries", struct.pack(">I", ino))
         mode, flags, reserved, owner, mtime_ns, size = u("HBBHqQ", v)
         e = dict(ino=ino, mode=mode, flags=flags, owner=owner, mtime_ns=mtime_ns, size=size)
-        assert reserved == 0 and flags & ~0x07 == 0
+        assert reserved == 0 and flags & ~(0x07 if self.version == 1 else 0x0F) == 0
         pos = 22
         kind = mode & 0o170000
         if kind == 0o100000 and flags & 0x01:  # LINK: u32 target
@@ -134,6 +167,9 @@ class DocReader:
             if flags & 0x04:  # NLINK
                 (e["nlink"],) = u("I", v, pos)
                 pos += 4
+            if flags & 0x08:  # CONTENT_TYPE (version 2): u16 index into types
+                (e["content_type"],) = u("H", v, pos)
+                pos += 2
         elif kind == 0o040000:  # directory: parent, first_child, nlink
             e["parent"], e["first_child"], e["nlink"] = u("III", v, pos)
             pos += 12
@@ -141,7 +177,7 @@ class DocReader:
             e["symlink"] = v[pos : pos + size]
             pos += size
         else:
-            raise AssertionError(f"file type {kind:o} is not in version 1")
+            raise AssertionError(f"file type {kind:o} is not in the format")
         if flags & 0x02:  # USER_DATA: u16 length, then the bytes
             (n,) = u("H", v, pos)
             e["user_data"] = v[pos + 2 : pos + 2 + n]
@@ -198,9 +234,10 @@ class DocReader:
 
     def expand(self, shard: int, r: dict) -> bytes:
         """§5 step 2: read the stored bytes, check their CRC, then expand by the flags."""
-        with open(self.bundle / f"shard-{shard:08x}", "rb") as f:
+        with open(self.bundle / self.shard_name(shard), "rb") as f:
             header = f.read(32)
-            assert header == b"BNDLSHRD" + struct.pack(">II", 1, shard) + self.marker["bundle_id"]
+            expected = struct.pack(">II", self.version, shard) + self.marker["bundle_id"]
+            assert header == b"BNDLSHRD" + expected
             f.seek(r["stored_offset"])
             stored = f.read(r["stored_length"])
         assert len(stored) == r["stored_length"]
@@ -209,7 +246,12 @@ class DocReader:
             return bytes(r["length"])
         if r["flags"] & 0x02:  # RAW
             return stored
-        data = lz4.block.decompress(stored, uncompressed_size=r["length"])
+        # Version 1: lz4 always. Version 2: the config's compression (1 lz4, 2 zstd).
+        if self.version >= 2 and self.config["compression"] == 2:
+            data = zstandard.ZstdDecompressor().decompress(stored, max_output_size=r["length"])
+        else:
+            assert self.version == 1 or self.config["compression"] == 1
+            data = lz4.block.decompress(stored, uncompressed_size=r["length"])
         assert len(data) == r["length"]
         return data
 
@@ -247,7 +289,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     old = os.environ.get("SOURCE_DATE_EPOCH")
     os.environ["SOURCE_DATE_EPOCH"] = str(SOURCE_DATE_EPOCH)
     try:
-        pack(str(src), str(dest))
+        pack(str(src), str(dest), PackOptions(meta=(("origin", "golden"), ("ünï", "cødé"))))
     finally:
         if old is None:
             del os.environ["SOURCE_DATE_EPOCH"]
@@ -282,7 +324,7 @@ def test_golden_marker(tiny: Path, reader: DocReader) -> None:
     index = (tiny / "index" / "data.mdb").read_bytes()
     body = (
         b"BNDLDONE"  # 0: magic
-        + h("00 00 00 01")  # 8: format_version 1
+        + h("00 00 00 02")  # 8: format_version 2
         + h("00 00 00 00")  # 12: reserved
         + hashlib.blake2b(index).digest()[:16]  # 16: bundle_id
         + len(index).to_bytes(8, "big")  # 32: index_size
@@ -295,8 +337,8 @@ def test_golden_marker(tiny: Path, reader: DocReader) -> None:
 def test_golden_config(reader: DocReader) -> None:
     assert reader.raw(b"config", b"config") == (
         b"BUNDLEFS"  # 0: magic
-        + h("00 01")  # 8: format_version
-        + h("00 00")  # 10: reserved
+        + h("00 02")  # 8: format_version
+        + h("00 01")  # 10: content_type_count: text/plain
         + h("00 00 00 00")  # 12: incompatible_features: none
         + h("00 00 10 00")  # 16: block_size 4096
         + h("00 04 00 00")  # 20: record_size 262144
@@ -339,15 +381,27 @@ def test_golden_file_entry(reader: DocReader) -> None:
         reader.raw(b"entries", h("00 00 00 02"))
         == h(
             "81 a4"  # 0: mode S_IFREG | 0644
-            " 00 00"  # 2: flags, reserved
+            " 08 00"  # 2: flags CONTENT_TYPE, reserved
             " 00 00"  # 4: owner 0
             f" {MTIME}"  # 6: mtime_ns
             " 00 00 00 00 00 00 00 0e"  # 14: size 14
             " 00 00 00 00 00 00 00 00"  # 22: location: shard 0 << 48 | stream offset 0
             " b4 71 21 97"  # 30: CRC32C("hello, bundle\n")
+            " 00 00"  # 34: content type 0 (CONTENT_TYPE)
         )
         + b"hello.txt"
-    )  # 34: the name, to the end of the value
+    )  # 36: the name, to the end of the value
+
+
+def test_golden_content_types(reader: DocReader) -> None:
+    # From the extension; index 0 is the first type the packer met.
+    assert reader.items(b"types") == [(h("00 00"), b"text/plain")]
+    assert reader.content_type(reader.lookup("hello.txt")) == "text/plain"
+
+
+def test_golden_bundle_metadata(reader: DocReader) -> None:
+    # Keys sort bytewise, as LMDB compares them; both are UTF-8.
+    assert reader.items(b"meta") == [(b"origin", b"golden"), ("ünï".encode(), "cødé".encode())]
 
 
 def test_golden_symlink_entry(reader: DocReader) -> None:
@@ -397,7 +451,7 @@ def test_golden_shard_descriptor(reader: DocReader) -> None:
 def test_golden_shard_file(tiny: Path, reader: DocReader) -> None:
     header = (
         b"BNDLSHRD"  # 0: magic
-        + h("00 00 00 01")  # 8: format_version
+        + h("00 00 00 02")  # 8: format_version
         + h("00 00 00 00")  # 12: shard_index
         + reader.marker["bundle_id"]  # 16: as in COMPLETE
     )
@@ -425,6 +479,63 @@ def test_doc_reader_reads_every_file_of_the_sample_bundle(sample_bundle_path: Pa
         flags = {v[20] for _k, v in r.items(b"records")}
         assert flags == {0x00, 0x01, 0x02}
         for path, content in SAMPLE_FILES.items():
+            assert r.read(path) == content, path
+    finally:
+        r.close()
+
+
+# --- version 1, and shard names past ten ----------------------------------------------------------
+
+
+def _v1_contents() -> dict[str, bytes]:
+    from tests.legacy_trees import _bytes
+
+    return {rel: _bytes(rel, size, compressible) for rel, size, compressible in V1_FILES}
+
+
+def test_doc_reader_reads_the_version_1_bundle_with_twelve_hex_named_shards() -> None:
+    r = DocReader(V1_BUNDLE)
+    try:
+        assert r.version == 1 and r.marker["shard_count"] == 12
+        names = sorted(p.name for p in V1_BUNDLE.glob("shard-*"))
+        assert names == [f"shard-{i:08x}" for i in range(12)]
+        assert "shard-0000000a" in names and "shard-0000000b" in names
+        for path, content in _v1_contents().items():
+            assert r.read(path) == content, path
+        assert r.content_type(r.lookup("d0/f00.bin")) is None  # version 1 has none
+        assert r.meta() == {}
+    finally:
+        r.close()
+
+
+def test_the_same_tree_packed_today_is_version_2_with_decimal_shard_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", str(V1_EPOCH))
+    src = build_v1_tree(tmp_path / "src")
+    dest = tmp_path / "v2.bundle"
+    pack(str(src), str(dest), PackOptions(**V1_PACK_OPTIONS))
+    r = DocReader(dest)
+    try:
+        assert r.version == 2 and r.marker["shard_count"] == 12
+        names = sorted(p.name for p in dest.glob("shard-*"))
+        assert names == [f"shard-{i:08d}" for i in range(12)]
+        assert "shard-00000010" in names and "shard-00000011" in names
+        for path, content in _v1_contents().items():
+            assert r.read(path) == content, path
+    finally:
+        r.close()
+
+
+def test_doc_reader_reads_a_zstd_bundle(tmp_path: Path) -> None:
+    dest = tmp_path / "z.bundle"
+    src = build_v1_tree(tmp_path / "src")
+    pack(str(src), str(dest), PackOptions(compression="zstd:5", record_size=4096, block_size=512))
+    r = DocReader(dest)
+    try:
+        assert r.config["compression"] == 2
+        assert any(v[20] == 0 for _k, v in r.items(b"records"))  # some records are zstd frames
+        for path, content in _v1_contents().items():
             assert r.read(path) == content, path
     finally:
         r.close()

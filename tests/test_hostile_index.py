@@ -371,7 +371,8 @@ CASES: dict[str, tuple[Forgery, str, str]] = {
     ),
     # config and owners
     "config with the wrong magic": (_config_raw(0, b"NOTMAGIC"), "invalid", "whole"),
-    "config version 2": (_config_raw(8, b"\0\x02"), "invalid", "whole"),
+    "config version 3": (_config_raw(8, b"\0\x03"), "invalid", "whole"),
+    "config version 1 in a version-2 bundle": (_config_raw(8, b"\0\x01"), "invalid", "whole"),
     "config with an unknown incompatible feature": (
         _config_raw(12, U32.pack(1)),
         "invalid",

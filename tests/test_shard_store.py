@@ -67,7 +67,7 @@ def memory_reader(sample_bundle_path: Path):
 def test_every_file_reads_the_same_through_a_memory_store(memory_reader, sample_bundle_path):
     reader, store = memory_reader
     with Bundle(sample_bundle_path) as bundle:
-        files = [(path, entry) for path, entry in bundle if entry.is_file]
+        files = [(path, entry) for path, entry in bundle.tree if entry.is_file]
         assert files
         for path, entry in files:
             assert bytes(reader.read_at(entry, 0, entry.size, path=path)) == bundle.read(path)

@@ -1,4 +1,4 @@
-"""The bundlefs on-disk format, version 1: constants, key encoding and value layouts.
+"""The bundlefs on-disk format, version 2 (and version 1, which it still reads): layouts and keys.
 
 This module is docs/format.md in code. It is pure: it does no I/O and imports neither lmdb nor lz4.
 Every decoder validates what it decodes and raises ``FormatError`` for anything the document does
@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from bundlefs.errors import FormatError, NotABundleError, UnsupportedVersionError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # what the packer writes
+SUPPORTED_VERSIONS = (1, 2)  # what readers read (docs/format.md §7 lists what each one added)
 
 MARKER_NAME = "COMPLETE"
 
@@ -23,6 +24,8 @@ MARKER_NAME = "COMPLETE"
 XATTR_CRC = b"user.bundlefs.crc32c"
 XATTR_USER_DATA = b"user.bundlefs.user_data"
 XATTR_STATS = b"user.bundlefs.stats"  # on the root only: the daemon's counters as JSON
+XATTR_BUNDLE = b"user.bundlefs.bundle"  # on the root only: the served bundle (info --json)
+XATTR_CONTENT_TYPE = b"user.bundlefs.content_type"  # files with a content type (version 2)
 INDEX_DIR = "index"
 INDEX_FILE = "data.mdb"
 SHARD_PREFIX = "shard-"
@@ -36,7 +39,17 @@ DB_ENTRIES = b"entries"
 DB_RECORDS = b"records"
 DB_SHARDS = b"shards"
 DB_OWNERS = b"owners"
-ALL_DBS = (DB_CONFIG, DB_ENTRIES, DB_RECORDS, DB_SHARDS, DB_OWNERS)
+DB_TYPES = b"types"  # version 2
+DB_META = b"meta"  # version 2
+V1_DBS = (DB_CONFIG, DB_ENTRIES, DB_RECORDS, DB_SHARDS, DB_OWNERS)
+ALL_DBS = (*V1_DBS, DB_TYPES, DB_META)
+
+
+def databases(version: int) -> tuple[bytes, ...]:
+    """The named databases a bundle of ``version`` has."""
+    return V1_DBS if version == 1 else ALL_DBS
+
+
 CONFIG_KEY = b"config"
 
 ROOT_INO = 1
@@ -49,7 +62,12 @@ MIN_RECORD_SIZE, MAX_RECORD_SIZE = 4096, 16 * 1024 * 1024
 
 COMPRESSION_NONE = 0
 COMPRESSION_LZ4 = 1
-COMPRESSION_NAMES = {"none": COMPRESSION_NONE, "lz4": COMPRESSION_LZ4}
+COMPRESSION_ZSTD = 2  # version 2
+COMPRESSION_NAMES = {"none": COMPRESSION_NONE, "lz4": COMPRESSION_LZ4, "zstd": COMPRESSION_ZSTD}
+_COMPRESSIONS_OF_VERSION = {
+    1: (COMPRESSION_NONE, COMPRESSION_LZ4),
+    2: tuple(COMPRESSION_NAMES.values()),
+}
 _COMPRESSION_BY_CODE = {code: name for name, code in COMPRESSION_NAMES.items()}
 
 MAX_ENTRIES = 2**32 - 1
@@ -59,12 +77,19 @@ MAX_NAME = 255
 MAX_SYMLINK_TARGET = 4095
 MAX_USER_DATA = 4096
 MAX_OWNERS = 2**16
+MAX_CONTENT_TYPES = 2**16 - 1  # the config counts them in a u16
+MAX_CONTENT_TYPE = 127
+MAX_META_KEYS = 1024
+MAX_META_KEY = 255
+MAX_META_VALUE = 65536
 
 # Entry flags.
 FLAG_LINK = 0x01
 FLAG_USER_DATA = 0x02
 FLAG_NLINK = 0x04
-_KNOWN_ENTRY_FLAGS = FLAG_LINK | FLAG_USER_DATA | FLAG_NLINK
+FLAG_CONTENT_TYPE = 0x08  # version 2
+_KNOWN_ENTRY_FLAGS = FLAG_LINK | FLAG_USER_DATA | FLAG_NLINK | FLAG_CONTENT_TYPE
+NO_CONTENT_TYPE = -1
 
 # Record flags.
 RECORD_ZEROS = 0x01
@@ -105,8 +130,75 @@ def owner_key(index: int) -> bytes:
     return _U16.pack(index)
 
 
-def shard_filename(index: int) -> str:
-    return f"{SHARD_PREFIX}{index:08x}"
+def shard_filename(index: int, version: int = FORMAT_VERSION) -> str:
+    """``shard-`` and the index as eight decimal digits; version 1 used lowercase hex."""
+    if version == 1:
+        return f"{SHARD_PREFIX}{index:08x}"
+    return f"{SHARD_PREFIX}{index:08d}"
+
+
+def check_version(version: int, what: str) -> None:
+    if version not in SUPPORTED_VERSIONS:
+        newest = SUPPORTED_VERSIONS[-1]
+        raise UnsupportedVersionError(
+            f"{what} format version {version} is not supported (this bundlefs reads versions "
+            f"1 to {newest})"
+        )
+
+
+def meta_key(key: str) -> bytes:
+    data = key.encode()
+    _check_meta_key(data)
+    return data
+
+
+def _check_meta_key(data: bytes) -> None:
+    if not 1 <= len(data) <= MAX_META_KEY or b"\0" in data:
+        raise FormatError(f"metadata key {data[:40]!r} is empty, too long or holds NUL")
+
+
+def encode_meta_value(value: str) -> bytes:
+    data = value.encode()
+    if len(data) > MAX_META_VALUE:
+        raise FormatError(f"metadata value of {len(data)} bytes is over {MAX_META_VALUE}")
+    return data
+
+
+def decode_meta(key: bytes, value: bytes) -> tuple[str, str]:
+    """A metadata item; keys and values are UTF-8 text."""
+    _check_meta_key(key)
+    if len(value) > MAX_META_VALUE:
+        raise FormatError(f"metadata value of {len(value)} bytes is over {MAX_META_VALUE}")
+    try:
+        return key.decode(), value.decode()
+    except UnicodeDecodeError:
+        raise FormatError(f"metadata item {key[:40]!r} is not UTF-8") from None
+
+
+def content_type_key(index: int) -> bytes:
+    return _U16.pack(index)
+
+
+def encode_content_type(media_type: str) -> bytes:
+    data = media_type.encode("ascii", "replace")
+    _check_content_type(data)
+    return data
+
+
+def decode_content_type(data: bytes) -> str:
+    _check_content_type(data)
+    return data.decode("ascii")
+
+
+def _check_content_type(data: bytes) -> None:
+    # type "/" subtype, optional parameters: printable ASCII only (RFC 6838 names).
+    if (
+        not 3 <= len(data) <= MAX_CONTENT_TYPE
+        or b"/" not in data
+        or not all(0x20 < c < 0x7F or c == 0x20 for c in data)
+        or data[:1] in (b"/", b" ")
+    ):
+        raise FormatError(f"content type {data[:40]!r} is not a media type")
 
 
 # --- completion marker ------------------------------------------------------------
@@ -121,12 +213,13 @@ class Marker:
     index_size: int
     index_crc32c: int
     shard_count: int
+    format_version: int = FORMAT_VERSION
 
 
 def encode_marker(marker: Marker, crc32c) -> bytes:
     body = _MARKER.pack(
         MARKER_MAGIC,
-        FORMAT_VERSION,
+        marker.format_version,
         0,
         marker.bundle_id,
         marker.index_size,
@@ -147,14 +240,10 @@ def decode_marker(data: bytes, crc32c) -> Marker:
         raise NotABundleError("completion marker has the wrong magic")
     if _U32.unpack_from(data, _MARKER.size)[0] != crc32c(data[: _MARKER.size]):
         raise NotABundleError("completion marker fails its checksum")
-    if version != FORMAT_VERSION:
-        raise UnsupportedVersionError(
-            f"bundle format version {version} is not supported (this bundlefs reads "
-            f"version {FORMAT_VERSION})"
-        )
+    check_version(version, "bundle")
     if shard_count > MAX_SHARDS:
         raise FormatError(f"completion marker claims {shard_count} shards")
-    return Marker(bundle_id, index_size, index_crc, shard_count)
+    return Marker(bundle_id, index_size, index_crc, shard_count, version)
 
 
 # --- LMDB meta page sanity (docs/format.md §3.1) ----------------------------------------
@@ -205,10 +294,18 @@ class Config:
     hardlink_count: int = 0
     data_bytes: int = 0
     created_ns: int = 0
+    content_type_count: int = 0  # version 2: keys in ``types``
+    format_version: int = FORMAT_VERSION
 
     @property
     def compression_name(self) -> str:
         return _COMPRESSION_BY_CODE[self.compression]
+
+    @property
+    def record_codec(self) -> int:
+        """How a record without ZEROS or RAW is stored: always lz4 in version 1, the bundle's
+        compression from version 2 on (none then leaves no valid compressed record)."""
+        return COMPRESSION_LZ4 if self.format_version == 1 else self.compression
 
 
 def validate_layout(block_size: int, record_size: int) -> None:
@@ -221,8 +318,8 @@ def validate_layout(block_size: int, record_size: int) -> None:
 def encode_config(c: Config) -> bytes:
     return _CONFIG.pack(
         CONFIG_MAGIC,
-        FORMAT_VERSION,
-        0,
+        c.format_version,
+        c.content_type_count if c.format_version >= 2 else 0,
         0,
         c.block_size,
         c.record_size,
@@ -243,17 +340,22 @@ def encode_config(c: Config) -> bytes:
 def decode_config(data: bytes) -> Config:
     if len(data) != CONFIG_SIZE:
         raise FormatError(f"config is {len(data)} bytes, expected {CONFIG_SIZE}")
-    (magic, version, _r, incompat, block, record, large, comp, *counts) = _CONFIG.unpack(data)
+    (magic, version, types, incompat, block, record, large, comp, *counts) = _CONFIG.unpack(data)
     if magic != CONFIG_MAGIC:
         raise FormatError("config has the wrong magic")
-    if version != FORMAT_VERSION:
-        raise UnsupportedVersionError(f"config format version {version} is not supported")
+    check_version(version, "config")
+    if version == 1:
+        types = 0  # reserved in version 1: ignored
     if incompat:
         raise UnsupportedVersionError(f"bundle uses unknown features (0x{incompat:x})")
     validate_layout(block, record)
-    if comp not in COMPRESSION_NAMES.values():
+    if comp not in _COMPRESSIONS_OF_VERSION[version]:
         raise FormatError(f"unknown compression code {comp}")
-    c = Config(block, record, large, comp, *counts)
+    shards, owners, entries, files, dirs, symlinks, hardlinks, data_bytes, created_ns = counts
+    c = Config(
+        block, record, large, comp, shards, owners, entries, files, dirs, symlinks, hardlinks,
+        data_bytes, created_ns, types, version,
+    )  # fmt: skip
     if c.shard_count > MAX_SHARDS or c.owner_count > MAX_OWNERS or c.entry_count > MAX_ENTRIES:
         raise FormatError("config counts are out of range")
     if c.entry_count < 1:
@@ -314,6 +416,7 @@ class Entry:
     first_child: int = 0  # directory
     symlink: bytes = b""  # symlink target
     user_data: bytes = b""
+    content_type: int = NO_CONTENT_TYPE  # file: index into ``types`` (version 2)
 
     @property
     def kind(self) -> int:
@@ -367,6 +470,11 @@ def encode_entry(e: Entry) -> bytes:
             if e.flags & FLAG_NLINK:
                 flags |= FLAG_NLINK
                 middle += _U32.pack(e.nlink)
+            if e.content_type != NO_CONTENT_TYPE:
+                if not 0 <= e.content_type < MAX_CONTENT_TYPES:
+                    raise FormatError("content type index out of range")
+                flags |= FLAG_CONTENT_TYPE
+                middle += _U16.pack(e.content_type)
     elif kind == KIND_DIR:
         middle = _DIR.pack(e.parent, e.first_child, e.nlink)
     elif kind == KIND_SYMLINK:
@@ -399,7 +507,12 @@ def entry_name(data: bytes) -> bytes:
         if flags & FLAG_LINK:
             pos = _HEADER.size + _LINK.size
         else:
-            pos = _HEADER.size + _FILE.size + (4 if flags & FLAG_NLINK else 0)
+            pos = (
+                _HEADER.size
+                + _FILE.size
+                + (4 if flags & FLAG_NLINK else 0)
+                + (2 if flags & FLAG_CONTENT_TYPE else 0)
+            )
     elif kind == KIND_SYMLINK:
         pos = _HEADER.size + int.from_bytes(data[14:22], "big")
     else:
@@ -422,6 +535,9 @@ def decode_entry(ino: int, data: bytes) -> Entry:
     shard = offset = crc = target = parent = first_child = 0
     nlink = 1
     symlink = user_data = b""
+    content_type = NO_CONTENT_TYPE
+    if flags & FLAG_CONTENT_TYPE and (kind != KIND_FILE or flags & FLAG_LINK):
+        raise FormatError(f"entry {ino}: only a regular file (not a LINK) has a content type")
     try:
         if kind == KIND_FILE:
             if flags & FLAG_LINK:
@@ -440,6 +556,9 @@ def decode_entry(ino: int, data: bytes) -> Entry:
                     pos += 4
                     if nlink < 1:
                         raise FormatError(f"entry {ino}: nlink 0")
+                if flags & FLAG_CONTENT_TYPE:
+                    (content_type,) = _U16.unpack_from(data, pos)
+                    pos += 2
         elif kind == KIND_DIR:
             if flags & (FLAG_LINK | FLAG_NLINK):
                 raise FormatError(f"entry {ino}: directory with file-only flags")
@@ -479,7 +598,7 @@ def decode_entry(ino: int, data: bytes) -> Entry:
         validate_name(name)
     return Entry(
         ino, mode, owner, mtime_ns, size, name, flags, shard, offset, crc, nlink, target,
-        parent, first_child, symlink, user_data,
+        parent, first_child, symlink, user_data, content_type,
     )  # fmt: skip
 
 
@@ -528,6 +647,8 @@ def decode_record(shard: int, offset: int, data: bytes, config: Config) -> Recor
         bad = "a raw record whose stored length differs from its length"
     elif not flags and not 0 < stored_length < length:
         bad = f"compressed length {stored_length} not smaller than {length}"
+    elif not flags and config.record_codec == COMPRESSION_NONE:
+        bad = "a compressed record in a bundle packed without compression"
     if bad:
         raise FormatError(f"record {shard}:{offset} is invalid: {bad}")
     return r
@@ -560,18 +681,23 @@ def decode_shard_info(data: bytes) -> ShardInfo:
     return info
 
 
-def encode_shard_header(index: int, bundle_id: bytes) -> bytes:
-    return _SHARD_HEADER.pack(SHARD_MAGIC, FORMAT_VERSION, index, bundle_id)
+def encode_shard_header(index: int, bundle_id: bytes, version: int = FORMAT_VERSION) -> bytes:
+    return _SHARD_HEADER.pack(SHARD_MAGIC, version, index, bundle_id)
 
 
-def check_shard_header(data: bytes, index: int, bundle_id: bytes) -> None:
+def check_shard_header(
+    data: bytes, index: int, bundle_id: bytes, version: int = FORMAT_VERSION
+) -> None:
+    """A shard's header must name this bundle, this position and the bundle's version."""
     if len(data) < SHARD_HEADER_SIZE:
         raise FormatError(f"shard {index} is too short to hold its header")
-    magic, version, got_index, got_id = _SHARD_HEADER.unpack_from(data)
+    magic, got_version, got_index, got_id = _SHARD_HEADER.unpack_from(data)
     if magic != SHARD_MAGIC:
         raise FormatError(f"shard {index} has the wrong magic")
-    if version != FORMAT_VERSION:
-        raise UnsupportedVersionError(f"shard {index} has format version {version}")
+    if got_version != version:
+        raise UnsupportedVersionError(
+            f"shard {index} has format version {got_version}, the bundle {version}"
+        )
     if got_index != index or got_id != bundle_id:
         raise FormatError(f"shard {index} belongs to another bundle or position")
 

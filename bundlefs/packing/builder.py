@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from bundlefs.core import format as fmt
 from bundlefs.core import integrity
+from bundlefs.core.content_types import ContentTypeRules
 from bundlefs.errors import PackError
 from bundlefs.packing.content import ContentWriter
 from bundlefs.packing.sources import EntrySource, SourceErrors, SourceItem, Stat
@@ -49,6 +50,7 @@ class EntryBuilder:
         progress: PackProgress,
         *,
         user_data: UserData | None = None,
+        content_types: ContentTypeRules | None = None,
     ) -> None:
         self.source = source
         self.content = content
@@ -56,6 +58,8 @@ class EntryBuilder:
         self.errors = errors
         self.progress = progress
         self.user_data = user_data
+        self.content_rules = content_types  # None: store no content types
+        self.content_types: dict[str, int] = {}  # media type -> index, in order of first use
         self.owners: dict[tuple[int, int], int] = {}
         self.hardlinks: dict[tuple[int, int], list] = {}  # (st_dev, st_ino) -> [entry, names]
         self.counts = integrity.TreeCounts()  # the config's count fields, as verify adds them
@@ -76,7 +80,7 @@ class EntryBuilder:
                 self.index.replace_entry(dataclasses.replace(entry, nlink=names))
 
     def config(self, base: fmt.Config, shard_count: int) -> fmt.Config:
-        """``base`` (the layout) with the counts of what was built."""
+        """``base`` (the layout and creation time) with the counts of what was built."""
         return dataclasses.replace(
             base,
             shard_count=shard_count,
@@ -87,9 +91,7 @@ class EntryBuilder:
             symlink_count=self.counts.symlinks,
             hardlink_count=self.counts.hardlinks,
             data_bytes=self.counts.data_bytes,
-            created_ns=int(os.environ["SOURCE_DATE_EPOCH"]) * 10**9
-            if os.environ.get("SOURCE_DATE_EPOCH", "").isdigit()
-            else 0,
+            content_type_count=len(self.content_types),
         )
 
     # -- directories -------------------------------------------------------------------------------
@@ -213,6 +215,11 @@ class EntryBuilder:
             return None
         st = stored.st
         flags = fmt.FLAG_NLINK if st.st_nlink > 1 else 0
+        content_type = fmt.NO_CONTENT_TYPE
+        if self.content_rules is not None:
+            media_type = self.content_rules.choose(item.rel, stored.head)
+            if media_type is not None:
+                content_type = self._content_type_index(media_type)
         entry = fmt.Entry(
             ino=ino,
             size=stored.size,
@@ -222,9 +229,20 @@ class EntryBuilder:
             offset=stored.offset,
             crc32c=stored.crc32c,
             nlink=1,
+            content_type=content_type,
             **self._common(st, item.rel),
         )
         if st.st_nlink > 1:
             self.hardlinks[link_key] = [entry, 1]
         self.progress.files += 1
         return entry
+
+    def _content_type_index(self, media_type: str) -> int:
+        index = self.content_types.get(media_type)
+        if index is None:
+            index = len(self.content_types)
+            if index >= fmt.MAX_CONTENT_TYPES:
+                raise PackError("the tree has more distinct content types than a bundle holds")
+            self.index.put_content_type(index, media_type)
+            self.content_types[media_type] = index
+        return index

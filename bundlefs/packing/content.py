@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
 class ContentWriter:
     """Stores file content in shard order; ``finish`` closes the last shard, ``abort`` drops it."""
 
@@ -54,6 +55,7 @@ class ContentWriter:
         shard_size: int,
         pool: Executor | None = None,
         tick: Callable[[], None] | None = None,
+        level: int | None = None,
     ) -> None:
         self.work = work
         self.config = config
@@ -62,6 +64,7 @@ class ContentWriter:
         self.progress = progress
         self.shard_size = shard_size
         self.pool = pool  # compresses records; shared with the source's readers
+        self.level = level  # the compressor's level, where it has one (zstd)
         self._tick = tick
         self.shards: list[fmt.ShardInfo] = []  # the closed shards
         self.shard: ShardWriter | None = None  # the one being written
@@ -174,7 +177,7 @@ class ContentWriter:
             if index >= fmt.MAX_SHARDS:
                 raise PackError("the bundle would need more than 65,536 shards")
             path = os.path.join(self.work, fmt.shard_filename(index))
-            shard = self.shard = ShardWriter(path, index, self.config, self.pool)
+            shard = self.shard = ShardWriter(path, index, self.config, self.pool, level=self.level)
         if size > self.config.large_file_threshold:
             shard.cut()  # large files start on a record boundary
         return shard

@@ -87,6 +87,14 @@ class TreeModel:
         """(uid, gid) of an entry."""
         return self._index.owners[entry.owner]
 
+    def content_type(self, entry: fmt.Entry) -> str | None:
+        """The media type stored for a file entry (version 2), or None."""
+        return self._index.content_type(entry)
+
+    def meta(self) -> dict[str, str]:
+        """The bundle's own metadata (``pack --meta``); empty for version 1."""
+        return self._index.meta()
+
     def lookup(self, parent: fmt.Entry, name: bytes) -> fmt.Entry | None:
         """The child ``name`` of directory ``parent`` (links resolved), or None."""
         if not parent.is_dir:

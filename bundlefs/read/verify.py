@@ -131,7 +131,10 @@ class _Verifier:
                 self.problem("index", f"the index cannot be read: {e}")
             else:
                 # A ShardSet of our own loads records without going through (or filling) the cache.
-                self._shards = ShardSet(LocalShardStore(self.path), marker)
+                self._shards = ShardSet(
+                    LocalShardStore(self.path), marker, bundle.config.record_codec
+                )
+                self._version = marker.format_version
                 self._bundle_id = marker.bundle_id
                 try:
                     with bundle:
@@ -144,6 +147,7 @@ class _Verifier:
 
     def _scan(self, bundle: Bundle) -> None:
         self.report.shards = bundle.config.shard_count
+        self._check_shard_names(bundle.config.shard_count)
         self._check_shards(bundle)
         self._merge_bad_ranges()
         tree = self._check_entries(bundle)
@@ -187,8 +191,34 @@ class _Verifier:
             file_size = self._check_shard_file(bundle, shard, info)
             self._check_records(bundle, shard, info, file_size)
 
+    def _check_shard_names(self, shard_count: int) -> None:
+        """Every ``shard-*`` file must be one the index lists, named as the bundle's version
+        names shards: a hex name in a version-2 bundle (or the reverse) is a shard renamed by
+        hand or copied from another bundle, and a stray shard is not part of this bundle."""
+        expected = {fmt.shard_filename(i, self._version) for i in range(shard_count)}
+        try:
+            names = sorted(n for n in os.listdir(self.path) if n.startswith(fmt.SHARD_PREFIX))
+        except OSError as e:
+            self.problem("shard", f"cannot list {self.path}: {e.strerror}")
+            return
+        other = 1 if self._version >= 2 else 2
+        for name in names:
+            if name in expected:
+                continue
+            digits = name[len(fmt.SHARD_PREFIX) :]
+            index = _shard_index_of(digits, other)
+            if index is not None and index < shard_count:
+                message = (
+                    f"{name} is named as format version {other} names shard {index}; this "
+                    f"bundle is version {self._version} and reads it as "
+                    f"{fmt.shard_filename(index, self._version)}"
+                )
+            else:
+                message = f"{name} is not a shard of this bundle (the index lists {shard_count})"
+            self.problem("shard", message)
+
     def _check_shard_file(self, bundle: Bundle, shard: int, info: fmt.ShardInfo) -> int | None:
-        path = os.path.join(self.path, fmt.shard_filename(shard))
+        path = os.path.join(self.path, fmt.shard_filename(shard, self._version))
         try:
             with open(path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
@@ -197,7 +227,7 @@ class _Verifier:
             self.problem("shard", f"shard {shard}: cannot read {path}: {e.strerror}", shard=shard)
             return None
         try:
-            fmt.check_shard_header(header, shard, self._bundle_id)
+            fmt.check_shard_header(header, shard, self._bundle_id, self._version)
         except BundleError as e:
             self.problem("shard", f"shard {shard}: bad header: {e}", shard=shard)
         if size != info.file_size:
@@ -507,3 +537,13 @@ class _Tree:
                     except FormatError:
                         continue
         return self._links.get(target, [])
+
+
+def _shard_index_of(digits: str, version: int) -> int | None:
+    """The shard index a ``shard-`` suffix means under ``version``'s naming, if any."""
+    if len(digits) != 8:
+        return None
+    allowed = "0123456789abcdef" if version == 1 else "0123456789"
+    if any(c not in allowed for c in digits):
+        return None
+    return int(digits, 16 if version == 1 else 10)

@@ -98,6 +98,8 @@ class IndexReader:
             self.config = fmt.decode_config(
                 self._get(self._dbs[fmt.DB_CONFIG], fmt.CONFIG_KEY, "config")
             )
+            if self.config.format_version != self.marker.format_version:
+                raise FormatError("config and completion marker disagree on the format version")
             if self.config.shard_count != self.marker.shard_count:
                 raise FormatError("config and completion marker disagree on the shard count")
             # Readers size tables by entry_count (verify keeps a byte per inode): a forged count
@@ -105,6 +107,7 @@ class IndexReader:
             held = self._txn().stat(self._dbs[fmt.DB_ENTRIES])["entries"]
             integrity.enforce(integrity.entry_count(self.config, held))
             self.owners = self._load_owners()
+            self.content_types = self._load_content_types()
         except BaseException:
             self.close()  # else the shared environment would stay open for the process's life
             raise
@@ -141,7 +144,10 @@ class IndexReader:
                     held = _envs[self._env_key] = [env, 0]
                 held[1] += 1
                 self._env = held[0]
-            self._dbs = {name: self._env.open_db(name, create=False) for name in fmt.ALL_DBS}
+            self._dbs = {
+                name: self._env.open_db(name, create=False)
+                for name in fmt.databases(self.marker.format_version)
+            }
         except OSError as e:
             raise NotABundleError(
                 f"cannot read the index {self.index_path}: {e.strerror}"
@@ -243,6 +249,39 @@ class IndexReader:
             )
         return owners
 
+    def _load_content_types(self) -> list[str]:
+        """The media types entries name by index (version 2; none in version 1)."""
+        count = self.config.content_type_count
+        if count > fmt.MAX_CONTENT_TYPES:
+            raise FormatError(f"config claims {count} content types")
+        db = self._dbs.get(fmt.DB_TYPES)
+        return [
+            fmt.decode_content_type(self._get(db, fmt.content_type_key(i), "content type"))
+            for i in range(count)
+        ]
+
+    def meta(self) -> dict[str, str]:
+        """The bundle's metadata (``pack --meta``), in key order; empty in version 1."""
+        db = self._dbs.get(fmt.DB_META)
+        if db is None:
+            return {}
+        found: dict[str, str] = {}
+        try:
+            for key, value in self._txn().cursor(db=db):
+                if len(found) >= fmt.MAX_META_KEYS:
+                    raise FormatError(f"index has more than {fmt.MAX_META_KEYS} metadata items")
+                k, v = fmt.decode_meta(key, value)
+                found[k] = v
+        except lmdb.Error as e:
+            raise FormatError(f"index is damaged reading metadata: {e}") from None
+        return found
+
+    def content_type(self, entry: fmt.Entry) -> str | None:
+        """The media type of a file entry (decoded, so its index is in range), or None."""
+        if entry.content_type == fmt.NO_CONTENT_TYPE:
+            return None
+        return self.content_types[entry.content_type]
+
     def entry(self, ino: int) -> fmt.Entry:
         if not 1 <= ino <= self.config.entry_count:
             raise FormatError(f"inode {ino} is out of range")
@@ -252,6 +291,10 @@ class IndexReader:
         entry = fmt.decode_entry(ino, value)
         if entry.owner >= len(self.owners):
             raise FormatError(f"entry {ino} names owner {entry.owner}, which does not exist")
+        if entry.content_type >= len(self.content_types):
+            raise FormatError(
+                f"entry {ino} names content type {entry.content_type}, which does not exist"
+            )
         return entry
 
     def entry_name(self, ino: int) -> bytes:
@@ -391,6 +434,18 @@ class IndexWriter:
 
     def put_owner(self, index: int, uid: int, gid: int) -> None:
         self._put(fmt.DB_OWNERS, fmt.owner_key(index), fmt.encode_owner(uid, gid), append=True)
+
+    def put_content_type(self, index: int, media_type: str) -> None:
+        key = fmt.content_type_key(index)
+        self._put(fmt.DB_TYPES, key, fmt.encode_content_type(media_type), append=True)
+
+    def put_meta(self, items: dict[str, str]) -> None:
+        """The bundle's metadata, all at once (LMDB sorts the keys)."""
+        if len(items) > fmt.MAX_META_KEYS:
+            raise FormatError(f"more than {fmt.MAX_META_KEYS} metadata items")
+        for key in sorted(items, key=str.encode):
+            value = fmt.encode_meta_value(items[key])
+            self._put(fmt.DB_META, fmt.meta_key(key), value, append=True)
 
     def put_config(self, config: fmt.Config) -> None:
         self._put(fmt.DB_CONFIG, fmt.CONFIG_KEY, fmt.encode_config(config), append=False)

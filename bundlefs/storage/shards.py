@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Executor, Future
@@ -29,28 +30,83 @@ from bundlefs.errors import (
 )
 from bundlefs.storage.store import ShardStore
 
+DEFAULT_ZSTD_LEVEL = 3  # zstd's own default: most of its ratio at several hundred MB/s per core
 
-def encode_record_payload(data: bytes, compression: int) -> tuple[bytes, int]:
+# zstd (de)compressor objects must not be shared between threads; the pool and the mount's read
+# threads each get their own.
+_zstd_local = threading.local()
+
+
+def zstd_module():
+    """The ``zstandard`` binding, or ``BundleError`` naming the extra that installs it."""
+    try:
+        import zstandard
+    except ImportError:
+        raise BundleError(
+            "zstd compression needs the zstandard package: pip install 'bundlefs[zstd]'"
+        ) from None
+    return zstandard
+
+
+def _zstd_compress(data: bytes, level: int) -> bytes:
+    compressors = getattr(_zstd_local, "compressors", None)
+    if compressors is None:
+        compressors = _zstd_local.compressors = {}
+    compressor = compressors.get(level)
+    if compressor is None:
+        # No checksum of its own (the record CRC covers the stored bytes); the content size is
+        # in the frame, which the reader checks against the index's length.
+        compressor = compressors[level] = zstd_module().ZstdCompressor(
+            level=level, write_checksum=False, write_content_size=True
+        )
+    return compressor.compress(data)
+
+
+def _zstd_decompress(stored: bytes, length: int) -> bytes:
+    decompressor = getattr(_zstd_local, "decompressor", None)
+    if decompressor is None:
+        decompressor = _zstd_local.decompressor = zstd_module().ZstdDecompressor()
+    return decompressor.decompress(stored, max_output_size=length)
+
+
+def encode_record_payload(
+    data: bytes, compression: int, level: int | None = None
+) -> tuple[bytes, int]:
     """Choose how to store one record: (stored bytes, record flags)."""
     # An edge byte decides almost every record at once; only then compare the whole record.
     if not data[0] and not data[-1] and data == bytes(len(data)):
         return b"", fmt.RECORD_ZEROS
+    packed = None
     if compression == fmt.COMPRESSION_LZ4:
         packed = lz4.block.compress(data, store_size=False)
-        if len(packed) < len(data):
-            return packed, 0
+    elif compression == fmt.COMPRESSION_ZSTD:
+        packed = _zstd_compress(data, DEFAULT_ZSTD_LEVEL if level is None else level)
+    if packed is not None and len(packed) < len(data):
+        return packed, 0
     return bytes(data), fmt.RECORD_RAW
 
 
-def decode_record_payload(record: fmt.Record, stored: bytes) -> bytes:
-    """Expand the stored bytes of a record whose CRC has been checked."""
+def decode_record_payload(
+    record: fmt.Record, stored: bytes, codec: int = fmt.COMPRESSION_LZ4
+) -> bytes:
+    """Expand the stored bytes of a record whose CRC has been checked.
+
+    ``codec`` is the bundle's ``Config.record_codec``: how a record without ZEROS or RAW is stored.
+    """
     if record.flags & fmt.RECORD_ZEROS:
         return bytes(record.length)
     if record.flags & fmt.RECORD_RAW:
         return stored
+    if codec == fmt.COMPRESSION_ZSTD:
+        undecodable: tuple[type[Exception], ...] = (zstd_module().ZstdError,)
+    else:
+        undecodable = (lz4.block.LZ4BlockError,)
     try:
-        data = lz4.block.decompress(stored, uncompressed_size=record.length)
-    except lz4.block.LZ4BlockError:
+        if codec == fmt.COMPRESSION_ZSTD:
+            data = _zstd_decompress(stored, record.length)
+        else:
+            data = lz4.block.decompress(stored, uncompressed_size=record.length)
+    except undecodable:
         raise CorruptDataError(
             "record does not decompress", shard=record.shard, record=record.offset
         ) from None
@@ -63,8 +119,8 @@ def decode_record_payload(record: fmt.Record, stored: bytes) -> bytes:
     return data
 
 
-def _encode_record(data: bytes, compression: int) -> tuple[bytes, int, int]:
-    stored, flags = encode_record_payload(data, compression)
+def _encode_record(data: bytes, compression: int, level: int | None) -> tuple[bytes, int, int]:
+    stored, flags = encode_record_payload(data, compression, level)
     return stored, flags, crc32c(stored)
 
 
@@ -92,11 +148,18 @@ class ShardWriter:
     WRITEBACK_BYTES = 8 * 1024 * 1024
 
     def __init__(
-        self, path: str, index: int, config: fmt.Config, pool: Executor | None = None
+        self,
+        path: str,
+        index: int,
+        config: fmt.Config,
+        pool: Executor | None = None,
+        *,
+        level: int | None = None,
     ) -> None:
         self.path = path
         self.index = index
         self._config = config
+        self._level = level  # the compressor's level (zstd); not part of the format
         self._pool = pool
         self._file = open(path, "wb")  # noqa: SIM115 - closed in finish()/abort()
         self._file.write(bytes(config.block_size))  # header block, filled in by write_header()
@@ -132,9 +195,11 @@ class ShardWriter:
         self._pending_start += len(data)
         self._pending.clear()
         if self._pool is None:
-            self._store(offset, len(data), _encode_record(data, self._config.compression))
+            self._store(
+                offset, len(data), _encode_record(data, self._config.compression, self._level)
+            )
             return
-        encoding = self._pool.submit(_encode_record, data, self._config.compression)
+        encoding = self._pool.submit(_encode_record, data, self._config.compression, self._level)
         self._encoding.append((offset, len(data), encoding))
         if len(self._encoding) >= self.COMPRESS_AHEAD:
             self._store_oldest()
@@ -186,7 +251,7 @@ class ShardWriter:
 def write_shard_header(path: str, index: int, bundle_id: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     try:
-        os.pwrite(fd, fmt.encode_shard_header(index, bundle_id), 0)
+        os.pwrite(fd, fmt.encode_shard_header(index, bundle_id, fmt.FORMAT_VERSION), 0)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -221,9 +286,12 @@ class ShardSet:
     Each shard's header is checked against the bundle on first use. Thread-safe.
     """
 
-    def __init__(self, store: ShardStore, marker: fmt.Marker) -> None:
+    def __init__(
+        self, store: ShardStore, marker: fmt.Marker, codec: int = fmt.COMPRESSION_LZ4
+    ) -> None:
         self._store = store
         self._marker = marker
+        self._codec = codec  # the bundle's Config.record_codec
         self._names: dict[int, str] = {}  # shard -> file name, once its header matched
 
     def _name(self, shard: int) -> str:
@@ -233,14 +301,16 @@ class ShardSet:
             return name
         if not 0 <= shard < self._marker.shard_count:
             raise FormatError(f"shard {shard} does not exist")
-        name = fmt.shard_filename(shard)
+        name = fmt.shard_filename(shard, self._marker.format_version)
         try:
             header = self._store.read(name, 0, fmt.SHARD_HEADER_SIZE)
         except ShardUnavailable as e:
             raise CorruptDataError(f"cannot open shard file: {e.strerror}", shard=shard) from None
         # Any other OSError is a read error: the caller's _read_errors names its record.
         try:
-            fmt.check_shard_header(header, shard, self._marker.bundle_id)
+            fmt.check_shard_header(
+                header, shard, self._marker.bundle_id, self._marker.format_version
+            )
         except (FormatError, UnsupportedVersionError) as e:
             # The bundle opened, so a header that disagrees with it is damage to this shard
             # (found by make fuzz: a flipped version byte aborted extract mid-file).
@@ -268,7 +338,7 @@ class ShardSet:
             raise CorruptDataError(
                 "record fails its checksum", shard=record.shard, record=record.offset
             )
-        return decode_record_payload(record, stored)
+        return decode_record_payload(record, stored, self._codec)
 
     def read_raw(
         self, record: fmt.Record, start: int, length: int, *, nowait: bool = False

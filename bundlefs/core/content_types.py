@@ -1,0 +1,198 @@
+"""Content types of packed files: from the name's extension, else from the first bytes.
+
+A fixed table rather than Python's ``mimetypes``: that module also reads the machine's
+``/etc/mime.types``, so the same tree would pack to different bundles on two machines. The table
+covers what datasets of small files hold (images, audio, video, text, tabular and array formats,
+archives); a file it does not know gets no type, never a guess. Pure: no I/O.
+
+May import: the standard library.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+
+OCTET_STREAM = "application/octet-stream"
+
+# Lower-case extension (without the dot) -> media type.
+BY_EXTENSION: dict[str, str] = {
+    # images
+    "jpg": "image/jpeg",
+    "jpeg": "image/jpeg",
+    "jpe": "image/jpeg",
+    "png": "image/png",
+    "gif": "image/gif",
+    "webp": "image/webp",
+    "bmp": "image/bmp",
+    "tif": "image/tiff",
+    "tiff": "image/tiff",
+    "svg": "image/svg+xml",
+    "ico": "image/vnd.microsoft.icon",
+    "heic": "image/heic",
+    "avif": "image/avif",
+    "jxl": "image/jxl",
+    "exr": "image/x-exr",
+    "dcm": "application/dicom",
+    # audio and video
+    "wav": "audio/wav",
+    "flac": "audio/flac",
+    "mp3": "audio/mpeg",
+    "ogg": "audio/ogg",
+    "opus": "audio/opus",
+    "m4a": "audio/mp4",
+    "mp4": "video/mp4",
+    "m4v": "video/mp4",
+    "webm": "video/webm",
+    "mkv": "video/x-matroska",
+    "avi": "video/x-msvideo",
+    "mov": "video/quicktime",
+    # text and documents
+    "txt": "text/plain",
+    "text": "text/plain",
+    "md": "text/markdown",
+    "rst": "text/x-rst",
+    "csv": "text/csv",
+    "tsv": "text/tab-separated-values",
+    "html": "text/html",
+    "htm": "text/html",
+    "css": "text/css",
+    "xml": "application/xml",
+    "json": "application/json",
+    "jsonl": "application/jsonl",
+    "ndjson": "application/x-ndjson",
+    "yaml": "application/yaml",
+    "yml": "application/yaml",
+    "toml": "application/toml",
+    "pdf": "application/pdf",
+    # code
+    "py": "text/x-python",
+    "c": "text/x-c",
+    "h": "text/x-c",
+    "cc": "text/x-c++",
+    "cpp": "text/x-c++",
+    "hpp": "text/x-c++",
+    "rs": "text/x-rust",
+    "go": "text/x-go",
+    "java": "text/x-java",
+    "js": "text/javascript",
+    "ts": "text/x-typescript",
+    "sh": "application/x-sh",
+    # tabular and arrays
+    "parquet": "application/vnd.apache.parquet",
+    "arrow": "application/vnd.apache.arrow.file",
+    "feather": "application/vnd.apache.arrow.file",
+    "avro": "application/avro",
+    "npy": "application/x-npy",
+    "npz": "application/x-npz",
+    "h5": "application/x-hdf5",
+    "hdf5": "application/x-hdf5",
+    "nc": "application/x-netcdf",
+    "safetensors": "application/x-safetensors",
+    "pt": "application/x-pytorch",
+    "pth": "application/x-pytorch",
+    "pkl": "application/x-pickle",
+    "pickle": "application/x-pickle",
+    "tfrecord": "application/x-tfrecord",
+    # archives and compressed streams
+    "zip": "application/zip",
+    "tar": "application/x-tar",
+    "gz": "application/gzip",
+    "tgz": "application/gzip",
+    "bz2": "application/x-bzip2",
+    "xz": "application/x-xz",
+    "zst": "application/zstd",
+    "lz4": "application/x-lz4",
+    "7z": "application/x-7z-compressed",
+    "wasm": "application/wasm",
+}
+
+# (offset, magic bytes, media type), tried in order; the first match wins.
+_MAGIC: tuple[tuple[int, bytes, str], ...] = (
+    (0, b"\xff\xd8\xff", "image/jpeg"),
+    (0, b"\x89PNG\r\n\x1a\n", "image/png"),
+    (0, b"GIF87a", "image/gif"),
+    (0, b"GIF89a", "image/gif"),
+    (0, b"BM", "image/bmp"),
+    (0, b"II*\x00", "image/tiff"),
+    (0, b"MM\x00*", "image/tiff"),
+    (0, b"%PDF-", "application/pdf"),
+    (0, b"PAR1", "application/vnd.apache.parquet"),
+    (0, b"ARROW1", "application/vnd.apache.arrow.file"),
+    (0, b"\x93NUMPY", "application/x-npy"),
+    (0, b"\x89HDF\r\n\x1a\n", "application/x-hdf5"),
+    (0, b"fLaC", "audio/flac"),
+    (0, b"OggS", "audio/ogg"),
+    (0, b"ID3", "audio/mpeg"),
+    (0, b"\x1a\x45\xdf\xa3", "video/webm"),
+    (0, b"PK\x03\x04", "application/zip"),
+    (0, b"\x1f\x8b", "application/gzip"),
+    (0, b"BZh", "application/x-bzip2"),
+    (0, b"\xfd7zXZ\x00", "application/x-xz"),
+    (0, b"\x28\xb5\x2f\xfd", "application/zstd"),
+    (0, b"\x04\x22\x4d\x18", "application/x-lz4"),
+    (0, b"7z\xbc\xaf\x27\x1c", "application/x-7z-compressed"),
+    (0, b"\x00asm", "application/wasm"),
+    (257, b"ustar", "application/x-tar"),
+)
+
+# RIFF containers: the form type at bytes 8–11 says which.
+_RIFF = {b"WEBP": "image/webp", b"WAVE": "audio/wav", b"AVI ": "video/x-msvideo"}
+# ISO base media files: "ftyp" at 4, the brand at 8.
+_FTYP = {b"avif": "image/avif", b"heic": "image/heic", b"heix": "image/heic", b"M4A ": "audio/mp4"}
+
+
+def from_name(name: bytes) -> str | None:
+    """The media type the name's extension says, or None."""
+    dot = name.rfind(b".")
+    if dot <= 0 or dot == len(name) - 1:
+        return None
+    try:
+        extension = name[dot + 1 :].decode("ascii").lower()
+    except UnicodeDecodeError:
+        return None
+    return BY_EXTENSION.get(extension)
+
+
+def from_content(head: bytes) -> str | None:
+    """The media type the first bytes of a file say (``head``: at least 64 bytes when the file
+    is that long, 262 to recognise a tar), or None."""
+    for offset, magic, media_type in _MAGIC:
+        if head[offset : offset + len(magic)] == magic:
+            return media_type
+    if head[:4] == b"RIFF":
+        return _RIFF.get(head[8:12])
+    if head[4:8] == b"ftyp":
+        return _FTYP.get(head[8:12], "video/mp4")
+    return None
+
+
+def detect(name: bytes, head: bytes) -> str | None:
+    """The extension's type, else the content's, else None (never a guess)."""
+    return from_name(name) or from_content(head)
+
+
+class ContentTypeRules:
+    """The caller's overrides: ``(glob, media type)`` pairs matched against the path below the
+    root; the last matching rule wins (as later command-line options override earlier ones). An
+    empty media type means "no type" for the files it matches."""
+
+    def __init__(
+        self,
+        rules: list[tuple[str, str]] | tuple[tuple[str, str], ...] = (),
+        *,
+        detect: bool = True,
+    ) -> None:
+        self.rules = [(pattern, media_type) for pattern, media_type in rules]
+        self.detect = detect  # from names and first bytes, where no rule matches
+
+    def choose(self, rel: bytes, head: bytes) -> str | None:
+        path = os.fsdecode(rel)
+        base = path.rsplit("/", 1)[-1]
+        for pattern, media_type in reversed(self.rules):
+            target = path if "/" in pattern else base
+            if fnmatch.fnmatchcase(target, pattern):
+                return media_type or None
+        if not self.detect:
+            return None
+        return detect(rel.rsplit(b"/", 1)[-1], head)
