@@ -378,7 +378,10 @@ def test_mount_t_fuse_bundlefs_works(sample_bundle_path, sample_tree, tmp_path):
     (bin_dir / "bundlefs").symlink_to(command)
     mnt = tmp_path / "mnt"
     mnt.mkdir()
+    # Detached and without /dev/log (as here), the daemon logs under XDG_STATE_HOME: keep it in
+    # the test's directory, not in the user's home.
     script = f"""set -e
+export XDG_STATE_HOME={tmp_path}/state
 mount --bind {bin_dir} /usr/local/bin
 mount -t fuse.bundlefs -o ro,nodev,x-systemd.automount {sample_bundle_path} {mnt}
 trap 'umount {mnt}' EXIT

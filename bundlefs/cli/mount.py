@@ -2,7 +2,10 @@
 
 The daemon's lifecycle is ``bundlefs.mount.daemon``; it is imported only when a command runs, so
 building the parser (for any command) loads nothing of the mount. ``-o a,b=c`` is the form
-mount(8), mount.fuse3 and fstab pass (``bundlefs BUNDLE MNT -o OPTS``; see ``cli.app``).
+mount(8), mount.fuse3 and fstab pass (``bundlefs BUNDLE MNT -o OPTS``; see ``cli.app``). Where
+the detached daemon logs is decided here: ``--log-file``, else syslog, else (no usable
+``/dev/log``: containers, HPC nodes) a file under ``$XDG_STATE_HOME/bundlefs``
+(``daemon_log_path``).
 
 May import: the library layers, ``bundlefs.mount`` (the daemon only when a command runs),
 ``bundlefs.cli.output``.
@@ -11,12 +14,15 @@ May import: the library layers, ``bundlefs.mount`` (the daemon only when a comma
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
+import socket
 from typing import TYPE_CHECKING
 
 from bundlefs.cli.output import EXIT_OK, LogTarget, setup_logging, size
 from bundlefs.core.units import parse_size
 from bundlefs.errors import MountError
+from bundlefs.read.bundle import DEFAULT_CACHE_SIZE
 
 if TYPE_CHECKING:
     from bundlefs.mount.daemon import MountOptions
@@ -33,18 +39,28 @@ _IGNORED_OPTIONS = {
 _TEXT_OPTIONS = ("cache_size", "owner", "log_file", "open_mode", "index_resident")
 _NUMBER_OPTIONS = ("uid", "gid", "read_ahead_kb")
 _OPEN_MODES = ("auto", "no-open", "open")
+_SYSLOG_SOCKET = "/dev/log"
 
 
 # -- mount ----------------------------------------------------------------------------------------
 
 
 def add_mount_arguments(p: argparse.ArgumentParser) -> None:
-    # The defaults named in the help are bundlefs.mount.daemon's (not imported here).
+    # The read-ahead and index-resident defaults named in the help are bundlefs.mount.daemon's,
+    # which building the parser does not import (tests/test_first_contact.py keeps them equal).
     p.add_argument("bundle", help="the bundle directory")
     p.add_argument("mountpoint", help="an existing empty directory")
     p.add_argument("-f", "--foreground", action="store_true", help="stay attached, log to stderr")
     p.add_argument(
-        "--cache-size", type=size, default=None, help="record cache size, e.g. 512MiB (256MiB)"
+        "--cache-size",
+        type=size,
+        default=None,
+        help=f"record cache size, e.g. 512MiB ({DEFAULT_CACHE_SIZE >> 20}MiB)",
+    )
+    p.add_argument(
+        "--allow-nonempty",
+        action="store_true",
+        help="mount over a directory that is not empty (hiding what it holds); -o nonempty",
     )
     p.add_argument("--allow-other", action="store_true", help="let other users use the mount")
     p.add_argument(
@@ -62,7 +78,10 @@ def add_mount_arguments(p: argparse.ArgumentParser) -> None:
         help="kernel read-ahead for the mount in KiB (root only; default 1024)",
     )
     p.add_argument(
-        "--threads", type=int, default=4, help="record loads in parallel (4); 0 loads inline"
+        "--threads",
+        type=int,
+        default=4,
+        help="record loads in parallel (%(default)s); 0 loads inline",
     )
     p.add_argument(
         "--open-mode",
@@ -84,7 +103,11 @@ def add_mount_arguments(p: argparse.ArgumentParser) -> None:
         help="do not start reading a small file's bytes when it is looked up",
     )
     p.add_argument("--no-index-check", action="store_true", help="skip the index checksum")
-    p.add_argument("--log-file", help="log here (daemon mode logs to syslog otherwise)")
+    p.add_argument(
+        "--log-file",
+        help="log here (otherwise: stderr in the foreground; syslog, or without /dev/log "
+        "$XDG_STATE_HOME/bundlefs/mount-MOUNTPOINT.log, when detached)",
+    )
     p.add_argument(
         "--no-auto-unmount",
         action="store_true",
@@ -119,6 +142,8 @@ def parse_mount_options(groups: list[str]) -> dict[str, object]:
                 continue
             if key in ("allow_other", "foreground"):
                 values[key] = True
+            elif key in ("nonempty", "allow_nonempty"):
+                values["allow_nonempty"] = True
             elif key in _NUMBER_OPTIONS and value.isdigit():
                 values[key] = int(value)
             else:
@@ -145,10 +170,10 @@ def _text_or_none(value: object) -> str | None:
 def options_from_args(args: argparse.Namespace) -> MountOptions:
     """Merge the flags and ``-o`` options (the later wins) into one ``MountOptions``."""
     from bundlefs.mount.daemon import DEFAULT_INDEX_RESIDENT, DEFAULT_READ_AHEAD_KB, MountOptions
-    from bundlefs.read.bundle import DEFAULT_CACHE_SIZE
 
     values: dict[str, object] = dict(
         foreground=args.foreground,
+        allow_nonempty=args.allow_nonempty,
         cache_size=args.cache_size,
         allow_other=args.allow_other,
         owner=args.owner,
@@ -187,14 +212,66 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
         log_file=_text_or_none(values["log_file"]),
         debug=args.debug,
         auto_unmount=not args.no_auto_unmount,
+        allow_nonempty=bool(values["allow_nonempty"]),
     )
+
+
+def daemon_log_path(mountpoint: str) -> str:
+    """Where a detached daemon logs when there is no syslog to log to.
+
+    ``$XDG_STATE_HOME/bundlefs/mount-NAME.log`` (``~/.local/state`` without it), NAME being the
+    absolute mount point with its slashes as dashes: ``/mnt/imagenet`` → ``mount-mnt-imagenet.log``.
+    """
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    name = os.path.abspath(mountpoint).strip("/").replace("/", "-") or "root"
+    return os.path.join(os.path.abspath(state), "bundlefs", f"mount-{name}.log")
+
+
+def _syslog_reachable() -> bool:
+    """Whether something listens on /dev/log (a container may have none, or a dead socket)."""
+    for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):  # as logging's SysLogHandler tries
+        try:
+            with socket.socket(socket.AF_UNIX, kind | socket.SOCK_CLOEXEC) as sock:
+                sock.connect(_SYSLOG_SOCKET)
+            return True
+        except OSError:
+            continue
+    return False
+
+
+def _fallback_log_path(options: MountOptions) -> str | None:
+    """The log file of a detached daemon that would otherwise log nowhere (no syslog), or None.
+
+    Checked before mounting, so a log that cannot be written is one sentence here rather than a
+    daemon that dies unseen after detaching; created only once mounted, so a mount that fails
+    leaves nothing behind.
+    """
+    if options.log_file or options.foreground or _syslog_reachable():
+        return None
+    path = daemon_log_path(options.mountpoint)
+    existing = os.path.dirname(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not (os.path.isdir(existing) and os.access(existing, os.W_OK | os.X_OK)):
+        raise MountError(
+            f"there is no syslog ({_SYSLOG_SOCKET}) and the daemon cannot write its log under "
+            f"{existing}; use --log-file"
+        )
+    return path
 
 
 def run_mount(args: argparse.Namespace) -> int:
     options = options_from_args(args)
+    fallback_log = _fallback_log_path(options)
+    if fallback_log is not None:
+        options = dataclasses.replace(options, log_file=fallback_log)
     from bundlefs.mount.daemon import mount
 
     def log_setup(foreground: bool) -> None:
+        if fallback_log is not None:
+            os.makedirs(os.path.dirname(fallback_log), exist_ok=True)
         target: LogTarget = "stderr" if foreground else "syslog"
         setup_logging(target, log_file=options.log_file, debug=options.debug)
 

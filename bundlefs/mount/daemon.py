@@ -5,7 +5,9 @@ arguments and renders nothing; where its log goes is the caller's choice (``LogS
 no file-system semantics (that is ``operations``). The sequence follows what pyfuse3 allows:
 ``pyfuse3.init`` mounts without starting threads; in daemon mode we fork after it, the child runs
 the trio loop, and the parent exits 0 only once the child reports that the kernel handshake
-happened — so a script can use the mount on its very next line.
+happened — so a script can use the mount on its very next line. Before any of that, ``mount``
+checks what a first attempt most often lacks (the FUSE bindings, ``/dev/fuse``, a usable, empty
+mount point) and says so in one sentence.
 
 May import: the library layers, ``bundlefs.mount`` (pyfuse3 and trio only inside ``mount``).
 """
@@ -13,6 +15,7 @@ May import: the library layers, ``bundlefs.mount`` (pyfuse3 and trio only inside
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -67,24 +70,90 @@ class MountOptions:
     log_file: str | None = None
     debug: bool = False
     auto_unmount: bool = True
+    allow_nonempty: bool = False
+
+
+# Where FUSE is out of reach, a user can still read a bundle: every such error says so.
+_WITHOUT_FUSE = "the Python API (bundlefs.Bundle) reads bundles without FUSE"
+_FUSE_DEVICE = "/dev/fuse"
+_FUSE_DEVICE_NUMBER = os.makedev(10, 229)  # the misc device the kernel's fuse module registers
 
 
 # -- mounting ------------------------------------------------------------------------------------
 
 
-def _check_mountpoint(path: str) -> None:
+def _fuse_bindings() -> ModuleType:
+    """pyfuse3, or a ``MountError`` naming the extra that installs it (never a traceback)."""
+    try:
+        import pyfuse3  # imported here: only the mount needs the FUSE bindings
+    except ImportError as e:
+        missing = f"{e.name} is not installed" if e.name else f"they cannot be loaded ({e})"
+        raise MountError(
+            f"bundlefs mount needs the FUSE bindings and {missing}: "
+            f"pip install 'bundlefs[mount]' ({_WITHOUT_FUSE})"
+        ) from None
+    return pyfuse3
+
+
+def _check_mountpoint(path: str, *, allow_nonempty: bool = False) -> None:
     try:
         st = os.stat(path)
     except FileNotFoundError:
         raise MountError(f"mountpoint {path} does not exist") from None
+    except NotADirectoryError:
+        raise MountError(f"mountpoint {path} is not a directory") from None
     except OSError as e:
         raise MountError(f"mountpoint {path} is not usable: {e.strerror}") from None
     if not stat.S_ISDIR(st.st_mode):
         raise MountError(f"mountpoint {path} is not a directory")
-    if is_mountpoint(path):
+    covering = mount_info(path)
+    if covering is not None and covering.fstype == "autofs":
+        return  # a systemd automount point: we are the mount it triggered, on top of it
+    if covering is not None:
         raise MountError(f"mountpoint {path} is busy: something is already mounted there")
-    if not os.path.exists("/dev/fuse"):
-        raise MountError("/dev/fuse does not exist: load the fuse module (modprobe fuse)")
+    if not allow_nonempty and _has_entries(path):
+        raise MountError(
+            f"mountpoint {path} is not empty and the mount would hide what it holds; "
+            "use --allow-nonempty (-o nonempty) to mount over it anyway"
+        )
+
+
+def _has_entries(path: str) -> bool:
+    try:
+        with os.scandir(path) as entries:
+            return next(entries, None) is not None
+    except OSError:
+        return False  # cannot be listed by us: nothing we could hide from ourselves
+
+
+def _check_fuse_device() -> None:
+    """That this process can reach FUSE: ``/dev/fuse`` opens and is the FUSE device.
+
+    Opening it without mounting creates nothing (the connection goes with the descriptor). A
+    user who may not open it can still mount through the setuid ``fusermount3``.
+    """
+    try:
+        fd = os.open(_FUSE_DEVICE, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise MountError(
+            f"{_FUSE_DEVICE} does not exist, so FUSE is not available here (load the module "
+            f"with modprobe fuse, or give a container the device); {_WITHOUT_FUSE}"
+        ) from None
+    except OSError as e:
+        if e.errno == errno.EACCES and os.getuid() != 0 and shutil.which("fusermount3"):
+            return
+        raise MountError(
+            f"cannot open {_FUSE_DEVICE} ({e.strerror}), so FUSE is not available here; "
+            f"{_WITHOUT_FUSE}"
+        ) from None
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if not stat.S_ISCHR(st.st_mode) or st.st_rdev != _FUSE_DEVICE_NUMBER:
+        raise MountError(
+            f"{_FUSE_DEVICE} is not the FUSE device, so FUSE is not available here; {_WITHOUT_FUSE}"
+        )
     if os.getuid() != 0 and not shutil.which("fusermount3"):
         raise MountError("not permitted: fusermount3 is not installed (apt-get install fuse3)")
 
@@ -112,7 +181,9 @@ def mount(options: MountOptions, log_setup: LogSetup | None = None) -> int:
     ``log_setup`` is called once mounted (in the daemon, after it detached); without one the
     logging configuration is left as it is.
     """
-    _check_mountpoint(options.mountpoint)
+    pyfuse3 = _fuse_bindings()
+    _check_mountpoint(options.mountpoint, allow_nonempty=options.allow_nonempty)
+    _check_fuse_device()
     _return_freed_buffers_to_the_os()
     # Open (and so validate) the bundle before mounting: a bad bundle fails here, clearly.
     # No name tables: the kernel's dentry cache (1-year timeouts) already remembers every name it
@@ -125,8 +196,6 @@ def mount(options: MountOptions, log_setup: LogSetup | None = None) -> int:
         check_index=options.check_index,
         name_cache=0,
     )
-
-    import pyfuse3  # imported here: only the mount needs the FUSE bindings
 
     from bundlefs.mount.operations import BundleOperations, MountSettings, no_open_unavailable
 

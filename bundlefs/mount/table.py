@@ -2,18 +2,20 @@
 
 One parser for the CLI (``info MNT``, ``umount``), the daemon (busy mount points), the tests and
 the benchmarks. Reading the table never touches the mount itself, so it cannot hang on a dead or
-busy daemon, and it imports no FUSE binding.
+busy daemon, and it imports no FUSE binding. The daemon's own answers (its counters, the bundle it
+serves) are xattrs of the mount root, read here too.
 May import: the standard library, ``bundlefs.errors``, ``bundlefs.core``.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 from dataclasses import dataclass
 
-from bundlefs.core.format import XATTR_STATS
+from bundlefs.core.format import XATTR_BUNDLE, XATTR_STATS
 from bundlefs.errors import MountError
 
 BUNDLEFS_FSTYPE = "fuse.bundlefs"
@@ -84,6 +86,25 @@ def daemon_stats(mountpoint: str | os.PathLike[str]) -> dict[str, object]:
         return json.loads(os.getxattr(mountpoint, XATTR_STATS))
     except (OSError, ValueError) as e:
         raise MountError(f"cannot read the daemon statistics of {mountpoint}: {e}") from None
+
+
+def served_bundle(mountpoint: str | os.PathLike[str]) -> dict[str, object] | None:
+    """The facts of the bundle the daemon serves (``Bundle.info().to_dict()``, as it opened it).
+
+    The daemon's answer, not the directory's: ``pack --force`` may have put a new bundle at the
+    path since, while the daemon serves the one it opened. None from a daemon too old to say.
+    """
+    try:
+        facts = json.loads(os.getxattr(mountpoint, XATTR_BUNDLE))
+    except OSError as e:
+        if e.errno in (errno.ENODATA, errno.EOPNOTSUPP):
+            return None
+        raise MountError(f"cannot ask the daemon of {mountpoint} what it serves: {e}") from None
+    except ValueError as e:
+        raise MountError(f"the daemon of {mountpoint} answered nonsense: {e}") from None
+    if not isinstance(facts, dict):
+        raise MountError(f"the daemon of {mountpoint} answered nonsense: {facts!r}")
+    return facts
 
 
 def resolved_mount_path(path: str | os.PathLike[str]) -> str:

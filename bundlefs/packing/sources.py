@@ -7,7 +7,8 @@ becomes a second implementation of ``EntrySource``, not a change to the builder.
 
 What the source fails to deliver (an unreadable directory, a file that vanished, a name too long)
 is reported to ``SourceErrors``: a ``PackError``, or with ``skip_errors`` a warning and a skipped
-path. Memory: the names of the directory being listed and a read-ahead window of at most
+path (a directory is opened when it is probed, so an unreadable one is left out like a file).
+Memory: the names of the directory being listed and a read-ahead window of at most
 ``_READ_AHEAD_FILES`` small files.
 
 May import: ``bundlefs.core``, ``bundlefs.errors``.
@@ -65,8 +66,8 @@ class Stat(Protocol):
 
 
 # How many leading bytes of a file the builder sees: enough for every magic number
-# core/content_types.py sniffs.
-HEAD_SIZE = 64
+# core/content_types.py sniffs (a tar's is at 257).
+HEAD_SIZE = 264
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +157,17 @@ class SourceErrors:
         log.warning("skipping %s: %s", where, error.strerror or error)
         self.skipped.append(where)
 
+    def report_unlisted(self, rel: bytes, error: OSError) -> None:
+        """A directory already delivered could not be listed: ``PackError``, or with
+        ``skip_errors`` a warning saying it is stored empty (it is in the bundle by now)."""
+        where = os.fsdecode(rel) or "."
+        if not self.skip_errors:
+            raise PackError(f"cannot read {where}: {error.strerror or error}")
+        log.warning(
+            "cannot list %s: %s; storing it as an empty directory", where, error.strerror or error
+        )
+        self.skipped.append(where)
+
     def skip(self, rel: bytes, why: str) -> None:
         """Leave out an entry a bundle cannot hold; never an error."""
         log.warning("skipping %s: %s", os.fsdecode(rel), why)
@@ -171,6 +183,15 @@ def _probe(path: bytes, rel: bytes, name: bytes) -> SourceItem | OSError:
         item = SourceItem(rel, name, os.lstat(path))
     except OSError as e:
         return e
+    if statmod.S_ISDIR(item.st.st_mode):
+        # A directory that cannot be listed is reported here, while it can still be left out
+        # (skipped, as an unreadable file is): once delivered it is in the bundle, and its
+        # children are listed only later, breadth first.
+        try:
+            os.close(os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC))
+        except OSError as e:
+            return e
+        return item
     if not statmod.S_ISREG(item.st.st_mode) or item.st.st_size > _READ_AHEAD_MAX:
         return item
     try:
@@ -248,7 +269,8 @@ class DirectorySource:
         try:
             names = sorted(os.listdir(path))
         except OSError as e:
-            self._errors.report(rel, e)
+            # Readable when probed (or the root): it changed since, and is in the bundle already.
+            self._errors.report_unlisted(rel, e)
             return
         # Every name is checked before the first child is delivered, so what this reports comes
         # before anything the builder reports about the children.

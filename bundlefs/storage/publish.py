@@ -4,8 +4,10 @@ A bundle is built in a temporary sibling ``.NAME.partial-PID`` (``stage``) and m
 only once sealed (``seal``, then ``publish``). The packer holds an exclusive ``flock`` on that
 directory until it is done, old bundle removed and all; ``remove_stale_partials`` deletes only
 siblings nobody holds locked, so a killed packer's leftovers go and a live one's stay, across PID
-namespaces and hosts. The completion marker ``COMPLETE`` is written last (``write_marker``) and is
-what every reader checks first (``read_marker``): both live here.
+namespaces and hosts. ``find_partials`` and ``remove_dead_partials`` apply the same test to every
+partial in a directory (``bundlefs gc``, and ``info`` mentioning leftovers). The completion marker
+``COMPLETE`` is written last (``write_marker``) and is what every reader checks first
+(``read_marker``): both live here.
 
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.shards``.
 """
@@ -18,9 +20,11 @@ import fcntl
 import hashlib
 import logging
 import os
+import re
 import shutil
 import stat as statmod
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from bundlefs.core import format as fmt
 from bundlefs.core.checksum import crc32c
@@ -31,12 +35,16 @@ from bundlefs.storage.shards import write_shard_header
 log = logging.getLogger(__name__)
 
 _PARTIAL_TAG = ".partial-"
+_ANY_PARTIAL = re.compile(r"\..+" + re.escape(_PARTIAL_TAG) + r"[0-9]+")
 _ASIDE_TAG = ".previous-"  # the old bundle during a two-rename replacement; never auto-removed
 # renameat2 refusals that mean "not here" (old kernel or libc, or a filesystem such as NFS without
 # the flag), so the portable sequence of plain renames is used instead.
 _NO_RENAMEAT2 = (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP)
 
-NOT_A_BUNDLE = "DEST exists and is not a bundle; refusing to replace it"
+
+def not_a_bundle(dest: str) -> PackError:
+    """The refusal to replace something at ``dest`` that is not a bundle (with ``force``)."""
+    return PackError(f"{dest} exists and is not a bundle; refusing to replace it")
 
 
 # -- the completion marker -------------------------------------------------------------------------
@@ -78,38 +86,102 @@ def partial_dir(dest: str) -> str:
     return os.path.join(parent, f".{name}{_PARTIAL_TAG}{os.getpid()}")
 
 
+@dataclass(frozen=True)
+class Partial:
+    """A temporary ``.NAME.partial-PID`` directory: a pack in progress, or one that was killed."""
+
+    path: str
+    in_use: bool  # a packer holds its lock: it is being written (or the filesystem cannot tell)
+    size: int  # bytes allocated on disk, what removing it frees
+
+    def to_dict(self) -> dict[str, object]:
+        return {"path": self.path, "in_use": self.in_use, "bytes": self.size}
+
+
+def _partial_names(directory: str, bundle_name: str | None) -> list[str]:
+    """The names in ``directory`` that are partials (of ``bundle_name`` only, if given), sorted."""
+    if bundle_name is not None:
+        prefix = f".{bundle_name}{_PARTIAL_TAG}"
+        return sorted(n for n in os.listdir(directory) if n.startswith(prefix))
+    # Any bundle's: only names exactly as ``partial_dir`` makes them, so a directory of the
+    # user's that merely contains the tag is never taken for one.
+    return sorted(n for n in os.listdir(directory) if _ANY_PARTIAL.fullmatch(n))
+
+
+@contextlib.contextmanager
+def _unless_held(path: str) -> Iterator[bool | None]:
+    """Lock the partial at ``path`` for the body if nobody holds it: yields True (locked),
+    False (a live packer holds it, or the filesystem cannot lock) or None (not a directory).
+
+    A packer holds an exclusive flock on its directory until it has finished, so one that can be
+    locked belongs to a packer that is gone (the kernel, or the NFS lock manager, dropped its
+    lock). Holding the lock while deleting keeps a packer that reuses the PID from starting in it.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        yield None  # gone already, or not a directory: not ours to delete
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False  # a live packer holds it (or the filesystem cannot tell us: keep it)
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
+def _disk_usage(path: str) -> int:
+    total = 0
+    for top, dirs, files in os.walk(path):
+        for name in dirs + files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(top, name)).st_blocks * 512
+    return total
+
+
+def find_partials(directory: str, bundle_name: str | None = None) -> list[Partial]:
+    """The partials in ``directory`` (of ``bundle_name`` only, if given), live and dead.
+
+    Raises ``OSError`` if ``directory`` cannot be listed.
+    """
+    return _scan_partials(directory, bundle_name, remove=False)
+
+
+def remove_dead_partials(directory: str, bundle_name: str | None = None) -> list[Partial]:
+    """Remove the partials in ``directory`` nobody holds locked (of ``bundle_name`` only, if
+    given): what killed packs left. Returns every partial found, the removed ones with
+    ``in_use`` False. Raises ``OSError`` if ``directory`` cannot be listed.
+    """
+    return _scan_partials(directory, bundle_name, remove=True)
+
+
 def remove_stale_partials(dest: str) -> list[str]:
     """Remove the temporary siblings of interrupted packs to ``dest``: those nobody holds locked.
 
-    A packer holds an exclusive flock on its temporary directory until it has finished, so a
-    sibling that can be locked belongs to a packer that is gone (the kernel, or the NFS lock
-    manager, dropped its lock). A sibling that cannot be locked, or is not a directory, is left.
+    Returns the names removed; a sibling that is locked, or is not a directory, is left.
     """
     parent, name = os.path.split(os.path.abspath(dest))
-    prefix = f".{name}{_PARTIAL_TAG}"
-    removed: list[str] = []
     try:
-        names = os.listdir(parent)
+        found = remove_dead_partials(parent, name)
     except OSError:
-        return removed
-    for entry in names:
-        if not entry.startswith(prefix):
-            continue
-        path = os.path.join(parent, entry)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            continue  # gone already, or not a directory: not ours to delete
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                continue  # a live packer holds it (or the filesystem cannot tell us: keep it)
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(entry)
-        finally:
-            os.close(fd)
-    return removed
+        return []
+    return [os.path.basename(p.path) for p in found if not p.in_use]
+
+
+def _scan_partials(directory: str, bundle_name: str | None, *, remove: bool) -> list[Partial]:
+    found = []
+    for name in _partial_names(directory, bundle_name):
+        path = os.path.join(directory, name)
+        with _unless_held(path) as unheld:
+            if unheld is None:
+                continue
+            found.append(Partial(path, in_use=not unheld, size=_disk_usage(path)))
+            if unheld and remove:
+                shutil.rmtree(path, ignore_errors=True)
+    return found
 
 
 def _lock_directory(path: str) -> int:
@@ -219,7 +291,7 @@ def publish(work: str, dest: str, force: bool) -> None:
     if not force:
         raise PackError(f"{dest} appeared while packing; the new bundle was discarded")
     if not is_bundle(dest):
-        raise PackError(NOT_A_BUNDLE)
+        raise not_a_bundle(dest)
     # Lock the old bundle too: once at ``work`` it is in the cleaners' namespace.
     old_lock = _lock_directory(dest)
     try:
