@@ -129,6 +129,10 @@ class ExtractError(BundleError):
     """Extraction cannot proceed: DEST is in the way, or a PATH is unsafe or missing."""
 
 
+class ExportError(BundleError):
+    """An export cannot proceed: OUT is in the way, or is a terminal."""
+
+
 class MountError(BundleError):
     """The file system could not be mounted or unmounted; the message says why in one sentence."""
 

@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bundlefs.cli import browse, extract, mount, pack, verify
+from bundlefs.cli import browse, export, extract, gc, mount, pack, verify
 from bundlefs.cli.output import (
     EXIT_BROKEN_PIPE,
     EXIT_FAILURE,
@@ -48,7 +48,8 @@ class Command:
 
 
 COMMANDS: list[Command] = [
-    Command("pack", "pack a directory tree into a new bundle", pack.add_arguments, pack.run),
+    Command("pack", "pack a directory or archives into a new bundle", pack.add_arguments, pack.run),
+    Command("export", "write a bundle's tree as a tar", export.add_arguments, export.run),
     Command("info", "show what a bundle holds", browse.add_info_arguments, browse.run_info),
     Command("ls", "list directories in a bundle", browse.add_ls_arguments, browse.run_ls),
     Command("cat", "write files from a bundle to stdout", browse.add_cat_arguments, browse.run_cat),
@@ -60,6 +61,7 @@ COMMANDS: list[Command] = [
     ),
     Command("mount", "mount a bundle read-only", mount.add_mount_arguments, mount.run_mount),
     Command("umount", "unmount a bundle", mount.add_umount_arguments, mount.run_umount),
+    Command("gc", "remove what killed packs left in a directory", gc.add_arguments, gc.run),
 ]
 
 

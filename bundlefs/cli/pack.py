@@ -1,4 +1,5 @@
-"""``bundlefs pack SRC DEST``: the options, the progress line and the one-line summary.
+"""``bundlefs pack SRC... DEST``: the SRC forms (a directory, archives, stdin, brace patterns), the
+options, the progress line and the one-line summary.
 
 May import: the library layers, ``bundlefs.cli.output``.
 """
@@ -8,26 +9,40 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import stat
 import threading
 import time
 from typing import TYPE_CHECKING
 
-from bundlefs.cli.output import EXIT_OK, out, out_json, rate, size, status
+from bundlefs.cli.output import EXIT_OK, out, out_json, rate, size, status, warn
 from bundlefs.core.units import format_size
+from bundlefs.errors import PackError
 
 if TYPE_CHECKING:
     from bundlefs.packing.packer import PackProgress
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("source", help="the directory tree to pack")
+    p.add_argument(
+        "sources",
+        nargs="+",
+        metavar="SRC",
+        help="the directory tree to pack, or archives: tar (.gz .bz2 .xz .zst), zip, '-' for a "
+        "tar on stdin; several tar shards (or a quoted pattern like 'shards-{000..009}.tar') "
+        "go into one bundle",
+    )
     p.add_argument("dest", help="the bundle to create (a directory)")
     p.add_argument(
         "--record-size", type=size, default=None, metavar="SIZE", help="uncompressed record size"
     )
     p.add_argument("--block-size", type=size, default=None, metavar="SIZE", help="shard block size")
-    p.add_argument("--compression", choices=("lz4", "none"), default="lz4")
+    p.add_argument(
+        "--compression",
+        default="lz4",
+        metavar="CODEC",
+        help="lz4 (default: fastest to read), zstd[:LEVEL] (smaller; needs bundlefs[zstd]), none",
+    )
     p.add_argument(
         "--shard-size",
         type=size,
@@ -48,6 +63,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=4,
         help="threads reading source files and compressing records (default 4; 1: none)",
+    )
+    p.add_argument(
+        "--user-data",
+        metavar="FILE.jsonl",
+        help="per-file metadata: JSON lines naming a file by 'file_name' (or 'path'); the rest "
+        "of each object is stored with that file",
+    )
+    p.add_argument(
+        "--meta",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="metadata of the bundle itself (repeatable)",
+    )
+    p.add_argument(
+        "--content-type",
+        action="append",
+        default=[],
+        metavar="GLOB=TYPE",
+        help="give files matching GLOB this media type ('GLOB=' for none; repeatable, the last "
+        "match wins); others are detected from their extension and first bytes",
+    )
+    p.add_argument(
+        "--no-content-types", action="store_true", help="store no detected content types"
+    )
+    p.add_argument(
+        "--created",
+        metavar="TIME",
+        help="the creation time to record: seconds since the epoch or an ISO 8601 time "
+        "(default: SOURCE_DATE_EPOCH if set, else now); fixed, two packs are byte-identical",
     )
     p.add_argument("--force", action="store_true", help="replace an existing DEST")
     p.add_argument(
@@ -79,9 +124,74 @@ class _SourceTotals:
         self.bytes, self.done = total, True
 
 
+_BRACES = re.compile(r"\{([^{}]*)\}")
+
+
+def expand_braces(pattern: str) -> list[str]:
+    """A shell brace pattern's words: ``{000..009}`` (zero padding kept), ``{a,b}``; the first
+    group expands first, so the words come out in the shell's order."""
+    match = _BRACES.search(pattern)
+    if match is None:
+        return [pattern]
+    head, body, tail = pattern[: match.start()], match.group(1), pattern[match.end() :]
+    numbers = re.fullmatch(r"(-?\d+)\.\.(-?\d+)", body)
+    if numbers:
+        first, last = numbers.group(1), numbers.group(2)
+        width = max(len(first), len(last)) if first.startswith("0") or last.startswith("0") else 0
+        a, b = int(first), int(last)
+        step = 1 if b >= a else -1
+        words = [str(n).zfill(width) for n in range(a, b + step, step)]
+    elif "," in body:
+        words = body.split(",")
+    else:
+        return [head + "{" + body + "}" + word for word in expand_braces(tail)]
+    return [w for word in words for w in expand_braces(head + word + tail)]
+
+
+def expand_sources(sources: list[str]) -> list[str]:
+    """SRC arguments with brace patterns the shell did not expand (quoted ones) expanded; a path
+    that exists is taken as it is, braces and all."""
+    out: list[str] = []
+    for source in sources:
+        out += [source] if source == "-" or os.path.lexists(source) else expand_braces(source)
+    return out
+
+
+def _pairs(items: list[str], option: str) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise PackError(f"{option} {item!r}: expected {option[2:].upper()}=VALUE")
+        pairs.append((key, value))
+    return tuple(pairs)
+
+
+def parse_time(text: str) -> int:
+    """Seconds since the epoch (``1700000000``, ``1700000000.5``) or ISO 8601 -> ns."""
+    try:
+        return round(float(text) * 10**9) if re.fullmatch(r"-?\d+(\.\d+)?", text) else _iso(text)
+    except ValueError:
+        raise PackError(
+            f"--created {text!r} is neither seconds since the epoch nor an ISO 8601 time"
+        ) from None
+
+
+def _iso(text: str) -> int:
+    import datetime
+
+    moment = datetime.datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)  # a bare time is UTC, not local
+    since = moment - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    return (since.days * 86400 + since.seconds) * 10**9 + since.microseconds * 1000
+
+
 def run(args: argparse.Namespace) -> int:
     from bundlefs.packing.packer import PackOptions, pack
+    from bundlefs.packing.user_data import UserDataFile
 
+    user_data = UserDataFile(args.user_data) if args.user_data else None
     defaults = PackOptions()
     options = PackOptions(
         record_size=args.record_size or defaults.record_size,
@@ -92,9 +202,17 @@ def run(args: argparse.Namespace) -> int:
         force=args.force,
         skip_errors=args.skip_errors,
         jobs=max(1, args.jobs),
+        user_data=user_data,
+        meta=_pairs(args.meta, "--meta"),
+        content_types=_pairs(args.content_type, "--content-type"),
+        detect_content_types=not args.no_content_types,
+        created_ns=parse_time(args.created) if args.created else None,
     )
 
-    totals = _SourceTotals(args.source) if status.enabled else None
+    sources = expand_sources(args.sources)
+    source: str | list[str] = sources[0] if len(sources) == 1 else sources
+    directory = isinstance(source, str) and os.path.isdir(source)
+    totals = _SourceTotals(sources[0]) if status.enabled and directory else None
 
     def progress(p: PackProgress) -> None:
         elapsed = time.monotonic() - p.started
@@ -108,8 +226,14 @@ def run(args: argparse.Namespace) -> int:
             line += f", {percent}%, ETA {left:.0f} s"
         status.show(line)
 
-    summary = pack(args.source, args.dest, options, None if args.quiet else progress)
+    summary = pack(source, args.dest, options, None if args.quiet else progress)
     status.clear()
+    if user_data is not None and user_data.unused():
+        unused = user_data.unused()
+        warn(
+            f"{len(unused)} path(s) in {args.user_data} are not files of the bundle, e.g. "
+            f"{unused[0]!r}"
+        )
     if args.quiet:
         return EXIT_OK
     if args.json:

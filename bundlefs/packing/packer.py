@@ -15,19 +15,37 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from bundlefs.core import format as fmt
-from bundlefs.errors import IndexWriteError, PackError
+from bundlefs.core.content_types import ContentTypeRules
+from bundlefs.errors import BundleError, IndexWriteError, PackError
+from bundlefs.packing.archive import STDIN, ArchiveSource
 from bundlefs.packing.builder import EntryBuilder, UserData
 from bundlefs.packing.content import ContentWriter
-from bundlefs.packing.sources import DirectorySource, SourceErrors
+from bundlefs.packing.sources import DirectorySource, EntrySource, SourceErrors
 from bundlefs.storage import publish
 from bundlefs.storage.index import IndexWriter
+from bundlefs.storage.shards import zstd_module
 
 DEFAULT_SHARD_SIZE = 4 * 1024**3
+
+
+@runtime_checkable
+class StreamingSource(Protocol):
+    """An ``EntrySource`` that stores file content itself, in its own order, before the builder
+    walks it (an archive read once from start to end): ``load`` runs first, with the pack's
+    content writer, and sets ``SourceItem.stored`` on the file items it will deliver."""
+
+    def load(self, content: ContentWriter) -> None: ...
+
+
+# What ``pack`` packs: a directory; an archive file (tar, compressed or not, or zip) or "-" (a
+# tar on stdin); several archives (tar shards) into one tree; or any ``EntrySource``.
+PackSource = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | EntrySource
 
 
 @dataclass(frozen=True)
@@ -46,6 +64,34 @@ class PackOptions:
     # Called with (relative path bytes, lstat result — an os.stat_result from a directory source);
     # returns bytes to attach to the entry or None.
     user_data: UserData | None = None
+    # Content types: detected from names and first bytes unless off; (glob, media type) rules
+    # override detection, the last matching one winning ("" for no type).
+    detect_content_types: bool = True
+    content_types: tuple[tuple[str, str], ...] = ()
+    # The bundle's own metadata: text keys and values (docs/format.md §3.7).
+    meta: tuple[tuple[str, str], ...] = ()
+    # When the bundle was made, in ns since the epoch: None takes SOURCE_DATE_EPOCH when set
+    # (reproducible builds), else the clock. Two packs are byte-identical only when it is fixed.
+    created_ns: int | None = None
+
+
+def parse_compression(spec: str) -> tuple[str, int | None]:
+    """``lz4``, ``none``, ``zstd`` or ``zstd:LEVEL`` -> (name, level or None)."""
+    name, _, level = spec.partition(":")
+    if name not in fmt.COMPRESSION_NAMES:
+        raise PackError(f"unknown compression {spec!r} (choose lz4, zstd[:LEVEL] or none)")
+    if not level:
+        return name, None
+    if name != "zstd" or not level.lstrip("-").isdigit() or not -7 <= int(level) <= 22:
+        raise PackError(f"compression {spec!r}: only zstd takes a level, from -7 to 22")
+    return name, int(level)
+
+
+def creation_time(created_ns: int | None) -> int:
+    if created_ns is not None:
+        return created_ns
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "")
+    return int(epoch) * 10**9 if epoch.isdigit() else time.time_ns()
 
 
 @dataclass
@@ -92,10 +138,42 @@ def _inside(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
+def _source_paths(source: PackSource) -> list[str] | None:
+    """The paths ``source`` names (one directory, or archives); None for an ``EntrySource``."""
+    if isinstance(source, str | os.PathLike):
+        return [os.fspath(source)]
+    if isinstance(source, Sequence):
+        paths = [os.fspath(p) for p in source]
+        if not paths:
+            raise PackError("nothing to pack: no source given")
+        return paths
+    return None
+
+
+def _describe(source: PackSource) -> str:
+    paths = _source_paths(source)
+    if paths is None:
+        return "the source"
+    return " ".join("stdin" if p == STDIN else p for p in paths)
+
+
+def _check_sources(paths: list[str]) -> None:
+    """One directory, or archives (regular files, or "-" once): one sentence if not."""
+    if len(paths) == 1 and paths[0] != STDIN and os.path.isdir(paths[0]):
+        return
+    for path in paths:
+        if path == STDIN:
+            continue
+        if os.path.isdir(path):
+            raise PackError(f"{path} is a directory: several sources must all be archives")
+        if not os.path.lexists(path):
+            raise PackError(f"source {path} does not exist")
+        if not os.path.isfile(path):
+            raise PackError(f"source {path} is neither a directory nor an archive file")
+
+
 def _check_places(source: str, dest: str, force: bool) -> None:
     """Refuse a DEST that overlaps the source (either way, through any symlink) or is not ours."""
-    if not os.path.isdir(source):
-        raise PackError(f"source {source} is not a directory")
     parent, name = os.path.split(os.path.abspath(dest))
     if not os.path.isdir(parent):
         raise PackError(f"the directory to hold {dest} does not exist")
@@ -105,33 +183,57 @@ def _check_places(source: str, dest: str, force: bool) -> None:
     if _inside(dest_real, source_real):
         raise PackError("the bundle cannot be written inside the tree being packed")
     if _inside(source_real, dest_real):
-        raise PackError("the tree being packed is inside DEST, which a pack would replace")
+        raise PackError(f"the tree being packed is inside {dest}, which a pack would replace")
     if os.path.lexists(dest):
         if not force:
             raise PackError(f"{dest} already exists (use --force to replace it)")
         if not publish.is_bundle(dest):
-            raise PackError(publish.NOT_A_BUNDLE)
+            raise publish.not_a_bundle(dest)
 
 
 def pack(
-    source: str,
+    source: PackSource,
     dest: str,
     options: PackOptions = PackOptions(),  # noqa: B008 - frozen, safe as a default
     progress: Callable[[PackProgress], None] | None = None,
 ) -> PackSummary:
     """Pack the tree at ``source`` into a new bundle at ``dest``.
 
+    ``source`` is a directory, an archive (tar, plain or gzip/bzip2/xz/zstd compressed, or zip;
+    "-" is a tar on stdin), a list of archives (tar shards: read in order into one tree), or an
+    ``EntrySource`` (a ``StreamingSource`` is loaded first). docs/archives.md says how archive
+    members map to entries.
+
     Raises ``PackError`` for every failure: a bad option, an unreadable source (unless
     ``skip_errors``), a DEST that overlaps the source or (with ``force``) is not a bundle, a full
     disk. Nothing is left behind then, and an existing DEST is untouched.
     """
-    if options.compression not in fmt.COMPRESSION_NAMES:
-        raise PackError(f"unknown compression {options.compression!r} (choose lz4 or none)")
+    compression, _level = parse_compression(options.compression)
+    if compression == "zstd":
+        try:
+            zstd_module()
+        except BundleError as e:
+            raise PackError(str(e)) from None
     try:
         fmt.validate_layout(options.block_size, options.record_size)
+        for key, value in options.meta:
+            fmt.meta_key(key)
+            fmt.encode_meta_value(value)
+        if len(options.meta) > fmt.MAX_META_KEYS:
+            raise PackError(f"more than {fmt.MAX_META_KEYS} metadata items")
+        for _pattern, media_type in options.content_types:
+            if media_type:
+                fmt.encode_content_type(media_type)
     except fmt.FormatError as e:
         raise PackError(str(e)) from None
-    _check_places(source, dest, options.force)
+    paths = _source_paths(source)
+    if paths is not None:
+        _check_sources(paths)
+        for path in paths:
+            if path != STDIN:
+                _check_places(path, dest, options.force)
+    else:
+        _check_places(os.devnull, dest, options.force)
     try:
         with publish.stage(dest) as (work, work_id):
             summary = _Packer(source, work, work_id, options, progress).run()
@@ -142,7 +244,7 @@ def pack(
         where = f" ({e.filename})" if e.filename else ""
         raise PackError(f"cannot write the bundle {dest}: {e.strerror or e}{where}") from e
     except fmt.FormatError as e:
-        raise PackError(f"cannot pack {source}: {e}") from e
+        raise PackError(f"cannot pack {_describe(source)}: {e}") from e
     summary.dest = dest
     return summary
 
@@ -150,7 +252,9 @@ def pack(
 class _Packer:
     """One pack into ``work``: the source, the builder and the content writer, wired together."""
 
-    def __init__(self, source, work, work_id: tuple[int, int], options: PackOptions, progress):
+    def __init__(
+        self, source: PackSource, work, work_id: tuple[int, int], options: PackOptions, progress
+    ):
         self.source = source
         self.work = work
         # (st_dev, st_ino) of ``work``: skipped if the walk meets it (a bind mount, say), so the
@@ -160,24 +264,23 @@ class _Packer:
         self.report = progress
         self.progress = PackProgress()
         self._last_report = 0.0
+        compression, self.level = parse_compression(options.compression)
         self.config = fmt.Config(
             block_size=options.block_size,
             record_size=options.record_size,
-            compression=fmt.COMPRESSION_NAMES[options.compression],
+            compression=fmt.COMPRESSION_NAMES[compression],
+            created_ns=creation_time(options.created_ns),
         )
 
     def run(self) -> PackSummary:
         started = time.monotonic()
         options = self.options
         pool = ThreadPoolExecutor(options.jobs) if options.jobs > 1 else None
-        errors = SourceErrors(options.skip_errors)
+        errors = self._errors()
         index: IndexWriter | None = None
         content: ContentWriter | None = None
         try:
             index = IndexWriter(os.path.join(self.work, fmt.INDEX_DIR))
-            source = DirectorySource(
-                self.source, errors, excludes=options.excludes, pool=pool, skip=self.work_id
-            )
             tick = self._tick if self.report is not None else None
             content = ContentWriter(
                 self.work,
@@ -186,13 +289,29 @@ class _Packer:
                 errors,
                 self.progress,
                 shard_size=options.shard_size,
+                level=self.level,
                 pool=pool,
                 tick=tick,
             )
+            source = self._entry_source(errors, pool)
+            if isinstance(source, StreamingSource):
+                source.load(content)  # an archive: read once, its content stored in its order
+            rules = (
+                ContentTypeRules(options.content_types, detect=options.detect_content_types)
+                if options.detect_content_types or options.content_types
+                else None
+            )
             builder = EntryBuilder(
-                source, content, index, errors, self.progress, user_data=options.user_data
+                source,
+                content,
+                index,
+                errors,
+                self.progress,
+                user_data=options.user_data,
+                content_types=rules,
             )
             builder.build()
+            index.put_meta(dict(options.meta))
             shards = content.finish()
             self.config = builder.config(self.config, len(shards))
             index.put_config(self.config)
@@ -219,6 +338,23 @@ class _Packer:
             errors.skipped,
             content.changed,
         )
+
+    def _errors(self) -> SourceErrors:
+        # A source made by the caller reports to its own SourceErrors: the pack shares it, so
+        # what the source skipped is in the summary too.
+        own = getattr(self.source, "errors", None)
+        return own if isinstance(own, SourceErrors) else SourceErrors(self.options.skip_errors)
+
+    def _entry_source(self, errors: SourceErrors, pool) -> EntrySource:
+        """A directory walk, an archive reader, or the caller's own ``EntrySource``."""
+        paths = _source_paths(self.source)
+        if paths is None:
+            return self.source  # type: ignore[return-value]  # an EntrySource by elimination
+        if len(paths) == 1 and paths[0] != STDIN and os.path.isdir(paths[0]):
+            return DirectorySource(
+                paths[0], errors, excludes=self.options.excludes, pool=pool, skip=self.work_id
+            )
+        return ArchiveSource(paths, errors, excludes=self.options.excludes)
 
     def _tick(self) -> None:
         now = time.monotonic()

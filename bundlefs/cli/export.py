@@ -1,0 +1,90 @@
+"""``bundlefs export BUNDLE OUT.tar`` (``-``: stdout): the arguments, the output file, the summary.
+
+OUT is written under a temporary name beside it and renamed into place only when the whole tar
+is written, so a failed export (a damaged file, a full disk) leaves no partial OUT behind.
+
+May import: the library layers, ``bundlefs.cli.output``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from bundlefs.cli.output import EXIT_OK, out, status
+from bundlefs.core.units import format_size
+from bundlefs.errors import ExportError
+
+if TYPE_CHECKING:
+    from bundlefs.read.export import ExportSummary
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("bundle")
+    p.add_argument("out", metavar="OUT", help="the tar to write, or - for stdout")
+    p.add_argument("--force", action="store_true", help="replace an existing OUT")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary")
+
+
+def run(args: argparse.Namespace) -> int:
+    from bundlefs.read.bundle import Bundle
+    from bundlefs.read.export import export_tar
+
+    started = last = time.monotonic()
+
+    def progress(s: ExportSummary) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last >= 0.2:
+            last = now
+            status.show(
+                f"exporting: {s.files:,} files, {format_size(s.bytes)}, {now - started:.0f} s"
+            )
+
+    show = None if args.quiet else progress
+    to_stdout = args.out == "-"
+    if to_stdout and sys.stdout.isatty():
+        raise ExportError("refusing to write a tar to a terminal (redirect stdout or give OUT)")
+    if not to_stdout and os.path.lexists(args.out) and not args.force:
+        raise ExportError(f"{args.out} already exists (use --force to replace it)")
+    with Bundle(args.bundle) as bundle:
+        if to_stdout:
+            summary = export_tar(bundle, sys.stdout.buffer, progress=show)
+            sys.stdout.buffer.flush()
+        else:
+            summary = _export_file(bundle, args.out, show)
+    status.clear()
+    if not args.quiet:
+        # The summary goes to stderr when the tar itself is on stdout.
+        line = (
+            f"exported {summary.files:,} files, {summary.dirs:,} dirs, {summary.symlinks:,} "
+            f"symlinks, {summary.hardlinks:,} hard links ({summary.bytes:,} bytes) as a "
+            f"{summary.tar_bytes:,}-byte tar: {'stdout' if to_stdout else args.out}"
+        )
+        if to_stdout:
+            sys.stderr.write(line + "\n")
+        else:
+            out(line)
+    return EXIT_OK
+
+
+def _export_file(bundle, path: str, progress) -> ExportSummary:
+    from bundlefs.read.export import export_tar
+
+    parent, name = os.path.split(os.path.abspath(path))
+    temporary = os.path.join(parent, f".{name}.partial-{os.getpid()}")
+    try:
+        with open(temporary, "wb", buffering=1024 * 1024) as f:
+            summary = export_tar(bundle, f, progress=progress)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    return summary
