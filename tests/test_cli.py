@@ -162,7 +162,10 @@ def test_ls_long_shows_mode_links_owner_size_time_and_link_targets(packed):
     out = run_cli("ls", "-l", bundle).stdout
     lines = {line.rsplit(b" ", 1)[-1]: line for line in out.splitlines() if b" -> " not in line}
     shared = lines[b"shared"].decode()
-    assert re.match(r"-rw-r--r--\s+2\s+\S+\s+\S+\s+21 \d{4}-\d\d-\d\d \d\d:\d\d shared$", shared)
+    assert re.match(
+        r"-rw-r--r--\s+2\s+\S+\s+\S+\s+21 \d{4}-\d\d-\d\d \d\d:\d\d -\s+ shared$", shared
+    )
+    assert re.search(rb" text/plain\s+ hello.txt$", lines[b"hello.txt"])
     assert lines[b"locked"].startswith(b"dr-xr-xr-x")
     assert b"dangling -> no/such/target" in out
     assert ODD_NAME in lines  # raw bytes, not mangled

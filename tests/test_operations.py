@@ -901,9 +901,17 @@ async def test_access_for_writing_is_erofs_and_for_reading_is_granted(ops):
 async def test_a_files_crc_xattr_is_the_crc32c_of_its_content(ops):
     for name in ("hello.txt", "big.bin", "empty"):
         ino = await ino_of(ops, name)
-        assert await ops.listxattr(ino, None) == [fmt.XATTR_CRC]
+        assert fmt.XATTR_CRC in await ops.listxattr(ino, None)
         value = await ops.getxattr(ino, fmt.XATTR_CRC, None)
         assert value == f"{crc32c(SAMPLE_FILES[name]):08x}".encode()
+
+
+@pytest.mark.trio
+async def test_a_files_content_type_is_an_xattr_where_it_has_one(ops):
+    hello, empty = await ino_of(ops, "hello.txt"), await ino_of(ops, "empty")
+    assert await ops.getxattr(hello, fmt.XATTR_CONTENT_TYPE, None) == b"text/plain"
+    assert fmt.XATTR_CONTENT_TYPE in await ops.listxattr(hello, None)
+    assert fmt.XATTR_CONTENT_TYPE not in await ops.listxattr(empty, None)
 
 
 @pytest.mark.trio
@@ -930,7 +938,9 @@ async def test_user_data_attached_at_pack_time_is_an_xattr(make_ops, pack_tree):
     bundle = pack_tree({"a.txt": b"a", "b.bin": b"b", "d": {}}, user_data=user_data)
     ops = make_ops(bundle)
     a_txt = await ino_of(ops, "a.txt")
-    assert sorted(await ops.listxattr(a_txt, None)) == sorted([fmt.XATTR_CRC, fmt.XATTR_USER_DATA])
+    assert sorted(await ops.listxattr(a_txt, None)) == sorted(
+        [fmt.XATTR_CRC, fmt.XATTR_USER_DATA, fmt.XATTR_CONTENT_TYPE]
+    )
     assert await ops.getxattr(a_txt, fmt.XATTR_USER_DATA, None) == b"label:a.txt"
     b_bin = await ino_of(ops, "b.bin")
     assert await ops.listxattr(b_bin, None) == [fmt.XATTR_CRC]
@@ -939,7 +949,7 @@ async def test_user_data_attached_at_pack_time_is_an_xattr(make_ops, pack_tree):
 @pytest.mark.trio
 async def test_stats_xattr_on_the_root_is_json_of_the_adapters_counters(make_ops):
     ops = make_ops(cache_size=4 * 1024 * 1024, open_mode="open")
-    assert await ops.listxattr(ROOT, None) == [fmt.XATTR_STATS]
+    assert await ops.listxattr(ROOT, None) == [fmt.XATTR_STATS, fmt.XATTR_BUNDLE]
     await ops.getattr(ROOT, None)
     stats = json.loads(await ops.getxattr(ROOT, fmt.XATTR_STATS, None))
     assert set(stats) == {

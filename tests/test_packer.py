@@ -7,6 +7,7 @@ import logging
 import os
 import socket
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -430,7 +431,7 @@ def test_two_builds_of_one_spec_pack_identically(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Different source directories (and inode numbers) with the same content and metadata.
-    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
     for name in ("x", "y"):
         src = build_tree(tmp_path / f"{name}.src", RICH_SPEC, mtime_ns=FIXED_MTIME_NS)
         pack(str(src), str(tmp_path / f"{name}.bundle"))
@@ -441,7 +442,7 @@ def test_writeback_started_while_packing_changes_no_byte(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     src = build_tree(tmp_path / "src", RICH_SPEC, mtime_ns=FIXED_MTIME_NS)
-    pack(str(src), str(tmp_path / "default.bundle"), PackOptions(jobs=1))
+    pack(str(src), str(tmp_path / "default.bundle"), PackOptions(jobs=1, created_ns=1))
     started = []
     monkeypatch.setattr(ShardWriter, "WRITEBACK_BYTES", 1)  # after every record
     real = shards.start_writeback  # still called: the kernel must accept what we ask
@@ -451,7 +452,7 @@ def test_writeback_started_while_packing_changes_no_byte(
         real(*args)
 
     monkeypatch.setattr(shards, "start_writeback", record)
-    pack(str(src), str(tmp_path / "eager.bundle"), PackOptions(jobs=1))
+    pack(str(src), str(tmp_path / "eager.bundle"), PackOptions(jobs=1, created_ns=1))
     assert len(started) >= 2
     assert bundle_file_bytes(tmp_path / "default.bundle") == bundle_file_bytes(
         tmp_path / "eager.bundle"
@@ -462,15 +463,18 @@ def test_writeback_started_while_packing_changes_no_byte(
         assert off + length == next_off
 
 
-def test_created_ns_comes_from_source_date_epoch_or_is_zero(
+def test_created_ns_comes_from_the_option_then_source_date_epoch_then_the_clock(
     tmp_path: Path, pack_tree, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "12345")
     with Bundle(pack_tree({"f": b""}, name="with")) as b:
         assert b.config.created_ns == 12345 * 10**9
+    with Bundle(pack_tree({"f": b""}, name="given", created_ns=-7)) as b:
+        assert b.config.created_ns == -7
     monkeypatch.delenv("SOURCE_DATE_EPOCH")
+    before = time.time_ns()
     with Bundle(pack_tree({"f": b""}, name="without")) as b:
-        assert b.config.created_ns == 0
+        assert before <= b.config.created_ns <= time.time_ns()
 
 
 def test_existing_destination_is_refused_and_left_alone(tmp_path: Path, pack_tree) -> None:
@@ -578,7 +582,16 @@ def test_non_default_record_and_block_sizes(pack_tree, record_size: int, block_s
 
 
 @pytest.mark.parametrize(
-    "options", [dict(record_size=1000), dict(block_size=3000), dict(compression="zstd")]
+    "options",
+    [
+        dict(record_size=1000),
+        dict(block_size=3000),
+        dict(compression="brotli"),
+        dict(compression="lz4:3"),
+        dict(compression="zstd:99"),
+        dict(meta=(("", "empty key"),)),
+        dict(content_types=(("*.x", "not a media type"),)),
+    ],
 )
 def test_invalid_layout_options_are_refused(tmp_path: Path, options: dict) -> None:
     src = build_tree(tmp_path / "src", {"f": b""})
@@ -636,3 +649,11 @@ def test_progress_callback_sees_the_counts(tmp_path: Path) -> None:
     seen = []
     pack(str(src), str(tmp_path / "b.bundle"), progress=lambda p: seen.append(p.bytes_read))
     assert seen and all(0 < n <= 3 * MiB for n in seen)
+
+
+def test_an_mtime_past_2262_is_one_clear_error(tmp_path: Path) -> None:
+    src = build_tree(tmp_path / "src", {"future": b"x"})
+    os.utime(src / "future", (99999999999, 99999999999))
+    with pytest.raises(PackError, match="mtime of 'future' is outside what a bundle stores"):
+        pack(str(src), str(tmp_path / "b.bundle"))
+    assert not (tmp_path / "b.bundle").exists()

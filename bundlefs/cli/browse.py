@@ -1,7 +1,8 @@
 """Looking into a bundle: ``bundlefs info``, ``ls`` and ``cat``.
 
-``info`` also takes a bundlefs mount point: it reads the mount table and the daemon's statistics
-xattr (``bundlefs.mount.table``), never a FUSE binding.
+``info`` also takes a bundlefs mount point: it reads the mount table and asks the daemon, through
+xattrs of the mount root, what it serves and its statistics (``bundlefs.mount.table``), never
+through a FUSE binding. It mentions what killed packs left beside a bundle (``bundlefs gc``).
 
 May import: the library layers, ``bundlefs.mount.table``, ``bundlefs.cli.output``.
 """
@@ -14,15 +15,16 @@ import os
 import stat
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bundlefs.cli.output import EXIT_FAILURE, EXIT_OK, error, out, out_json
 from bundlefs.core.units import format_size
-from bundlefs.errors import BundleError, IsADirectory
+from bundlefs.errors import BundleError, IsADirectory, NotABundleError
 
 if TYPE_CHECKING:
     from bundlefs.core.format import Entry
     from bundlefs.read.bundle import Bundle
+    from bundlefs.storage.publish import Partial
 
 
 def _open_bundle(path: str) -> Bundle:
@@ -40,50 +42,114 @@ def add_info_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_info(args: argparse.Namespace) -> int:
-    from bundlefs.mount.table import daemon_stats, mounted_bundle
+    from bundlefs.mount.table import daemon_stats, mounted_bundle, served_bundle
 
-    daemon = None
     path = args.bundle
-    served = mounted_bundle(path)
-    if served is not None:
+    source = mounted_bundle(path)
+    if source is not None:
+        # Ask the daemon: a pack --force since the mount put a new bundle at the path, while the
+        # daemon still serves the one it opened. (A daemon too old to say: read the path.)
         daemon = daemon_stats(path)
-        path = served
-    with _open_bundle(path) as bundle:
-        info = bundle.info()
-    facts = info.to_dict()
-    if daemon is not None:
+        facts = served_bundle(path) or _bundle_facts(source)
         facts["daemon"] = daemon
+        replaced_by = _replaced_by(source, facts)
+        if replaced_by is not None:
+            facts["replaced_on_disk_by"] = replaced_by
+    else:
+        facts = _bundle_facts(path)
+        leftovers = _leftover_partials(os.path.dirname(os.path.abspath(path)))
+        if leftovers:
+            facts["stale_partials"] = [p.to_dict() for p in leftovers]
     if args.json:
         out_json(facts)
         return EXIT_OK
-    c = info.config
-    rows = [
-        ("bundle", info.path),
-        ("bundle id", facts["bundle_id"]),
-        ("format", f"version {facts['format_version']}"),
-        ("files", f"{c.file_count:,}"),
-        ("directories", f"{c.dir_count:,}"),
-        ("symlinks", f"{c.symlink_count:,}"),
-        ("hard links", f"{c.hardlink_count:,}"),
-        ("bytes", f"{c.data_bytes:,} ({format_size(c.data_bytes)})"),
-        ("stored bytes", f"{info.shard_bytes:,} ({format_size(info.shard_bytes)})"),
-        ("ratio", f"{facts['ratio']:.2f}"),
-        ("shards", f"{c.shard_count:,}"),
-        ("index size", f"{info.index_bytes:,} ({format_size(info.index_bytes)})"),
-        ("record size", format_size(c.record_size)),
-        ("block size", format_size(c.block_size)),
-        ("compression", c.compression_name),
-    ]
-    if c.created_ns:
-        created = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(c.created_ns // 10**9))
-        rows.append(("created", created))
-    if daemon is not None:
-        for key, value in sorted(daemon.items()):
-            rows.append((f"daemon {key.replace('_', ' ')}", _daemon_value(value)))
+    rows = _info_rows(facts)
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         out(f"{key:<{width}}  {value}")
     return EXIT_OK
+
+
+def _bundle_facts(path: str) -> dict[str, object]:
+    """``info --json`` of the bundle at ``path``. A directory that is not one but holds what
+    killed packs left says so, and how to remove it."""
+    try:
+        with _open_bundle(path) as bundle:
+            return bundle.info().to_dict()
+    except NotABundleError as e:
+        leftovers = _leftover_partials(path) if os.path.isdir(path) else []
+        if not leftovers:
+            raise
+        size = format_size(sum(p.size for p in leftovers))
+        raise NotABundleError(
+            f"{e}; it holds {len(leftovers)} partial bundle(s) left by killed packs ({size}), "
+            f"which 'bundlefs gc {path}' removes"
+        ) from None
+
+
+def _leftover_partials(directory: str) -> list[Partial]:
+    """The partials in ``directory`` nobody is writing (what killed packs left); [] if unknown."""
+    from bundlefs.storage.publish import find_partials
+
+    try:
+        return [p for p in find_partials(directory) if not p.in_use]
+    except OSError:
+        return []
+
+
+def _replaced_by(path: str, served: dict[str, object]) -> str | None:
+    """What is at ``path`` now if it is not the bundle served (its id), else None."""
+    from bundlefs.storage.publish import read_marker
+
+    try:
+        on_disk = read_marker(path).bundle_id.hex()
+    except (OSError, BundleError):
+        return "something that is not a bundle"
+    return None if on_disk == served.get("bundle_id") else f"bundle {on_disk}"
+
+
+def _info_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
+    rows = [
+        ("bundle", str(facts["path"])),
+        ("bundle id", str(facts["bundle_id"])),
+        ("format", f"version {facts['format_version']}"),
+        ("files", f"{facts['files']:,}"),
+        ("directories", f"{facts['dirs']:,}"),
+        ("symlinks", f"{facts['symlinks']:,}"),
+        ("hard links", f"{facts['hardlinks']:,}"),
+        ("bytes", f"{facts['bytes']:,} ({format_size(facts['bytes'])})"),
+        ("stored bytes", f"{facts['stored_bytes']:,} ({format_size(facts['stored_bytes'])})"),
+        ("ratio", f"{facts['ratio']:.2f}"),
+        ("shards", f"{facts['shards']:,}"),
+        ("index size", f"{facts['index_bytes']:,} ({format_size(facts['index_bytes'])})"),
+        ("record size", format_size(facts["record_size"])),
+        ("block size", format_size(facts["block_size"])),
+        ("compression", str(facts["compression"])),
+    ]
+    if facts.get("created_ns"):
+        seconds = facts["created_ns"] // 10**9
+        rows.append(("created", time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))))
+    if facts.get("content_types"):
+        rows.append(("content types", f"{facts['content_types']:,}"))
+    for key, value in facts.get("meta", {}).items():
+        rows.append((f"meta {key}", value))
+    if "replaced_on_disk_by" in facts:
+        replaced = f"replaced by {facts['replaced_on_disk_by']} since it was mounted"
+        rows.append(("on disk", replaced + " (remount to serve that)"))
+    for key, value in sorted(facts.get("daemon", {}).items()):
+        rows.append((f"daemon {key.replace('_', ' ')}", _daemon_value(value)))
+    leftovers = facts.get("stale_partials", [])
+    if leftovers:
+        where = os.path.dirname(leftovers[0]["path"])
+        size = format_size(sum(p["bytes"] for p in leftovers))
+        rows.append(
+            (
+                "partials",
+                f"{len(leftovers)} left by killed packs in {where} ({size}): "
+                f"'bundlefs gc {where}' removes them",
+            )
+        )
+    return rows
 
 
 def _daemon_value(value: object) -> str:
@@ -138,9 +204,11 @@ def _long_line(bundle: Bundle, entry: Entry, name: bytes, names: _Names) -> byte
     st = bundle.stat_entry(entry)
     seconds = st.st_mtime_ns // 10**9
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
+    # The content type is a column of its own after the time, as ls -Z adds the security
+    # context: "-" where there is none (directories, symlinks, version-1 bundles).
     head = (
         f"{stat.filemode(st.st_mode)} {st.st_nlink:>3} {names.user(st.st_uid):<8} "
-        f"{names.group(st.st_gid):<8} {st.st_size:>12} {when} "
+        f"{names.group(st.st_gid):<8} {st.st_size:>12} {when} {st.content_type or '-':<20} "
     )
     line = os.fsencode(head) + name
     if entry.is_symlink:

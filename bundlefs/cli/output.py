@@ -53,6 +53,13 @@ def error(message: str) -> None:
     sys.stderr.flush()
 
 
+def warn(message: str) -> None:
+    """Something the user should know that did not stop the command: one line on stderr."""
+    status.clear()
+    sys.stderr.write(f"{PROG}: warning: {message}\n")
+    sys.stderr.flush()
+
+
 # -- progress -------------------------------------------------------------------------------------
 
 

@@ -484,6 +484,11 @@ def encode_entry(e: Entry) -> bytes:
     if e.user_data:
         flags |= FLAG_USER_DATA
         middle += _U16.pack(len(e.user_data)) + e.user_data
+    if not -(2**63) <= e.mtime_ns < 2**63:
+        raise FormatError(
+            f"the mtime of {e.name.decode(errors='replace')!r} is outside what a bundle stores "
+            "(nanoseconds in 64 bits: the years 1678 to 2262)"
+        )
     return _HEADER.pack(e.mode, flags, e.owner, e.mtime_ns, e.size) + middle + e.name
 
 

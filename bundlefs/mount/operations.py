@@ -417,8 +417,13 @@ class BundleOperations(pyfuse3.Operations):
             found[fmt.XATTR_CRC] = f"{entry.crc32c:08x}".encode()
         if entry.user_data:
             found[fmt.XATTR_USER_DATA] = entry.user_data
+        content_type = self.bundle.tree.content_type(entry)
+        if content_type is not None:
+            found[fmt.XATTR_CONTENT_TYPE] = content_type.encode()
         if entry.ino == fmt.ROOT_INO:
             found[fmt.XATTR_STATS] = json.dumps(self.stats(), sort_keys=True).encode()
+            # What this daemon serves, which a later pack --force may have replaced on disk.
+            found[fmt.XATTR_BUNDLE] = json.dumps(self.bundle.info().to_dict()).encode()
         return found
 
     @_handler
