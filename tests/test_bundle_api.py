@@ -19,7 +19,15 @@ import pytest
 from bundlefs import Bundle, EntryNotFound, IsADirectory, NotADirectory
 from bundlefs.errors import NotASymlink
 from bundlefs.read import tree as tree_module
-from tests.conftest import FIXED_MTIME_NS, SAMPLE_FILES, SAMPLE_RECORD_SIZE, Symlink, source_paths
+from tests.conftest import (
+    FIXED_MTIME_NS,
+    SAMPLE_FILES,
+    SAMPLE_RECORD_SIZE,
+    HardLink,
+    Symlink,
+    expected_files,
+    source_paths,
+)
 
 # --- stat -----------------------------------------------------------------------------------------
 
@@ -321,8 +329,49 @@ def test_open_read_after_close_raises(sample_bundle: Bundle) -> None:
         f.read()
 
 
+def test_open_r_returns_text_as_the_builtin_open_does(
+    sample_bundle: Bundle, sample_tree: Path
+) -> None:
+    for mode in ("r", "rt"):
+        with sample_bundle.open("uni-ünï código.txt", mode, encoding="utf-8") as f:
+            assert isinstance(f, io.TextIOWrapper)
+            assert f.read() == "unicode ✓\n"
+    with (
+        sample_bundle.open("lines.txt", "r", encoding="ascii") as f,
+        open(sample_tree / "lines.txt", encoding="ascii") as want,
+    ):
+        assert f.readlines() == want.readlines()
+        f.seek(0)
+        assert f.readline() == SAMPLE_FILES["lines.txt"].decode().splitlines(True)[0]
+
+
+def test_open_text_takes_errors_and_newline_like_the_builtin(pack_tree, tmp_path: Path) -> None:
+    data = b"one\r\ntwo\rthree\n\xff\n"
+    with Bundle(pack_tree({"t.txt": data})) as b:
+        (tmp_path / "t.txt").write_bytes(data)
+        for kwargs in (
+            {"errors": "replace"},
+            {"errors": "surrogateescape", "newline": ""},
+            {"errors": "ignore", "newline": "\r"},
+        ):
+            with (
+                b.open("t.txt", "r", encoding="utf-8", **kwargs) as f,
+                open(tmp_path / "t.txt", encoding="utf-8", **kwargs) as want,
+            ):
+                assert f.readlines() == want.readlines()
+        with b.open("t.txt", "r", encoding="utf-8") as f, pytest.raises(UnicodeDecodeError):
+            f.read()
+
+
+def test_open_rb_is_binary_and_takes_no_encoding(sample_bundle: Bundle) -> None:
+    with sample_bundle.open("hello.txt", "rb") as f:
+        assert f.read() == SAMPLE_FILES["hello.txt"]
+    with pytest.raises(ValueError):
+        sample_bundle.open("hello.txt", "rb", encoding="utf-8")
+
+
 def test_open_for_writing_is_refused(sample_bundle: Bundle) -> None:
-    for mode in ("w", "wb", "r+b", "ab"):
+    for mode in ("w", "wb", "r+b", "ab", "rbt", "rr", "x", "rU"):
         with pytest.raises(ValueError):
             sample_bundle.open("hello.txt", mode)
 
@@ -341,13 +390,29 @@ def test_open_of_a_missing_file_raises_file_not_found(sample_bundle: Bundle) -> 
 
 
 def test_iteration_yields_every_path_once(sample_bundle: Bundle, sample_tree: Path) -> None:
-    paths = [path for path, _entry in sample_bundle]
+    paths = list(sample_bundle)
+    assert all(isinstance(p, str) for p in paths)
     assert len(paths) == len(set(paths))
     assert sorted(os.fsencode(p) for p in paths) == source_paths(sample_tree)
 
 
-def test_iteration_yields_unfollowed_entries(sample_bundle: Bundle) -> None:
-    entries = dict(sample_bundle)
+def test_iteration_is_breadth_first_in_name_order(sample_bundle: Bundle) -> None:
+    paths = list(sample_bundle)
+    depths = [p.count("/") for p in paths]
+    assert depths == sorted(depths)
+    top = [p for p in paths if "/" not in p]
+    assert top == sorted(top, key=os.fsencode)
+    # Inode order: the order the index holds the entries in (a hard link's own entry included).
+    names = [sample_bundle.tree.stored_entry(ino).name for ino in range(2, len(paths) + 2)]
+    assert names == [os.fsencode(p.rsplit("/", 1)[-1]) for p in paths]
+
+
+def test_len_is_the_number_of_paths(sample_bundle: Bundle) -> None:
+    assert len(sample_bundle) == len(list(sample_bundle)) == sample_bundle.config.entry_count - 1
+
+
+def test_tree_iteration_yields_unfollowed_entries(sample_bundle: Bundle) -> None:
+    entries = dict(sample_bundle.tree)
     assert entries["link"].is_symlink
     assert entries["dirlink"].is_symlink
     assert entries["dir"].is_dir
@@ -355,7 +420,23 @@ def test_iteration_yields_unfollowed_entries(sample_bundle: Bundle) -> None:
 
 
 def test_iteration_does_not_count_the_root(sample_bundle: Bundle) -> None:
-    assert "" not in dict(sample_bundle)
+    assert "" not in list(sample_bundle)
+    assert "" not in sample_bundle
+    assert "/" not in sample_bundle
+
+
+def test_in_is_true_for_every_iterated_path_and_follows_no_last_symlink(
+    sample_bundle: Bundle,
+) -> None:
+    assert all(p in sample_bundle for p in sample_bundle)
+    assert "dangling" in sample_bundle  # as os.path.lexists
+    assert b"dir/sub/deep.txt" in sample_bundle
+    assert Path("dir/a.txt") in sample_bundle
+    assert "/dir/a.txt" in sample_bundle
+    assert "dirlink/a.txt" in sample_bundle  # through a symlinked directory
+    for missing in ("nope", "hello.txt/x", "dir/nope", "dangling/x"):
+        assert missing not in sample_bundle
+    assert 42 not in sample_bundle  # not a path: not in it, no TypeError
 
 
 @pytest.mark.parametrize(
@@ -611,3 +692,126 @@ def test_errors_survive_a_trip_through_pickle_for_process_pools() -> None:
     assert (not_a_link.errno, str(not_a_link)) == (22, "'a' is not a symbolic link")
     full = pickle.loads(pickle.dumps(IndexWriteError("disk full")))
     assert (full.reason, str(full)) == ("disk full", "cannot write the index: disk full")
+
+
+# --- pickling (spawn / forkserver data-loader workers) --------------------------------------------
+
+
+def test_a_bundle_survives_a_pickle_round_trip_with_its_options(sample_bundle_path: Path) -> None:
+    import pickle
+
+    with Bundle(sample_bundle_path, cache_size=1 << 20, name_cache=0, check_index=False) as b:
+        with pickle.loads(pickle.dumps(b)) as copy:
+            assert copy is not b
+            assert copy.read("dir/sub/deep.txt") == b"deep down\n"
+            assert copy.info().bundle_id == b.info().bundle_id
+            assert copy.cache.capacity == 1 << 20
+            assert copy._options == {"cache_size": 1 << 20, "name_cache": 0, "check_index": False}
+        assert b.read("hello.txt") == SAMPLE_FILES["hello.txt"]  # the original is untouched
+
+
+def test_a_pickled_bundle_reopens_by_absolute_path_after_a_chdir(
+    sample_bundle_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pickle
+
+    monkeypatch.chdir(sample_bundle_path.parent)
+    with Bundle(sample_bundle_path.name) as b:
+        data = pickle.dumps(b)
+    monkeypatch.chdir("/")
+    with pickle.loads(data) as copy:
+        assert copy.read("hello.txt") == SAMPLE_FILES["hello.txt"]
+
+
+def test_a_closed_bundle_refuses_to_pickle(sample_bundle_path: Path) -> None:
+    import pickle
+
+    from bundlefs.errors import BundleClosedError
+
+    b = Bundle(sample_bundle_path)
+    b.close()
+    assert b.closed
+    with pytest.raises(BundleClosedError, match="closed"):
+        pickle.dumps(b)
+
+
+def test_unpickling_a_bundle_replaced_since_fails(pack_tree, tmp_path: Path) -> None:
+    import pickle
+
+    from bundlefs import PackOptions, pack
+    from bundlefs.errors import FormatError
+
+    path = pack_tree({"a": b"old"})
+    with Bundle(path) as b:
+        data = pickle.dumps(b)
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / "a").write_bytes(b"new")
+    pack(str(tmp_path / "new"), str(path), PackOptions(force=True))
+    with pytest.raises(FormatError, match="replaced since it was pickled"):
+        pickle.loads(data)
+
+
+def _read_in_spawned_child(bundle: Bundle, path: str) -> bytes:
+    return bundle.read(path)
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_spawned_child_reads_through_a_pickled_bundle(
+    sample_bundle_path: Path, method: str
+) -> None:
+    # What a DataLoader with multiprocessing_context="spawn" does: the dataset, and the Bundle in
+    # it, cross to a fresh interpreter as a pickle.
+    with Bundle(sample_bundle_path) as b, multiprocessing.get_context(method).Pool(1) as pool:
+        got = pool.apply(_read_in_spawned_child, (b, "dir/sub/deeper/deepest.txt"))
+    assert got == b"bottom\n"
+
+
+# --- iter_files -----------------------------------------------------------------------------------
+
+
+def test_iter_files_yields_every_regular_file_name_with_its_content(
+    sample_bundle: Bundle,
+) -> None:
+    got = list(sample_bundle.iter_files())
+    assert dict(got) == SAMPLE_FILES  # hard links once per name, no symlinks or directories
+    assert len(got) == len(SAMPLE_FILES)
+
+
+def test_iter_files_comes_in_stored_order(sample_bundle: Bundle) -> None:
+    where = []
+    for path, _data in sample_bundle.iter_files():
+        entry = sample_bundle.resolve(path)
+        where.append((entry.shard, entry.offset))
+    assert where == sorted(where)
+
+
+def test_iter_files_reads_each_record_once_in_stream_order(pack_tree) -> None:
+    # "a-link" comes first in inode order but names content in the middle of the stream (as every
+    # file of an archive pack may): iter_files follows the stream, so a cache of one record is
+    # enough to load each record once.
+    spec = {
+        f"d{d}": {f"f{i:03}.txt": f"file {d}/{i} ".encode() * 40 for i in range(60)}
+        for d in range(3)
+    }
+    spec["a-link"] = HardLink("d1/f007.txt")
+    with Bundle(pack_tree(spec, record_size=4096), cache_size=4096) as b:
+        got = list(b.iter_files())
+        stats = b.cache_stats()
+        records = sum(
+            b.info().config.shard_count and len(list(b.content.records(s)))
+            for s in range(b.config.shard_count)
+        )
+        where = [(b.resolve(p).shard, b.resolve(p).offset) for p, _ in got]
+    assert dict(got) == expected_files(spec)
+    assert len(got) == len(expected_files(spec))
+    assert where == sorted(where)
+    names = [p for p, _ in got]
+    assert names.index("d1/f007.txt") == names.index("a-link") + 1  # one read, both names
+    assert stats.misses == records > 10
+
+
+def test_iter_files_of_an_empty_bundle_yields_nothing(pack_tree) -> None:
+    with Bundle(pack_tree({"empty": {}, "link": Symlink("empty")})) as b:
+        assert list(b.iter_files()) == []
+        assert list(b) == ["empty", "link"]
+        assert len(b) == 2

@@ -6,27 +6,39 @@ A thin facade: it opens the index and the shards and hands the work to the two m
 here (``stat``, ``listdir``, ``scandir``, ``walk``, ``read``, ``open``, ``glob``…); the FUSE
 adapter, ``extract`` and ``verify`` use ``tree`` and ``content`` by inode.
 
+It is also a collection of paths (``len``, ``in``, iteration), streams every file in stored order
+(``iter_files``), and pickles to its location, so spawned workers reopen it (docs/python.md).
+
 Synchronous and thread-safe; forked children reopen LMDB on their own (see storage/index.py).
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``, ``bundlefs.read``.
 """
 
 from __future__ import annotations
 
+import array
 import fnmatch
 import io
 import os
 import weakref
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
 from bundlefs.core import format as fmt
-from bundlefs.errors import EntryNotFound, IsADirectory, NotADirectory, NotASymlink
+from bundlefs.errors import (
+    BundleClosedError,
+    EntryNotFound,
+    FormatError,
+    IsADirectory,
+    NotADirectory,
+    NotASymlink,
+)
 from bundlefs.read.cache import CacheStats, RecordCache
 from bundlefs.read.content import ContentReader
 from bundlefs.read.tree import DEFAULT_NAME_CACHE, TreeModel
 from bundlefs.storage.index import IndexReader
-from bundlefs.storage.shards import ShardSet
+from bundlefs.storage.shards import ShardSet, zstd_module
 from bundlefs.storage.store import LocalShardStore
 
 DEFAULT_CACHE_SIZE = 256 * 1024 * 1024
@@ -46,6 +58,10 @@ class BundleStat:
     st_size: int
     st_mtime_ns: int
     st_blocks: int
+    # Beyond os.stat_result (format version 2): the file's media type and the user data
+    # attached at pack time (``pack --user-data`` stores a JSON object).
+    content_type: str | None = None
+    user_data: bytes = b""
 
     @property
     def st_mtime(self) -> float:
@@ -92,6 +108,7 @@ class BundleInfo:
     bundle_id: bytes
     index_bytes: int
     shard_bytes: int
+    meta: dict[str, str] | None = None  # the bundle's metadata (pack --meta)
 
     def to_dict(self) -> dict[str, object]:
         """The facts ``bundlefs info --json`` prints, in its key order (docs/cli.md)."""
@@ -99,7 +116,7 @@ class BundleInfo:
         return {
             "path": self.path,
             "bundle_id": self.bundle_id.hex(),
-            "format_version": fmt.FORMAT_VERSION,
+            "format_version": c.format_version,
             "files": c.file_count,
             "dirs": c.dir_count,
             "symlinks": c.symlink_count,
@@ -115,6 +132,8 @@ class BundleInfo:
             "large_file_threshold": c.large_file_threshold,
             "compression": c.compression_name,
             "created_ns": c.created_ns,
+            "content_types": c.content_type_count,
+            "meta": dict(self.meta or {}),
         }
 
 
@@ -140,8 +159,27 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _reopen(location: str, bundle_id: bytes, options: dict[str, Any]) -> Bundle:
+    """Unpickling a ``Bundle``: open it again where it was, with the options it was opened with."""
+    bundle = Bundle(location, **options)
+    if bundle._index.marker.bundle_id != bundle_id:
+        # A `pack --force` replaced it since it was pickled: a worker serving the new bundle to a
+        # parent that indexed the old one would mix two datasets without a word.
+        bundle.close()
+        raise FormatError(f"the bundle at {location} was replaced since it was pickled")
+    return bundle
+
+
 class Bundle:
-    """An open bundle. Use as a context manager, or call ``close()``."""
+    """An open bundle. Use as a context manager, or call ``close()``.
+
+    Picklable: the pickle holds the bundle's location, its ``bundle_id`` and the constructor's
+    options, and unpickling opens the bundle again there (a fresh cache; ``hold_index_resident``
+    is not carried over). So a torch ``DataLoader`` with ``multiprocessing_context="spawn"`` or
+    ``"forkserver"`` can hand a bundle to its workers. Unpickling fails with ``FormatError`` if
+    another bundle has replaced it at that location since; pickling a closed bundle raises
+    ``BundleClosedError`` (a copy that is open where the original is closed would hide a bug).
+    """
 
     def __init__(
         self,
@@ -152,14 +190,25 @@ class Bundle:
         check_index: bool = True,
     ) -> None:
         self.path = os.fsdecode(os.fspath(path))
+        # For pickling: absolute now, because the process may change directory before it
+        # pickles, and a spawned child starts wherever it starts.
+        self._location = os.path.abspath(self.path)
+        self._options: dict[str, Any] = {
+            "cache_size": cache_size,
+            "name_cache": name_cache,
+            "check_index": check_index,
+        }
+        self._closed = False
         self._index = IndexReader(self.path, check_checksum=check_index)
         self.config = self._index.config
         try:
+            if self.config.record_codec == fmt.COMPRESSION_ZSTD:
+                zstd_module()  # a missing binding is refused at open, not at the first read
             store = LocalShardStore(self.path)
         except BaseException:
             self._index.close()
             raise
-        self._shards = ShardSet(store, self._index.marker)
+        self._shards = ShardSet(store, self._index.marker, self._index.config.record_codec)
         try:
             self.tree = TreeModel(self._index, name_cache=name_cache)
         except BaseException:
@@ -189,7 +238,17 @@ class Bundle:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def __reduce__(self) -> tuple[Any, tuple[str, bytes, dict[str, Any]]]:
+        if self._closed:
+            raise BundleClosedError(f"cannot pickle the closed bundle {self.path}")
+        return _reopen, (self._location, self._index.marker.bundle_id, dict(self._options))
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
+        self._closed = True
         self._shards.close()
         self._index.close()
         self.content.cache.clear()
@@ -208,6 +267,7 @@ class Bundle:
             self._index.marker.bundle_id,
             self._index.marker.index_size,
             self._shard_bytes,
+            self.tree.meta(),
         )
 
     def hold_index_resident(self) -> int:
@@ -237,6 +297,8 @@ class Bundle:
             entry.size,
             entry.mtime_ns,
             entry.blocks,
+            self.tree.content_type(entry),
+            entry.user_data,
         )
 
     # -- by path -----------------------------------------------------------------------------------
@@ -324,10 +386,91 @@ class Bundle:
                 if name not in links:
                     pending.append(os.path.join(current, name) if current else name)
 
-    def __iter__(self) -> Iterator[tuple[str, fmt.Entry]]:
-        """Every entry but the root as (path, entry): depth first, each directory's names in
-        order; a hard link's entry is the file it names."""
-        return iter(self.tree)
+    # -- the bundle as a collection of paths ------------------------------------------------------
+
+    def __len__(self) -> int:
+        """The number of paths: every entry but the root (a hard link's every name counts)."""
+        return self.config.entry_count - 1  # inode numbers are 1 … entry_count, the root is 1
+
+    def __contains__(self, path: object) -> bool:
+        """Whether ``path`` names an entry, as ``os.path.lexists``: a dangling symlink is in the
+        bundle, the root is not (it is not among the paths iteration yields)."""
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            return False
+        try:
+            return self.resolve(path, follow_symlinks=False).ino != fmt.ROOT_INO
+        except (EntryNotFound, NotADirectory):
+            return False
+
+    def __iter__(self) -> Iterator[str]:
+        """Every path but the root, in the index's order: breadth first, each directory's names
+        in bytewise order (inode order: one forward scan of the index). ``bundle.tree`` yields
+        (path, entry) pairs instead."""
+        for path, _entry in self._breadth_first():
+            yield path
+
+    def _breadth_first(self) -> Iterator[tuple[str, fmt.Entry]]:
+        """(path, entry) in inode order, links resolved to their file; a deque of the
+        directories still to list is all it holds."""
+        pending: deque[tuple[str, fmt.Entry]] = deque([("", self.root)])
+        while pending:
+            top, directory = pending.popleft()
+            for name, entry in self.tree.children(directory):
+                path = top + "/" + os.fsdecode(name) if top else os.fsdecode(name)
+                yield path, entry
+                if entry.is_dir:
+                    pending.append((path, entry))
+
+    def iter_files(self) -> Iterator[tuple[str, bytes]]:
+        """(path, content) of every regular file, in the order the content is stored.
+
+        The streaming read of a whole bundle (what WebDataset users do with tar shards): the
+        files come in shard-stream order, so each record is read and decompressed once (through
+        the record cache) however the bundle was packed — a directory pack stores content in
+        inode order, an archive pack in the archive's order. A hard-linked file comes once per
+        name, each name right after the other, from one read. Each file's CRC is checked
+        (``CorruptDataError``); each file is held whole in memory, so read large ones with
+        ``open``. Symlinks and directories are not yielded.
+        """
+        # One scan of the index first, to learn where each file is stored: 24 bytes a file in
+        # three arrays, not a tuple and a path string each (~200 bytes).
+        keys = array.array("Q")  # shard << 48 | offset: the stream position (format §3)
+        files = array.array("Q")  # the inode holding the content (a hard link's target)
+        names = array.array("Q")  # the inode of the name (a LINK entry's own)
+        dirs = array.array("Q")  # the index in ``dir_paths`` of the directory holding it
+        dir_paths: list[str] = []
+        pending: deque[tuple[int, fmt.Entry]] = deque()
+        dir_paths.append("")
+        pending.append((0, self.root))
+        in_order = True
+        while pending:
+            slot, directory = pending.popleft()
+            for i, (_name, entry) in enumerate(self.tree.children(directory)):
+                if entry.is_dir:
+                    top = dir_paths[slot]
+                    name = os.fsdecode(entry.name)
+                    dir_paths.append(top + "/" + name if top else name)
+                    pending.append((len(dir_paths) - 1, entry))
+                elif entry.is_file:
+                    key = entry.shard << 48 | entry.offset
+                    in_order = in_order and (not keys or keys[-1] <= key)
+                    keys.append(key)
+                    files.append(entry.ino)
+                    names.append(directory.first_child + i)  # children are a contiguous range
+                    dirs.append(slot)
+        order: Iterable[int] = range(len(keys))
+        if not in_order:  # stable: a file's names keep their inode order
+            order = sorted(order, key=keys.__getitem__)
+        last_ino, last_data = 0, b""
+        for i in order:
+            top = dir_paths[dirs[i]]
+            name = os.fsdecode(self.tree.stored_entry(names[i]).name)
+            path = top + "/" + name if top else name
+            if files[i] != last_ino:
+                entry = self.tree.entry(files[i])
+                last_ino = entry.ino
+                last_data = bytes(self.content.read_at(entry, 0, entry.size, path=path))
+            yield path, last_data
 
     def glob(self, pattern: str) -> list[str]:
         """Paths matching a shell pattern; ``*`` does not cross ``/``; ``**`` matches any depth."""
@@ -345,14 +488,69 @@ class Bundle:
         entry = self.tree.resolve(raw)
         return bytes(self.content.read_at(entry, 0, entry.size, path=os.fsdecode(raw)))
 
-    def open(self, path: Path, mode: str = "rb") -> BundleFile:
-        if mode not in ("r", "rb"):
-            raise ValueError("bundles are read-only: open() takes mode 'rb' only")
+    @overload
+    def open(self, path: Path, mode: Literal["rb", "br"] = "rb") -> BundleFile: ...
+
+    @overload
+    def open(
+        self,
+        path: Path,
+        mode: Literal["r", "rt", "tr"],
+        *,
+        encoding: str | None = None,
+        errors: str | None = None,
+        newline: str | None = None,
+    ) -> io.TextIOWrapper: ...
+
+    @overload
+    def open(
+        self,
+        path: Path,
+        mode: str,
+        *,
+        encoding: str | None = None,
+        errors: str | None = None,
+        newline: str | None = None,
+    ) -> BundleFile | io.TextIOWrapper: ...
+
+    def open(
+        self,
+        path: Path,
+        mode: str = "rb",
+        *,
+        encoding: str | None = None,
+        errors: str | None = None,
+        newline: str | None = None,
+    ) -> BundleFile | io.TextIOWrapper:
+        """A read-only file: ``"rb"`` (the default) a seekable ``BundleFile``, ``"r"``/``"rt"``
+        text, as the built-in ``open`` gives it (``io.TextIOWrapper`` over a buffered reader;
+        ``encoding``, ``errors`` and ``newline`` as there, the locale's encoding by default).
+
+        The default stays binary, unlike the built-in's: that is what data tools hand files to.
+        Any writing mode raises ``ValueError``.
+        """
+        if mode not in _TEXT_MODES and mode not in _BINARY_MODES:
+            raise ValueError(f"bundles are read-only: open() takes 'r', 'rt' or 'rb', not {mode!r}")
+        binary = "b" in mode
+        if binary and (encoding is not None or errors is not None or newline is not None):
+            raise ValueError("binary mode doesn't take an encoding, errors or newline argument")
         raw, _ = _as_bytes(path)
         entry = self.tree.resolve(raw)
         if entry.is_dir:
             raise IsADirectory(f"{os.fsdecode(raw)!r} is a directory")
-        return BundleFile(self, entry, os.fsdecode(raw))
+        file = BundleFile(self, entry, os.fsdecode(raw))
+        if binary:
+            return file
+        return io.TextIOWrapper(
+            io.BufferedReader(file),
+            encoding=io.text_encoding(encoding),
+            errors=errors,
+            newline=newline,
+        )
+
+
+_TEXT_MODES = ("r", "rt", "tr")
+_BINARY_MODES = ("rb", "br")
 
 
 def _glob_match(path: list[str], pattern: list[str]) -> bool:

@@ -1,0 +1,279 @@
+"""``BundleFileSystem``: a bundle as a read-only fsspec file system, protocol ``bundle``.
+
+It owns the translation between fsspec's file-system vocabulary (``ls``, ``info`` dicts,
+``cat_file`` ranges, ``_open``) and the ``Bundle`` path API, so that every fsspec user (pandas,
+pyarrow, dask, xarray…) reads files inside a bundle::
+
+    fs = fsspec.filesystem("bundle", fo="data.bundle")
+    pd.read_csv("bundle://d/t.csv", storage_options={"fo": "data.bundle"})
+    fsspec.open("bundle://train/x.jpg::file:///data/data.bundle")
+
+Registered through the ``fsspec.specs`` entry point (pyproject.toml), so fsspec finds it by its
+protocol without an import. Unlike fsspec's archive file systems (zip, tar), it lists nothing up
+front: every call is a lookup in the bundle's index, so a bundle of millions of files opens at
+once and costs no memory per file.
+
+May import: ``bundlefs`` (the public face), ``bundlefs.errors``, ``bundlefs.read``; and fsspec.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import stat
+from typing import Any, NoReturn
+
+# fsspec ships no type information: its names are Any here (an ignore per import rather than a
+# project-wide override for one optional dependency).
+from fsspec import AbstractFileSystem  # type: ignore[import-untyped]
+from fsspec.utils import stringify_path, tokenize  # type: ignore[import-untyped]
+
+from bundlefs import Bundle, BundleStat
+from bundlefs.errors import EntryNotFound, NotADirectory
+from bundlefs.read.bundle import DEFAULT_CACHE_SIZE
+
+# Protocols whose paths are local files: the only place a bundle can live until an object-store
+# ShardStore exists (docs/architecture.md, "Where the next features go").
+_LOCAL_PROTOCOLS = (None, "", "file", "local")
+
+
+class BundleFileSystem(AbstractFileSystem):
+    """A bundle, read-only, as an fsspec file system.
+
+    ``fo`` is the bundle: a local path (str or path-like; ``file://`` URLs too, as a chained URL
+    hands it over), or an open ``Bundle``, which the file system then uses and leaves open.
+    ``cache_size`` and ``check_index`` are ``Bundle``'s options.
+
+    Paths are relative to the bundle's root (a leading ``/`` is allowed). ``info`` follows a
+    final symlink, as ``os.stat`` and fsspec's local file system do (``islink`` and
+    ``destination`` say it was one; a dangling one is ``type: "link"``); ``ls``, and so ``walk``,
+    ``find``, ``glob`` and ``du``, list symlinks as ``type: "link"`` without following them, as
+    ``os.walk`` does, so no directory is walked or counted twice and a symlink cycle ends. ``open``
+    and ``cat`` follow symlinks. Every write raises ``OSError(EROFS)``.
+    """
+
+    protocol = "bundle"
+    root_marker = ""
+
+    def __init__(
+        self,
+        fo: str | os.PathLike[str] | Bundle = "",
+        *,
+        target_protocol: str | None = None,
+        target_options: dict[str, Any] | None = None,
+        cache_size: int = DEFAULT_CACHE_SIZE,
+        check_index: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(fo, **kwargs)
+        if isinstance(fo, Bundle):
+            self.bundle = fo
+            self._owns_bundle = False
+        else:
+            path = _local_path(fo, target_protocol, target_options)
+            self.bundle = Bundle(path, cache_size=cache_size, check_index=check_index)
+            self._owns_bundle = True
+        self.fo = self.bundle.path
+
+    def __str__(self) -> str:
+        return f"<BundleFileSystem of {self.bundle.path}>"
+
+    __repr__ = __str__
+
+    def close(self) -> None:
+        """Close the bundle (unless it was handed in open). fsspec caches file systems by their
+        arguments: ``BundleFileSystem.clear_instance_cache()`` before opening the same again."""
+        if self._owns_bundle:
+            self.bundle.close()
+
+    @classmethod
+    def _strip_protocol(cls, path: Any) -> Any:
+        # Bundle paths are always relative to the bundle's root, as zip and tar paths are.
+        stripped = super()._strip_protocol(path)
+        if isinstance(stripped, list):
+            return [p.lstrip("/") for p in stripped]
+        return stripped.lstrip("/")
+
+    def ukey(self, path: str) -> str:
+        """Unique for a file's content: the bundle is immutable, so its id and the path do."""
+        return str(tokenize(self.bundle.info().bundle_id, self._strip_protocol(path)))
+
+    # -- listing and metadata --------------------------------------------------------------------
+
+    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
+        """A directory's children (following a symlinked directory, as ``os.listdir``), listed
+        without following their own symlinks; a file lists as itself, as fsspec requires."""
+        path = self._strip_protocol(path)
+        bundle = self.bundle
+        if not bundle.isdir(path):
+            info = self.info(path)  # FileNotFoundError when missing
+            return [info if detail else info["name"]]
+        prefix = path + "/" if path else ""
+        if not detail:
+            return [prefix + name for name in bundle.listdir(path)]
+        out = []
+        for child in bundle.scandir(path):
+            name = prefix + str(child.name)
+            lstat = bundle.stat_entry(child.entry)
+            out.append(
+                self._describe(
+                    name, lstat, lstat, child.entry.symlink if child.is_symlink() else None
+                )
+            )
+        return out
+
+    def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        path = self._strip_protocol(path)
+        try:
+            lstat = self.bundle.lstat(path)
+        except (EntryNotFound, NotADirectory):
+            raise FileNotFoundError(errno.ENOENT, "no such file in the bundle", path) from None
+        if not stat.S_ISLNK(lstat.st_mode):
+            return self._describe(path, lstat, lstat, None)
+        destination = self.bundle.resolve(path, follow_symlinks=False).symlink
+        try:
+            target = self.bundle.stat(path)
+        except (EntryNotFound, NotADirectory):  # dangling, or out of the bundle
+            target = lstat
+        return self._describe(path, target, lstat, destination)
+
+    @staticmethod
+    def _describe(
+        name: str, st: BundleStat, lstat: BundleStat, destination: bytes | None
+    ) -> dict[str, Any]:
+        """The info dict of ``name``: ``st`` what it is (a followed symlink's target), ``lstat``
+        the entry itself."""
+        if stat.S_ISDIR(st.st_mode):
+            kind, size = "directory", 0  # a bundle directory's st_size is its child count
+        elif stat.S_ISREG(st.st_mode):
+            kind, size = "file", st.st_size
+        else:
+            kind, size = "link", st.st_size
+        out: dict[str, Any] = {
+            "name": name,
+            "size": size,
+            "type": kind,
+            "mode": st.st_mode,
+            "mtime": st.st_mtime,
+            "ino": st.st_ino,
+            "nlink": st.st_nlink,
+            "uid": st.st_uid,
+            "gid": st.st_gid,
+            "islink": destination is not None,
+        }
+        if destination is not None:
+            out["destination"] = os.fsdecode(destination)
+        # Fields the content-type format version adds to BundleStat; absent from older bundles.
+        for field in ("content_type", "user_data"):
+            value = getattr(st, field, None)
+            if value is not None:
+                out[field] = value
+        return out
+
+    def exists(self, path: str, **kwargs: Any) -> bool:
+        # Without the base class's catch-all, which would also hide a damaged bundle. A dangling
+        # symlink exists (as info describes it); the root is not among the bundle's paths.
+        path = self._strip_protocol(path)
+        return path == "" or path in self.bundle
+
+    def isdir(self, path: str) -> bool:
+        return self.bundle.isdir(self._strip_protocol(path))
+
+    def isfile(self, path: str) -> bool:
+        return self.bundle.isfile(self._strip_protocol(path))
+
+    def islink(self, path: str) -> bool:
+        return self.bundle.islink(self._strip_protocol(path))
+
+    # -- content ---------------------------------------------------------------------------------
+
+    def cat_file(
+        self, path: str, start: int | None = None, end: int | None = None, **kwargs: Any
+    ) -> bytes:
+        """Bytes ``start … end`` of a file (negative counts from the end, as fsspec's)."""
+        path = self._strip_protocol(path)
+        bundle = self.bundle
+        if start is None and end is None:
+            return bundle.read(path)  # a whole-file read: checked by the file's CRC
+        entry = bundle.resolve(path)
+        if entry.is_dir:
+            raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+        size = entry.size
+        first = 0 if start is None else (max(0, size + start) if start < 0 else start)
+        last = size if end is None else (max(0, size + end) if end < 0 else min(end, size))
+        if last <= first:
+            return b""
+        return bytes(bundle.content.read_at(entry, first, last - first, path=path))
+
+    def _open(
+        self,
+        path: str,
+        mode: str = "rb",
+        block_size: int | None = None,
+        autocommit: bool = True,
+        cache_options: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> io.BufferedReader:
+        """A seekable reader over the bundle's own file object: a seek and a read load only the
+        records they touch (through the bundle's record cache), never the whole file."""
+        if mode != "rb":
+            _read_only(path)
+        size = block_size if block_size and block_size > 0 else io.DEFAULT_BUFFER_SIZE
+        return io.BufferedReader(self.bundle.open(self._strip_protocol(path), "rb"), size)
+
+    # -- writes: refused ---------------------------------------------------------------------------
+
+    def pipe_file(
+        self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any
+    ) -> NoReturn:
+        _read_only(path)
+
+    def put_file(self, lpath: str, rpath: str, callback: Any = None, **kwargs: Any) -> NoReturn:
+        _read_only(rpath)
+
+    def cp_file(self, path1: str, path2: str, **kwargs: Any) -> NoReturn:
+        _read_only(path2)
+
+    def mv(self, path1: str, path2: str, *args: Any, **kwargs: Any) -> NoReturn:
+        _read_only(path1)
+
+    def rm_file(self, path: str) -> NoReturn:
+        _read_only(path)
+
+    def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> NoReturn:
+        _read_only(path)
+
+    def rmdir(self, path: str) -> NoReturn:
+        _read_only(path)
+
+    def mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> NoReturn:
+        _read_only(path)
+
+    def makedirs(self, path: str, exist_ok: bool = False) -> NoReturn:
+        _read_only(path)
+
+    def touch(self, path: str, truncate: bool = True, **kwargs: Any) -> NoReturn:
+        _read_only(path)
+
+
+def _read_only(path: Any) -> NoReturn:
+    raise OSError(errno.EROFS, "a bundle is read-only", str(path))
+
+
+def _local_path(
+    fo: str | os.PathLike[str], protocol: str | None, options: dict[str, Any] | None
+) -> str:
+    """The local path of the bundle ``fo`` names, or ``ValueError`` for any other place."""
+    path = stringify_path(fo)
+    if not isinstance(path, str) or not path:
+        raise ValueError("a bundle file system needs fo: the bundle's path")
+    if "://" in path and protocol is None:
+        protocol, _, rest = path.partition("://")
+        path = rest
+    if protocol not in _LOCAL_PROTOCOLS:
+        raise ValueError(
+            f"bundles are read from local paths only for now, not {protocol}:// "
+            f"({path}): copy or mount the bundle locally"
+        )
+    return path  # a local file system's options (auto_mkdir…) mean nothing to a reader
