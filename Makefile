@@ -47,8 +47,11 @@ lint: install
 demo: install
 	$(BIN)/python -m bundlefs.demo
 
+# The peers' tables, then the sections other modules own (docs/benchmarks.md keeps them).
 bench: install
 	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.codecs
+	$(BIN)/python -m bench.torch_epoch
 
 bench-quick: install
 	$(BIN)/python -m bench.run --quick

@@ -473,3 +473,41 @@ Caveats when reading the figures:
   in memory, as on a machine that mounts and then reads; its data is cold like everyone's. The
   mapped index also counts in its peak RSS.
 """
+
+
+# Sections other bench modules own (bench.torch_epoch, bench.codecs): each replaces its own, and a
+# full `bench.run` rewrite of the page keeps them.
+EXTRA_SECTIONS = ("## PyTorch: a cold epoch", "## Compression: lz4 and zstd")
+
+
+def _section_bounds(doc: str, heading: str) -> tuple[int, int] | None:
+    start = doc.find("\n" + heading + "\n")
+    if start < 0:
+        return None
+    end = doc.find("\n## ", start + 1)
+    return start + 1, end if end >= 0 else len(doc)
+
+
+def write_section(text: str, path: Path) -> None:
+    """Replace the section ``text`` heads (its first line, a ``## `` heading) in ``path``, up to
+    the next ``## `` heading, or append it."""
+    heading = text.split("\n", 1)[0]
+    doc = path.read_text() if path.exists() else ""
+    bounds = _section_bounds(doc, heading)
+    if bounds is None:
+        doc = doc.rstrip("\n") + "\n\n" + text.rstrip("\n") + "\n"
+    else:
+        start, end = bounds
+        doc = doc[:start] + text.rstrip("\n") + "\n" + doc[end:]
+    path.write_text(doc)
+
+
+def extra_sections(path: Path) -> list[str]:
+    """The other modules' sections now in ``path``, to put back after a rewrite."""
+    doc = path.read_text() if path.exists() else ""
+    found = []
+    for heading in EXTRA_SECTIONS:
+        bounds = _section_bounds(doc, heading)
+        if bounds is not None:
+            found.append(doc[bounds[0] : bounds[1]])
+    return found

@@ -233,7 +233,10 @@ def write_docs(results: dict[str, Any], names: list[str]) -> None:
             png = "benchmarks.png"
         except Exception as e:  # noqa: BLE001 - a missing plot must not lose the tables
             log(f"plot failed: {e}")
+    kept = report.extra_sections(docs / "benchmarks.md")
     (docs / "benchmarks.md").write_text(report.markdown(results, med, verdicts, names, png))
+    for section in kept:
+        report.write_section(section, docs / "benchmarks.md")
     log(f"wrote {docs / 'benchmarks.md'}")
 
 
