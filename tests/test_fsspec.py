@@ -154,14 +154,18 @@ def test_info_of_a_file_has_the_stat_fields(fs: BundleFileSystem) -> None:
 
 
 def test_info_carries_content_type_and_user_data_when_the_bundle_has_them(
-    fs: BundleFileSystem,
+    tmp_path: Path,
 ) -> None:
-    for path in ("d/t.csv", "d/t.parquet", "hello.txt"):
-        info, st = fs.info(path), fs.bundle.stat(path)
-        for field in ("content_type", "user_data"):
-            value = getattr(st, field, None)
-            assert info.get(field) == value
-            assert (field in info) == (value is not None)
+    src = build_tree(tmp_path / "src", {"x.png": b"\x89PNG\r\n\x1a\n", "raw": b"opaque"})
+    labels = {b"x.png": b'{"label":3}', b"raw": b"\xff not json"}
+    dest = tmp_path / "b.bundle"
+    pack(str(src), str(dest), PackOptions(user_data=lambda rel, _st: labels.get(rel)))
+    fs = fsspec.filesystem("bundle", fo=str(dest))
+    png = fs.info("x.png")
+    assert png["content_type"] == "image/png" and png["user_data"] == {"label": 3}
+    raw = fs.info("raw")
+    assert "content_type" not in raw and raw["user_data"] == b"\xff not json"
+    assert "user_data" not in fs.info("") and "content_type" not in fs.info("")
 
 
 def test_info_of_a_directory_and_the_root(fs: BundleFileSystem) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import io
+import json
 import os
 import stat
 from typing import Any, NoReturn
@@ -164,11 +165,11 @@ class BundleFileSystem(AbstractFileSystem):
         }
         if destination is not None:
             out["destination"] = os.fsdecode(destination)
-        # Fields the content-type format version adds to BundleStat; absent from older bundles.
-        for field in ("content_type", "user_data"):
-            value = getattr(st, field, None)
-            if value is not None:
-                out[field] = value
+        # What format version 2 stores (docs/format.md §3.3, §3.6): only where a file has it.
+        if st.content_type is not None:
+            out["content_type"] = st.content_type
+        if st.user_data:
+            out["user_data"] = _user_data(st.user_data)
         return out
 
     def exists(self, path: str, **kwargs: Any) -> bool:
@@ -277,3 +278,11 @@ def _local_path(
             f"({path}): copy or mount the bundle locally"
         )
     return path  # a local file system's options (auto_mkdir…) mean nothing to a reader
+
+
+def _user_data(data: bytes) -> Any:
+    """User data as ``pack --user-data`` stores it (a JSON object), decoded; other bytes as is."""
+    try:
+        return json.loads(data)
+    except ValueError:  # not JSON (UnicodeDecodeError is a ValueError too)
+        return data
