@@ -150,7 +150,10 @@ def step_extract(d: Demo) -> None:
 def step_mount(d: Demo) -> None:
     """Serve the bundle as a read-only tree, look at it with ordinary tools, unmount."""
     os.makedirs(d.mountpoint, exist_ok=True)
-    run("bundlefs", "mount", d.bundle, d.mountpoint)
+    # The daemon's log stays in the demo directory (without --log-file, where no syslog
+    # listens, it would go under the user's ~/.local/state).
+    log_file = os.path.join(os.path.dirname(d.mountpoint), "daemon.log")
+    run("bundlefs", "mount", "--log-file", log_file, d.bundle, d.mountpoint)
     try:
         run("ls", "-l", d.mountpoint)
         run("find", d.mountpoint, "-maxdepth", "2", "-type", "d")

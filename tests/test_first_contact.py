@@ -114,6 +114,25 @@ def test_allow_nonempty_mounts_over_a_directory_that_is_not_empty(flag, bundle, 
 
 
 @pytest.mark.mount
+def test_a_relative_log_file_is_taken_from_the_callers_directory(bundle, tmp_path):
+    # The detached daemon changes its directory to /: the CLI makes the path absolute first.
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "bundlefs", "mount", "--log-file", "rel.log", bundle, mnt],
+            cwd=tmp_path,
+            capture_output=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        assert (tmp_path / "rel.log").exists()
+    finally:
+        if is_mounted(mnt):
+            subprocess.run(["fusermount3", "-u", "-z", str(mnt)], timeout=30)
+
+
+@pytest.mark.mount
 def test_mount_on_a_regular_file_says_it_is_not_a_directory(bundle, tmp_path):
     target = tmp_path / "afile"
     target.write_bytes(b"")

@@ -209,7 +209,8 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
         index_resident=DEFAULT_INDEX_RESIDENT if resident is None else resident,
         prefetch=not args.no_prefetch,
         check_index=not args.no_index_check,
-        log_file=_text_or_none(values["log_file"]),
+        # Absolute: the detached daemon changes its directory to / before it opens the log.
+        log_file=_absolute_or_none(_text_or_none(values["log_file"])),
         debug=args.debug,
         auto_unmount=not args.no_auto_unmount,
         allow_nonempty=bool(values["allow_nonempty"]),
@@ -260,6 +261,10 @@ def _fallback_log_path(options: MountOptions) -> str | None:
             f"{existing}; use --log-file"
         )
     return path
+
+
+def _absolute_or_none(path: str | None) -> str | None:
+    return os.path.abspath(path) if path else None
 
 
 def run_mount(args: argparse.Namespace) -> int:
