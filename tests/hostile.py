@@ -87,7 +87,9 @@ def reseal(bundle: str | os.PathLike) -> None:
         old = fmt.decode_marker(f.read(), crc32c)
     with open(os.path.join(bundle, fmt.INDEX_DIR, fmt.INDEX_FILE), "rb") as f:
         index = f.read()
-    marker = fmt.Marker(old.bundle_id, len(index), crc32c(index), old.shard_count)
+    marker = fmt.Marker(
+        old.bundle_id, len(index), crc32c(index), old.shard_count, old.format_version
+    )
     with open(marker_path, "wb") as f:
         f.write(fmt.encode_marker(marker, crc32c))
 

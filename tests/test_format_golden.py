@@ -248,7 +248,10 @@ class DocReader:
             return stored
         # Version 1: lz4 always. Version 2: the config's compression (1 lz4, 2 zstd).
         if self.version >= 2 and self.config["compression"] == 2:
-            data = zstandard.ZstdDecompressor().decompress(stored, max_output_size=r["length"])
+            assert zstandard.frame_content_size(stored) == r["length"]  # one frame, sized
+            data = zstandard.ZstdDecompressor().decompress(
+                stored, max_output_size=r["length"], allow_extra_data=False
+            )
         else:
             assert self.version == 1 or self.config["compression"] == 1
             data = lz4.block.decompress(stored, uncompressed_size=r["length"])

@@ -657,3 +657,25 @@ def test_an_mtime_past_2262_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(PackError, match="mtime of 'future' is outside what a bundle stores"):
         pack(str(src), str(tmp_path / "b.bundle"))
     assert not (tmp_path / "b.bundle").exists()
+
+
+@pytest.mark.parametrize(
+    "env, created_ns, message",
+    [
+        ("-5", None, "SOURCE_DATE_EPOCH='-5' is not a whole number"),
+        ("soon", None, "SOURCE_DATE_EPOCH='soon' is not a whole number"),
+        ("99999999999", None, "creation time is outside"),
+        (None, 2**63, "creation time is outside"),
+    ],
+)
+def test_a_bad_creation_time_fails_before_packing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env, created_ns, message
+) -> None:
+    src = build_tree(tmp_path / "src", {"f": b"x"})
+    if env is None:
+        monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    else:
+        monkeypatch.setenv("SOURCE_DATE_EPOCH", env)
+    with pytest.raises(PackError, match=message):
+        pack(str(src), str(tmp_path / "b.bundle"), PackOptions(created_ns=created_ns))
+    assert not (tmp_path / "b.bundle").exists()

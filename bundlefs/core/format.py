@@ -9,6 +9,7 @@ May import: the standard library, ``bundlefs.errors``; no storage or compression
 
 from __future__ import annotations
 
+import re
 import stat as statmod
 import struct
 from dataclasses import dataclass
@@ -147,9 +148,16 @@ def check_version(version: int, what: str) -> None:
 
 
 def meta_key(key: str) -> bytes:
-    data = key.encode()
+    data = _utf8(key, "metadata key")
     _check_meta_key(data)
     return data
+
+
+def _utf8(text: str, what: str) -> bytes:
+    try:
+        return text.encode()
+    except UnicodeEncodeError:  # lone surrogates: bytes from the command line that are not UTF-8
+        raise FormatError(f"{what} {text[:40]!r} is not UTF-8 text") from None
 
 
 def _check_meta_key(data: bytes) -> None:
@@ -158,7 +166,7 @@ def _check_meta_key(data: bytes) -> None:
 
 
 def encode_meta_value(value: str) -> bytes:
-    data = value.encode()
+    data = _utf8(value, "metadata value")
     if len(data) > MAX_META_VALUE:
         raise FormatError(f"metadata value of {len(data)} bytes is over {MAX_META_VALUE}")
     return data
@@ -180,7 +188,10 @@ def content_type_key(index: int) -> bytes:
 
 
 def encode_content_type(media_type: str) -> bytes:
-    data = media_type.encode("ascii", "replace")
+    try:
+        data = media_type.encode("ascii")
+    except UnicodeEncodeError:
+        raise FormatError(f"content type {media_type[:40]!r} is not a media type (ASCII)") from None
     _check_content_type(data)
     return data
 
@@ -190,14 +201,14 @@ def decode_content_type(data: bytes) -> str:
     return data.decode("ascii")
 
 
+# type "/" subtype (RFC 6838 restricted names), then optional parameters in printable ASCII.
+_MEDIA_TYPE = re.compile(
+    rb"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*(;[ -~]*)?"
+)
+
+
 def _check_content_type(data: bytes) -> None:
-    # type "/" subtype, optional parameters: printable ASCII only (RFC 6838 names).
-    if (
-        not 3 <= len(data) <= MAX_CONTENT_TYPE
-        or b"/" not in data
-        or not all(0x20 < c < 0x7F or c == 0x20 for c in data)
-        or data[:1] in (b"/", b" ")
-    ):
+    if not 3 <= len(data) <= MAX_CONTENT_TYPE or not _MEDIA_TYPE.fullmatch(data):
         raise FormatError(f"content type {data[:40]!r} is not a media type")
 
 
@@ -316,6 +327,8 @@ def validate_layout(block_size: int, record_size: int) -> None:
 
 
 def encode_config(c: Config) -> bytes:
+    if not -(2**63) <= c.created_ns < 2**63:
+        raise FormatError("the creation time is outside what a bundle stores (years 1678 to 2262)")
     return _CONFIG.pack(
         CONFIG_MAGIC,
         c.format_version,

@@ -13,6 +13,7 @@ May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``, ``bund
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -88,10 +89,18 @@ def parse_compression(spec: str) -> tuple[str, int | None]:
 
 
 def creation_time(created_ns: int | None) -> int:
-    if created_ns is not None:
-        return created_ns
-    epoch = os.environ.get("SOURCE_DATE_EPOCH", "")
-    return int(epoch) * 10**9 if epoch.isdigit() else time.time_ns()
+    """The time to record: the caller's, else ``SOURCE_DATE_EPOCH``'s, else the clock's."""
+    if created_ns is None:
+        epoch = os.environ.get("SOURCE_DATE_EPOCH")
+        if epoch is None or epoch == "":
+            return time.time_ns()
+        # reproducible-builds.org: a malformed value must stop the build, not be ignored.
+        if not epoch.isdigit():
+            raise PackError(f"SOURCE_DATE_EPOCH={epoch!r} is not a whole number of seconds")
+        created_ns = int(epoch) * 10**9
+    if not -(2**63) <= created_ns < 2**63:
+        raise PackError("the creation time is outside what a bundle stores (years 1678 to 2262)")
+    return created_ns
 
 
 @dataclass
@@ -209,6 +218,8 @@ def pack(
     disk. Nothing is left behind then, and an existing DEST is untouched.
     """
     compression, _level = parse_compression(options.compression)
+    # Fixed now, before anything is read: a bad SOURCE_DATE_EPOCH fails at once, not at the end.
+    options = dataclasses.replace(options, created_ns=creation_time(options.created_ns))
     if compression == "zstd":
         try:
             zstd_module()

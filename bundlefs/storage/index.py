@@ -108,6 +108,7 @@ class IndexReader:
             integrity.enforce(integrity.entry_count(self.config, held))
             self.owners = self._load_owners()
             self.content_types = self._load_content_types()
+            self.meta()  # checked once at open: at most 1,024 items, so a bad one fails here
         except BaseException:
             self.close()  # else the shared environment would stay open for the process's life
             raise
@@ -255,6 +256,11 @@ class IndexReader:
         if count > fmt.MAX_CONTENT_TYPES:
             raise FormatError(f"config claims {count} content types")
         db = self._dbs.get(fmt.DB_TYPES)
+        if db is None:
+            return []
+        held = self._txn().stat(db)["entries"]
+        if held != count:
+            raise FormatError(f"index holds {held} content types, the config says {count}")
         return [
             fmt.decode_content_type(self._get(db, fmt.content_type_key(i), "content type"))
             for i in range(count)

@@ -63,10 +63,20 @@ def _zstd_compress(data: bytes, level: int) -> bytes:
 
 
 def _zstd_decompress(stored: bytes, length: int) -> bytes:
+    """Exactly one frame that records ``length`` as its content size (docs/format.md §3.4).
+
+    zstandard sizes its output from the frame's own header and ignores ``max_output_size`` when
+    the header has one: a 17-byte frame claiming 1 TiB made it allocate that (found by a second
+    read of this change). So the declared size is checked first, and nothing may follow the frame.
+    """
+    zstd = zstd_module()
+    declared = zstd.frame_content_size(stored)  # -1: not recorded; ZstdError: not a frame
+    if declared != length:
+        raise zstd.ZstdError(f"the frame declares {declared} bytes, the record {length}")
     decompressor = getattr(_zstd_local, "decompressor", None)
     if decompressor is None:
-        decompressor = _zstd_local.decompressor = zstd_module().ZstdDecompressor()
-    return decompressor.decompress(stored, max_output_size=length)
+        decompressor = _zstd_local.decompressor = zstd.ZstdDecompressor()
+    return decompressor.decompress(stored, max_output_size=length, allow_extra_data=False)
 
 
 def encode_record_payload(
