@@ -153,3 +153,9 @@ class WouldBlock(Exception):
 
     Not a ``BundleError``: nothing is wrong; the caller retries the read where it may block.
     """
+
+
+class StorageError(BundleError):
+    """An object store could not be reached, or refused us (credentials, permissions): the
+    message says which store and why in one sentence. Raised where a bundle is opened; a record
+    that cannot be fetched later is a ``CorruptDataError`` of the files it holds instead."""

@@ -129,6 +129,17 @@ def test_only_the_storage_layer_imports_lmdb():
             assert module.split(".")[0] != "lmdb", f"{path} imports lmdb"
 
 
+def test_only_storage_and_integrations_import_fsspec_or_its_back_ends():
+    # Object storage is the storage layer's business (and fsspec's own protocol, the
+    # integration's): the read path above sees only a ShardStore.
+    for path in _modules():
+        if _package_of(path) in ("storage", "integrations"):
+            continue
+        for module, _ in _imports(path):
+            top = module.split(".")[0]
+            assert top not in ("fsspec", "s3fs", "botocore", "aiobotocore"), f"{path}: {module}"
+
+
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_every_module_says_what_it_owns_and_what_it_may_import(path):
     docstring = ast.get_docstring(ast.parse(path.read_text()))

@@ -7,6 +7,7 @@ pyarrow, dask, xarray…) reads files inside a bundle::
     fs = fsspec.filesystem("bundle", fo="data.bundle")
     pd.read_csv("bundle://d/t.csv", storage_options={"fo": "data.bundle"})
     fsspec.open("bundle://train/x.jpg::file:///data/data.bundle")
+    fsspec.open("bundle://train/x.jpg::s3://bucket/data.bundle", s3={"anon": True})
 
 Registered through the ``fsspec.specs`` entry point (pyproject.toml), so fsspec finds it by its
 protocol without an import. Unlike fsspec's archive file systems (zip, tar), it lists nothing up
@@ -34,8 +35,8 @@ from bundlefs import Bundle, BundleStat
 from bundlefs.errors import EntryNotFound, NotADirectory
 from bundlefs.read.bundle import DEFAULT_CACHE_SIZE
 
-# Protocols whose paths are local files: the only place a bundle can live until an object-store
-# ShardStore exists (docs/architecture.md, "Where the next features go").
+# Protocols whose paths are local files; any other is a bundle on an object store, opened by URL
+# with the target's options as its storage options (docs/storage.md).
 _LOCAL_PROTOCOLS = (None, "", "file", "local")
 
 
@@ -43,8 +44,10 @@ class BundleFileSystem(AbstractFileSystem):
     """A bundle, read-only, as an fsspec file system.
 
     ``fo`` is the bundle: a local path (str or path-like; ``file://`` URLs too, as a chained URL
-    hands it over), or an open ``Bundle``, which the file system then uses and leaves open.
-    ``cache_size`` and ``check_index`` are ``Bundle``'s options.
+    hands it over), a URL (``s3://bucket/x.bundle``, or ``bundle://PATH::s3://bucket/x.bundle``
+    chained, the ``s3`` options then being the target's), or an open ``Bundle``, which the file
+    system then uses and leaves open. ``cache_size``, ``check_index``, ``storage_options``,
+    ``disk_cache`` and ``disk_cache_size`` are ``Bundle``'s options.
 
     Paths are relative to the bundle's root (a leading ``/`` is allowed). ``info`` follows a
     final symlink, as ``os.stat`` and fsspec's local file system do (``islink`` and
@@ -65,6 +68,9 @@ class BundleFileSystem(AbstractFileSystem):
         target_options: dict[str, Any] | None = None,
         cache_size: int = DEFAULT_CACHE_SIZE,
         check_index: bool = True,
+        storage_options: dict[str, Any] | None = None,
+        disk_cache: str | None = None,
+        disk_cache_size: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(fo, **kwargs)
@@ -72,8 +78,18 @@ class BundleFileSystem(AbstractFileSystem):
             self.bundle = fo
             self._owns_bundle = False
         else:
-            path = _local_path(fo, target_protocol, target_options)
-            self.bundle = Bundle(path, cache_size=cache_size, check_index=check_index)
+            where, options = _bundle_location(fo, target_protocol, target_options)
+            if options is None:
+                self.bundle = Bundle(where, cache_size=cache_size, check_index=check_index)
+            else:
+                self.bundle = Bundle(
+                    where,
+                    cache_size=cache_size,
+                    check_index=check_index,
+                    storage_options={**options, **(storage_options or {})},
+                    disk_cache=disk_cache,
+                    disk_cache_size=disk_cache_size,
+                )
             self._owns_bundle = True
         self.fo = self.bundle.path
 
@@ -262,22 +278,19 @@ def _read_only(path: Any) -> NoReturn:
     raise OSError(errno.EROFS, "a bundle is read-only", str(path))
 
 
-def _local_path(
+def _bundle_location(
     fo: str | os.PathLike[str], protocol: str | None, options: dict[str, Any] | None
-) -> str:
-    """The local path of the bundle ``fo`` names, or ``ValueError`` for any other place."""
+) -> tuple[str, dict[str, Any] | None]:
+    """Where the bundle ``fo`` is: (a local path, None), or (its URL, its storage options)."""
     path = stringify_path(fo)
     if not isinstance(path, str) or not path:
-        raise ValueError("a bundle file system needs fo: the bundle's path")
+        raise ValueError("a bundle file system needs fo: the bundle's path or URL")
     if "://" in path and protocol is None:
         protocol, _, rest = path.partition("://")
         path = rest
-    if protocol not in _LOCAL_PROTOCOLS:
-        raise ValueError(
-            f"bundles are read from local paths only for now, not {protocol}:// "
-            f"({path}): copy or mount the bundle locally"
-        )
-    return path  # a local file system's options (auto_mkdir…) mean nothing to a reader
+    if protocol in _LOCAL_PROTOCOLS:
+        return path, None  # a local file system's options (auto_mkdir…) mean nothing to a reader
+    return f"{protocol}://{path}", dict(options or {})
 
 
 def _user_data(data: bytes) -> Any:

@@ -9,6 +9,10 @@ adapter, ``extract`` and ``verify`` use ``tree`` and ``content`` by inode.
 It is also a collection of paths (``len``, ``in``, iteration), streams every file in stored order
 (``iter_files``), and pickles to its location, so spawned workers reopen it (docs/python.md).
 
+A bundle at a URL (``s3://bucket/x.bundle``; storage/location.py) opens the same way: its index
+is fetched into a local cache and opened from there, and its shards are read through a
+``RemoteShardStore`` (storage/remote.py, docs/storage.md); everything above the store is the same.
+
 Synchronous and thread-safe; forked children reopen LMDB on their own (see storage/index.py).
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``, ``bundlefs.read``.
 """
@@ -38,6 +42,8 @@ from bundlefs.read.cache import CacheStats, RecordCache
 from bundlefs.read.content import ContentReader
 from bundlefs.read.tree import DEFAULT_NAME_CACHE, TreeModel
 from bundlefs.storage.index import IndexReader
+from bundlefs.storage.location import Location, parse_location
+from bundlefs.storage.remote import RemoteShardStore, fetch_index
 from bundlefs.storage.shards import ShardSet, zstd_module
 from bundlefs.storage.store import LocalShardStore
 
@@ -109,11 +115,15 @@ class BundleInfo:
     index_bytes: int
     shard_bytes: int
     meta: dict[str, str] | None = None  # the bundle's metadata (pack --meta)
+    # A bundle at a URL only: where it lives, and its store's counters (RemoteShardStore.stats)
+    location: str | None = None
+    storage: dict[str, object] | None = None
 
     def to_dict(self) -> dict[str, object]:
-        """The facts ``bundlefs info --json`` prints, in its key order (docs/cli.md)."""
+        """The facts ``bundlefs info --json`` prints, in its key order (docs/cli.md); a bundle at
+        a URL adds ``location`` and ``storage`` (docs/storage.md)."""
         c = self.config
-        return {
+        facts: dict[str, object] = {
             "path": self.path,
             "bundle_id": self.bundle_id.hex(),
             "format_version": c.format_version,
@@ -135,6 +145,10 @@ class BundleInfo:
             "content_types": c.content_type_count,
             "meta": dict(self.meta or {}),
         }
+        if self.location is not None:
+            facts["location"] = self.location
+            facts["storage"] = dict(self.storage or {})
+        return facts
 
 
 def _as_bytes(path: Path) -> tuple[bytes, bool]:
@@ -179,6 +193,12 @@ class Bundle:
     ``"forkserver"`` can hand a bundle to its workers. Unpickling fails with ``FormatError`` if
     another bundle has replaced it at that location since; pickling a closed bundle raises
     ``BundleClosedError`` (a copy that is open where the original is closed would hide a bug).
+
+    ``path`` may be a URL (``s3://bucket/x.bundle``): ``storage_options`` go to its fsspec
+    back-end (credentials, endpoint; merged over ``BUNDLEFS_STORAGE_OPTIONS``), ``disk_cache``
+    is the local cache directory (the fetched index and, up to ``disk_cache_size`` bytes, fetched
+    records; default ``$XDG_CACHE_HOME/bundlefs``; size 0 keeps no records on disk). They mean
+    nothing to a local bundle. A URL pickles with its options, so workers reopen it remotely.
     """
 
     def __init__(
@@ -188,23 +208,43 @@ class Bundle:
         cache_size: int = DEFAULT_CACHE_SIZE,
         name_cache: int = DEFAULT_NAME_CACHE,
         check_index: bool = True,
+        storage_options: dict[str, Any] | None = None,
+        disk_cache: str | os.PathLike[str] | None = None,
+        disk_cache_size: int | None = None,
     ) -> None:
-        self.path = os.fsdecode(os.fspath(path))
-        # For pickling: absolute now, because the process may change directory before it
-        # pickles, and a spawned child starts wherever it starts.
-        self._location = os.path.abspath(self.path)
+        self.location: Location = parse_location(os.fsdecode(os.fspath(path)), storage_options)
+        self.path = self.location.path if self.location.is_local else self.location.url
         self._options: dict[str, Any] = {
             "cache_size": cache_size,
             "name_cache": name_cache,
             "check_index": check_index,
         }
         self._closed = False
-        self._index = IndexReader(self.path, check_checksum=check_index)
+        store: LocalShardStore | RemoteShardStore
+        if self.location.is_local:
+            # For pickling: absolute now, because the process may change directory before it
+            # pickles, and a spawned child starts wherever it starts.
+            self._location = os.path.abspath(self.path)
+            self._index = IndexReader(self.path, check_checksum=check_index)
+        else:
+            self._location = self.location.url
+            self._options.update(
+                storage_options=dict(storage_options or {}),
+                disk_cache=os.fspath(disk_cache) if disk_cache is not None else None,
+                disk_cache_size=disk_cache_size,
+            )
+            # fetch_index has checked the index against the marker (a download always, a cached
+            # copy when check_index): no second CRC pass over it here.
+            local = fetch_index(self.location, disk_cache, check=check_index)
+            self._index = IndexReader(local, check_checksum=False)
         self.config = self._index.config
         try:
             if self.config.record_codec == fmt.COMPRESSION_ZSTD:
                 zstd_module()  # a missing binding is refused at open, not at the first read
-            store = LocalShardStore(self.path)
+            if self.location.is_local:
+                store = LocalShardStore(self.path)
+            else:
+                store = self._remote_store(disk_cache, disk_cache_size)
         except BaseException:
             self._index.close()
             raise
@@ -226,6 +266,23 @@ class Bundle:
         self._shard_bytes: int | None = None
         self._store = store
         _open_bundles.add(self)
+
+    def _remote_store(
+        self, disk_cache: str | os.PathLike[str] | None, disk_cache_size: int | None
+    ) -> RemoteShardStore:
+        marker = self._index.marker
+        # The shards' sizes bound coalesced GETs to each object (one index get per shard).
+        sizes = {
+            fmt.shard_filename(i, marker.format_version): self._index.shard_info(i).file_size
+            for i in range(self.config.shard_count)
+        }
+        return RemoteShardStore(
+            self.location,
+            marker.bundle_id,
+            shard_sizes=sizes,
+            disk_cache=disk_cache,
+            disk_cache_size=disk_cache_size,
+        )
 
     def _forked(self) -> None:
         self.content.forked()
@@ -268,7 +325,16 @@ class Bundle:
             self._index.marker.index_size,
             self._shard_bytes,
             self.tree.meta(),
+            location=None if self.location.is_local else self.location.url,
+            storage=self.storage_stats(),
         )
+
+    def storage_stats(self) -> dict[str, object] | None:
+        """A bundle at a URL: its store's counters (requests, bytes fetched, cache hits…,
+        docs/storage.md); None for a local bundle."""
+        if isinstance(self._store, RemoteShardStore):
+            return self._store.stats()
+        return None
 
     def hold_index_resident(self) -> int:
         """Keep the whole index in memory (mapped) until ``close``; returns its size in bytes.

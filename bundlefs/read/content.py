@@ -46,6 +46,10 @@ class ContentReader:
         self._bundle_path = bundle_path
         self._path_of = path_of  # names a file in an error when the caller did not
         self._record_size = index.config.record_size
+        # Whole-file reads may take a raw record's slice unchecked (format §5) only where a slice
+        # is cheaper than the record: not on an object store, where every record is fetched and
+        # CRC-checked whole (storage/remote.py).
+        self._raw_slices = shards.partial_reads_cheap
         self._inflight: dict[tuple[int, int], threading.Event] = {}
         self._inflight_lock = threading.Lock()
 
@@ -115,7 +119,7 @@ class ContentReader:
             return
         if (record.shard, record.offset) in self.cache:
             return
-        if record.flags & fmt.RECORD_RAW:  # a whole-file read takes only the file's own slice
+        if record.flags & fmt.RECORD_RAW and self._raw_slices:  # whole-file reads take a slice
             start = record.stored_offset + entry.offset - record.offset
             self._shards.prefetch(record.shard, start, entry.size)
         else:
@@ -222,7 +226,7 @@ class ContentReader:
         self, record: fmt.Record, pos: int, take: int, whole: bool, nowait: bool
     ) -> bytes:
         """``take`` stream bytes from ``pos``, all inside ``record``."""
-        if whole and record.flags & fmt.RECORD_RAW:
+        if whole and record.flags & fmt.RECORD_RAW and self._raw_slices:
             data = self.cache.get((record.shard, record.offset))
             if data is None:
                 # A whole-file read is checked by the file CRC, so a raw record's slice can be
@@ -238,15 +242,16 @@ class ContentReader:
     ) -> None:
         """Fill ``view`` with the stream bytes from ``pos``, all inside ``record``."""
         covered = pos == record.offset and len(view) == record.length
+        unchecked = whole and self._raw_slices  # the file CRC alone may vouch for the bytes
         if (
             record.flags & fmt.RECORD_RAW
-            and (whole or covered)
+            and (unchecked or covered)
             and (record.shard, record.offset) not in self.cache
         ):
             # Straight into the reply, checked by the file's CRC (whole) or the record's own, and
             # not cached: a read that covers whole records is a large sequential one, which the
             # kernel's page cache keeps. Measured on a cold 64 MiB file through the mount (dd,
             # 1 MiB READs): 45,000 -> 23,000 page faults in the daemon, 249-268 -> 491 MB/s.
-            self._shards.read_raw_into(record, pos, view, nowait=nowait, check_record=not whole)
+            self._shards.read_raw_into(record, pos, view, nowait=nowait, check_record=not unchecked)
             return
         view[:] = self._record_slice(record, pos, len(view), whole, nowait)

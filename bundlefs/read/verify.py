@@ -8,6 +8,10 @@ keeps going after damage, so one run names every damaged file. Damage never rais
 
 The tree invariants and count fields are core/integrity.py's rules, the same ones the reader
 enforces; here every rule is applied to every entry and each broken one is collected.
+
+A bundle at a URL is verified where it lives: the index fetched (checked against the marker, as
+every open does), the shard objects listed and their headers and records fetched, never served
+from the on-disk record cache (which would verify the cache, not the store).
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``, ``bundlefs.read``.
 """
 
@@ -18,13 +22,16 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from bundlefs.core import format as fmt
 from bundlefs.core import integrity
 from bundlefs.errors import BundleError, CorruptDataError, FormatError
 from bundlefs.read.bundle import Bundle
 from bundlefs.storage.index import check_index_file
+from bundlefs.storage.location import Location, parse_location
 from bundlefs.storage.publish import read_marker
+from bundlefs.storage.remote import RemoteShardStore, fetch_index, list_shard_names
 from bundlefs.storage.shards import ShardSet
 from bundlefs.storage.store import LocalShardStore
 
@@ -101,15 +108,32 @@ class VerifyReport:
 def verify(
     bundle_path: str | os.PathLike,
     progress: Callable[[VerifyProgress], None] | None = None,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    disk_cache: str | os.PathLike[str] | None = None,
+    disk_cache_size: int | None = None,
 ) -> VerifyReport:
-    """Scan a whole bundle. Raises only if ``bundle_path`` is not a bundle at all."""
-    return _Verifier(os.fsdecode(os.fspath(bundle_path)), progress).run()
+    """Scan a whole bundle. Raises only if ``bundle_path`` is not a bundle at all.
+
+    ``bundle_path`` may be a URL; ``storage_options`` and ``disk_cache`` are then ``Bundle``'s
+    (the index is cached there; records are not: ``disk_cache_size`` is accepted for the CLI's
+    sake and ignored, as verify reads every record from the store itself).
+    """
+    location = parse_location(os.fsdecode(os.fspath(bundle_path)), storage_options)
+    return _Verifier(location, progress, disk_cache).run()
 
 
 class _Verifier:
-    def __init__(self, path: str, progress) -> None:
-        self.path = path
-        self.report = VerifyReport(path)
+    def __init__(
+        self, location: Location, progress, disk_cache: str | os.PathLike[str] | None = None
+    ) -> None:
+        self.location = location
+        # A local bundle's directory, or (after run() fetched it) a remote one's cached index.
+        self.path = location.path if location.is_local else location.url
+        self._local_dir = self.path
+        self._disk_cache = disk_cache
+        self._remote: RemoteShardStore | None = None
+        self.report = VerifyReport(self.path)
         self._progress = progress
         self._last_tick = 0.0
         self._started = time.monotonic()
@@ -121,18 +145,47 @@ class _Verifier:
     def problem(self, kind: str, message: str, **where) -> None:
         self.report.problems.append(Problem(kind, message, **where))
 
+    def _open(self) -> Bundle:
+        if self.location.is_local:
+            return Bundle(self.path, check_index=False, cache_size=64 * 1024 * 1024)
+        # No records on disk: the files are checked as the store holds them.
+        return Bundle(
+            self.location.url,
+            check_index=False,
+            cache_size=64 * 1024 * 1024,
+            storage_options=self.location.storage_options,
+            disk_cache=self._disk_cache,
+            disk_cache_size=0,
+        )
+
+    def _store(self, bundle: Bundle, marker: fmt.Marker) -> LocalShardStore | RemoteShardStore:
+        if self.location.is_local:
+            return LocalShardStore(self.path)
+        sizes = {
+            fmt.shard_filename(i, marker.format_version): bundle.content.shard_info(i).file_size
+            for i in range(bundle.config.shard_count)
+        }
+        self._remote = RemoteShardStore(
+            self.location, marker.bundle_id, shard_sizes=sizes, disk_cache_size=0
+        )
+        return self._remote
+
     def run(self) -> VerifyReport:
         # A missing or invalid marker means "not a bundle": that raises, as opening would.
-        marker = read_marker(self.path)
+        if not self.location.is_local:
+            # Fetched and checked against the remote marker (a mismatch raises: the index the
+            # marker vouches for is not there); the checks below then run on the local copy.
+            self._local_dir = fetch_index(self.location, self._disk_cache)
+        marker = read_marker(self._local_dir)
         if self._check_index_file(marker):
             try:
-                bundle = Bundle(self.path, check_index=False, cache_size=64 * 1024 * 1024)
+                bundle = self._open()
             except (FormatError, OSError) as e:
                 self.problem("index", f"the index cannot be read: {e}")
             else:
                 # A ShardSet of our own loads records without going through (or filling) the cache.
                 self._shards = ShardSet(
-                    LocalShardStore(self.path), marker, bundle.config.record_codec
+                    self._store(bundle, marker), marker, bundle.config.record_codec
                 )
                 self._version = marker.format_version
                 self._bundle_id = marker.bundle_id
@@ -170,7 +223,7 @@ class _Verifier:
         """Size, LMDB meta pages and checksum of data.mdb; False if LMDB must not open it."""
         self._tick("index", 0, 1)
         try:
-            check_index_file(self.path, marker)
+            check_index_file(self._local_dir, marker)
         except BundleError as e:
             self.problem("index", f"the index is damaged: {e}")
             return False
@@ -197,9 +250,15 @@ class _Verifier:
         hand or copied from another bundle, and a stray shard is not part of this bundle."""
         expected = {fmt.shard_filename(i, self._version) for i in range(shard_count)}
         try:
-            names = sorted(n for n in os.listdir(self.path) if n.startswith(fmt.SHARD_PREFIX))
+            if self._remote is not None:
+                names = list_shard_names(self.location, self._remote.filesystem)
+            else:
+                names = sorted(n for n in os.listdir(self.path) if n.startswith(fmt.SHARD_PREFIX))
         except OSError as e:
-            self.problem("shard", f"cannot list {self.path}: {e.strerror}")
+            self.problem("shard", f"cannot list {self.path}: {e.strerror or e}")
+            return
+        except Exception as e:  # an object store's listing: any failure is "cannot list"
+            self.problem("shard", f"cannot list {self.path}: {e}")
             return
         other = 1 if self._version >= 2 else 2
         for name in names:
@@ -218,13 +277,18 @@ class _Verifier:
             self.problem("shard", message)
 
     def _check_shard_file(self, bundle: Bundle, shard: int, info: fmt.ShardInfo) -> int | None:
-        path = os.path.join(self.path, fmt.shard_filename(shard, self._version))
+        name = fmt.shard_filename(shard, self._version)
+        path = self.location.child(name)
         try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                header = f.read(fmt.SHARD_HEADER_SIZE)
+            if self._remote is not None:
+                size, header = self._remote.size_and_header(name, fmt.SHARD_HEADER_SIZE)
+            else:
+                with open(path, "rb") as f:
+                    size = os.fstat(f.fileno()).st_size
+                    header = f.read(fmt.SHARD_HEADER_SIZE)
         except OSError as e:
-            self.problem("shard", f"shard {shard}: cannot read {path}: {e.strerror}", shard=shard)
+            reason = e.strerror or str(e)
+            self.problem("shard", f"shard {shard}: cannot read {path}: {reason}", shard=shard)
             return None
         try:
             fmt.check_shard_header(header, shard, self._bundle_id, self._version)

@@ -111,11 +111,11 @@ def parse_storage_options(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
 
 def open_filesystem(protocol: str, storage_options: dict[str, Any]):
     try:
-        import fsspec
+        import fsspec  # type: ignore[import-untyped]
     except ImportError:
-        extra = _EXTRA_OF.get(protocol, "fsspec")
         raise BundleError(
-            f"{protocol}:// locations need fsspec: pip install 'bundlefs[{extra}]'"
+            f"{protocol}:// locations need fsspec: "
+            f"pip install 'bundlefs[{_EXTRA_OF.get(protocol, 'fsspec')}]'"
         ) from None
     try:
         return fsspec.filesystem(protocol, **storage_options)

@@ -303,8 +303,14 @@ class ShardSet:
         self._marker = marker
         self._codec = codec  # the bundle's Config.record_codec
         self._names: dict[int, str] = {}  # shard -> file name, once its header matched
+        # Whether reading a slice of a record costs less than the whole record (a local file:
+        # yes; an object store: one round trip either way, and only a whole record can be
+        # CRC-checked). ContentReader reads raw slices only where this is true.
+        self.partial_reads_cheap: bool = getattr(store, "partial_reads_cheap", True)
+        # A store that keeps copies (an object store's disk cache) can drop a damaged one.
+        self._discard = getattr(store, "discard", None)
 
-    def _name(self, shard: int) -> str:
+    def _name(self, shard: int, nowait: bool = False) -> str:
         """The shard's file name, its header checked on first use."""
         name = self._names.get(shard)
         if name is not None:
@@ -313,7 +319,7 @@ class ShardSet:
             raise FormatError(f"shard {shard} does not exist")
         name = fmt.shard_filename(shard, self._marker.format_version)
         try:
-            header = self._store.read(name, 0, fmt.SHARD_HEADER_SIZE)
+            header = self._store.read(name, 0, fmt.SHARD_HEADER_SIZE, nowait=nowait)
         except ShardUnavailable as e:
             raise CorruptDataError(f"cannot open shard file: {e.strerror}", shard=shard) from None
         # Any other OSError is a read error: the caller's _read_errors names its record.
@@ -330,7 +336,7 @@ class ShardSet:
 
     def _pread(self, record: fmt.Record, length: int, offset: int, nowait: bool = False) -> bytes:
         with _read_errors(record):
-            name = self._name(record.shard)
+            name = self._name(record.shard, nowait)
             data = self._store.read(name, offset, length, nowait=nowait)
         if len(data) != length:
             raise _truncated(record)
@@ -344,6 +350,10 @@ class ShardSet:
         stored = b""
         if not record.flags & fmt.RECORD_ZEROS:
             stored = self._pread(record, record.stored_length, record.stored_offset, nowait)
+        if crc32c(stored) != record.crc32c and self._discard is not None and not nowait:
+            # Perhaps only the store's copy is damaged: drop it and read the record once more.
+            self._discard(self._name(record.shard), record.stored_offset, record.stored_length)
+            stored = self._pread(record, record.stored_length, record.stored_offset)
         if crc32c(stored) != record.crc32c:
             raise CorruptDataError(
                 "record fails its checksum", shard=record.shard, record=record.offset
@@ -388,10 +398,16 @@ class ShardSet:
         assert not check_record or (start == record.offset and len(view) == record.length)
         offset = record.stored_offset + start - record.offset
         with _read_errors(record):
-            name = self._name(record.shard)
+            name = self._name(record.shard, nowait)
             got = self._store.read_into(name, offset, view, nowait=nowait)
         if got != len(view):
             raise _truncated(record)
+        if check_record and crc32c(view) != record.crc32c and self._discard and not nowait:
+            self._discard(name, offset, len(view))  # as in load: the store's copy, once more
+            with _read_errors(record):
+                got = self._store.read_into(name, offset, view)
+            if got != len(view):
+                raise _truncated(record)
         if check_record and crc32c(view) != record.crc32c:
             raise CorruptDataError(
                 "record fails its checksum", shard=record.shard, record=record.offset

@@ -1,0 +1,1077 @@
+"""Reading a bundle that lives on an object store: the index fetch and ``RemoteShardStore``.
+
+Two things, both over the fsspec file system of a remote ``Location`` (storage/location.py):
+
+- ``fetch_index``: the bundle's ``COMPLETE`` is fetched on every open; its ``index/data.mdb`` is
+  fetched once into a local cache directory keyed by the bundle id and checked against the
+  marker's size and CRC32C before use. A cached copy is used only when its marker is byte for
+  byte the remote one; a remote index that does not match its marker (changed or damaged) is
+  refused, never mixed with a cached one. The local directory then opens with ``IndexReader``.
+- ``RemoteShardStore``: the ``ShardStore`` (storage/store.py) of a remote bundle. Ranged GETs,
+  retried with exponential backoff up to a bound, then ``OSError(EIO)`` (the caller makes it the
+  ``CorruptDataError`` of the record); one log line per outage, not per request. Fetched ranges
+  are kept in a small memory tier and a bounded on-disk cache that survives restarts (under
+  ``ContentReader``'s decoded-record cache). Sequential access coalesces the following records
+  into one GET (1 → 4 MiB) and reads ahead in the background; threads asking for bytes a GET in
+  flight will bring wait for it (single-flight). ``nowait`` answers only from the caches.
+
+The store never checks record CRCs (``ShardSet`` does, on every record: the store declares
+``partial_reads_cheap = False`` so the reader always loads whole records) and offers
+``discard`` so that a cached range failing its CRC is dropped and fetched again once.
+
+Cache layout (``CACHE`` is ``disk_cache`` or ``default_cache_dir()``)::
+
+    CACHE/index/<bundle id hex>/COMPLETE, CACHE/index/<bundle id hex>/index/data.mdb
+    CACHE/records/<bundle id hex>/<shard name>.<offset>.<length>   (stored bytes of the shard)
+
+May import: the standard library, ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``;
+fsspec only through ``bundlefs.storage.location`` (lazily: it is an optional extra).
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import dataclasses
+import errno
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from bundlefs.core import format as fmt
+from bundlefs.core.checksum import crc32c, file_checksum
+from bundlefs.errors import (
+    BundleClosedError,
+    BundleError,
+    FormatError,
+    IncompleteBundleError,
+    NotABundleError,
+    ShardUnavailable,
+    StorageError,
+    WouldBlock,
+)
+from bundlefs.storage.location import Location
+
+log = logging.getLogger(__name__)
+
+ENV_CACHE_DIR = "BUNDLEFS_CACHE_DIR"
+DEFAULT_DISK_CACHE_SIZE = 1024 * 1024 * 1024
+# One GET asks for at most this much when access is sequential: large enough that per-request
+# latency (~10-50 ms on S3) stops dominating, small enough that a wrong guess costs little.
+DEFAULT_COALESCE = 4 * 1024 * 1024
+FIRST_WINDOW = 1024 * 1024  # the first coalesced GET of a stream; doubles up to the bound
+# A read starting up to this far after where another ended (or a little before: threads of one
+# reader arrive out of order) continues its stream.
+SEQUENTIAL_GAP = 256 * 1024
+SEQUENTIAL_BEHIND = 64 * 1024
+STREAMS_PER_SHARD = 8  # read positions remembered per shard (concurrent sequential readers)
+MEMORY_TIER = 32 * 1024 * 1024  # fetched ranges held in memory (coalesced windows)
+READ_AHEAD_THREADS = 4
+# Retries: 4 attempts, 0.2 + 0.4 + 0.8 s apart; during a known outage one attempt only, so a
+# mount answers EIO at once instead of stalling every read for the whole bound.
+ATTEMPTS = 4
+BACKOFF = 0.2
+BACKOFF_MAX = 2.0
+# Bounded network waits: botocore's defaults (60 s read timeout, 5 retries of its own under
+# s3fs's own 5) would hang a read for minutes before our bound even starts.
+CONNECT_TIMEOUT = 5
+READ_TIMEOUT = 20
+INDEX_CHUNK = 8 * 1024 * 1024
+_TMP_MAX_AGE = 3600.0  # a temporary file older than this was left by a dead process
+_S3 = ("s3", "s3a")
+# Credential failures botocore raises before sending anything: retrying cannot help.
+_NO_CREDENTIALS = {"NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"}
+
+
+def default_cache_dir() -> str:
+    """``$BUNDLEFS_CACHE_DIR``, else ``$XDG_CACHE_HOME/bundlefs``, else ``~/.cache/bundlefs``."""
+    explicit = os.environ.get(ENV_CACHE_DIR)
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "bundlefs")
+
+
+def remote_filesystem(location: Location) -> Any:
+    """A private fsspec file system for ``location`` with bounded network waits.
+
+    Private (not fsspec's shared instance): its retry settings are ours, and a writer in the same
+    process keeps its own. For S3 the back-end's retries are turned off and ours (``_Fetcher``)
+    are the only ones, so the bound is one number; the user's own settings win where given.
+    """
+    options = dict(location.storage_options)
+    if location.protocol in _S3:
+        config = dict(options.get("config_kwargs") or {})
+        config.setdefault("connect_timeout", CONNECT_TIMEOUT)
+        config.setdefault("read_timeout", READ_TIMEOUT)
+        config.setdefault("retries", {"total_max_attempts": 1})
+        options["config_kwargs"] = config
+    options["skip_instance_cache"] = True
+    fs = dataclasses.replace(location, storage_options=options).filesystem()
+    if location.protocol in _S3 and isinstance(getattr(fs, "retries", None), int):
+        fs.retries = 1  # s3fs's own loop (5 tries on timeouts): ours replaces it
+    return fs
+
+
+def _reason(e: BaseException) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _fatal(e: Exception) -> bool:
+    """Errors no retry can fix: missing objects, refusals, our own bugs."""
+    if isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)):
+        return True
+    if type(e).__name__ in _NO_CREDENTIALS:
+        return True
+    return isinstance(e, (TypeError, ValueError, AttributeError)) and not isinstance(e, OSError)
+
+
+def _denied(e: Exception) -> bool:
+    return isinstance(e, PermissionError) or type(e).__name__ in _NO_CREDENTIALS
+
+
+class _Fetcher:
+    """Ranged GETs with retries and backoff, counters, and one log line per outage."""
+
+    def __init__(
+        self,
+        factory: Callable[[], Any],
+        label: str,
+        *,
+        attempts: int = ATTEMPTS,
+        backoff: float = BACKOFF,
+    ) -> None:
+        # Made on first use: after a fork the child must not touch the parent's network session,
+        # and fsspec resets its event loop in the child only after our at-fork hook has run.
+        self._factory = factory
+        self._fs: Any = None
+        self.label = label  # the bundle's URL, for the log
+        self.attempts = max(1, attempts)
+        self.backoff = backoff
+        self.lock = threading.Lock()
+        self.counters = {"requests": 0, "bytes_fetched": 0, "retries": 0, "failures": 0}
+        self.outage = False
+        self._failed_during_outage = 0
+
+    @property
+    def fs(self) -> Any:
+        if self._fs is None:
+            with self.lock:
+                if self._fs is None:
+                    self._fs = self._factory()
+        return self._fs
+
+    def get(self, url: str, start: int | None = None, end: int | None = None) -> bytes:
+        """Bytes ``start … end`` of ``url`` (all of it without a range); short past the end.
+
+        Raises ``FileNotFoundError`` (no such object), ``PermissionError`` (refused) or, after
+        the retry bound, ``OSError(EIO)`` naming the last reason.
+        """
+        attempts = 1 if self.outage else self.attempts
+        last: Exception | None = None
+        for attempt in range(attempts):
+            if attempt:
+                time.sleep(min(self.backoff * 2 ** (attempt - 1), BACKOFF_MAX))
+                self._count("retries")
+            self._count("requests")
+            try:
+                data = self.fs.cat_file(url, start=start, end=end)
+            except OSError as e:
+                if e.errno == errno.EINVAL and start is not None and "range" in str(e).lower():
+                    self._recovered()
+                    return b""  # the range starts past the end: the object is shorter
+                if _fatal(e):
+                    raise
+                last = e
+            except Exception as e:
+                if _denied(e):
+                    raise PermissionError(errno.EACCES, _reason(e)) from None
+                if _fatal(e):
+                    raise
+                last = e
+            else:
+                self._count("bytes_fetched", len(data))
+                self._recovered()
+                return bytes(data)
+        assert last is not None
+        self._gave_up(url, last)
+        where = f"bytes {start}-{end} of {url}" if start is not None else url
+        raise OSError(
+            errno.EIO,
+            f"cannot fetch {where} after {attempts} attempt(s): {_reason(last)}",
+        )
+
+    def _count(self, key: str, n: int = 1) -> None:
+        with self.lock:
+            self.counters[key] += n
+
+    def _gave_up(self, url: str, e: Exception) -> None:
+        with self.lock:
+            self.counters["failures"] += 1
+            if self.outage:
+                self._failed_during_outage += 1
+                return
+            self.outage = True
+            self._failed_during_outage = 1
+        log.warning(
+            "%s: the object store is unreachable (%s); reads of records not cached fail with "
+            "EIO until it is back",
+            self.label,
+            _reason(e),
+        )
+
+    def _recovered(self) -> None:
+        if not self.outage:  # an unlocked peek: the common case costs nothing
+            return
+        with self.lock:
+            was, self.outage = self.outage, False
+            failed = self._failed_during_outage
+        if was:
+            log.warning(
+                "%s: the object store is reachable again (%d fetches failed)", self.label, failed
+            )
+
+
+# -- the index -------------------------------------------------------------------------------------
+
+
+def _open_error(location: Location, fs: Any, e: Exception) -> BundleError:
+    """The one sentence for an open that failed on ``COMPLETE``."""
+    if isinstance(e, FileNotFoundError):
+        return _missing_marker(location, fs)
+    if _denied(e):
+        return StorageError(
+            f"{location.url}: access denied ({_reason(e)}); check the credentials "
+            "(--storage-option key=… secret=…, the environment or a profile)"
+        )
+    return StorageError(f"cannot read {location.url}: {_reason(e)}")
+
+
+def _missing_marker(location: Location, fs: Any) -> NotABundleError:
+    """Why there is no ``COMPLETE``: no bucket, nothing there, or an upload that never finished."""
+    try:
+        names = [n.rstrip("/").rsplit("/", 1)[-1] for n in fs.ls(location.path, detail=False)]
+    except Exception:  # listing is only for a better sentence
+        names = []
+    if fmt.INDEX_DIR in names or any(n.startswith(fmt.SHARD_PREFIX) for n in names):
+        return IncompleteBundleError(
+            f"{location.url} is an incomplete bundle (no completion marker: was the upload killed?)"
+        )
+    if names:
+        return NotABundleError(f"{location.url} is not a bundle (no completion marker)")
+    bucket = location.path.split("/", 1)[0]
+    with contextlib.suppress(Exception):
+        if bucket != location.path and not fs.exists(bucket):
+            return NotABundleError(f"{location.url}: the bucket {bucket} does not exist")
+    return NotABundleError(f"{location.url} does not exist")
+
+
+def _fetch_marker(location: Location, fetcher: _Fetcher) -> bytes:
+    try:
+        return fetcher.get(location.child(fmt.MARKER_NAME))
+    except Exception as e:
+        raise _open_error(location, fetcher.fs, e) from None
+
+
+def _cached_index_ok(local: str, marker_bytes: bytes, marker: fmt.Marker, check: bool) -> bool:
+    """Whether the cached copy at ``local`` is exactly this marker's index."""
+    try:
+        with open(os.path.join(local, fmt.MARKER_NAME), "rb") as f:
+            if f.read(fmt.MARKER_SIZE + 1) != marker_bytes:
+                return False
+        path = os.path.join(local, fmt.INDEX_DIR, fmt.INDEX_FILE)
+        if os.stat(path).st_size != marker.index_size:
+            return False
+        return not check or file_checksum(path)[0] == marker.index_crc32c
+    except OSError:
+        return False
+
+
+def _remove_tree(path: str) -> None:
+    """Remove a directory another process may be reading from: renamed away first, so nobody
+    opens a half-removed copy."""
+    doomed = f"{path}.removing-{os.getpid()}-{threading.get_ident()}"
+    try:
+        os.rename(path, doomed)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _download_index(
+    location: Location, fetcher: _Fetcher, marker: fmt.Marker, tmp_index: str
+) -> bool:
+    """Stream the remote index into ``tmp_index``; whether it matches the marker's size and CRC."""
+    url = location.child(f"{fmt.INDEX_DIR}/{fmt.INDEX_FILE}")
+    value, pos = 0, 0
+    with open(tmp_index, "wb") as out:
+        while True:
+            # One byte past the promised size: a longer remote index is a changed one.
+            end = min(pos + INDEX_CHUNK, marker.index_size + 1)
+            want = end - pos
+            try:
+                piece = fetcher.get(url, pos, end)
+            except FileNotFoundError:
+                raise FormatError(f"{location.url}: the index is missing") from None
+            except OSError as e:
+                raise StorageError(f"cannot fetch the index of {location.url}: {e}") from None
+            out.write(piece)
+            value = crc32c(piece, value)
+            pos += len(piece)
+            if len(piece) < want or pos > marker.index_size:
+                break
+        out.flush()
+        os.fsync(out.fileno())
+    return pos == marker.index_size and value == marker.index_crc32c
+
+
+def fetch_index(
+    location: Location,
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    check: bool = True,
+    fetcher: _Fetcher | None = None,
+) -> str:
+    """The local directory holding ``location``'s marker and index, fetched if not cached.
+
+    ``check`` also verifies a cached copy's CRC32C (a download is always verified). Raises
+    ``NotABundleError`` (no ``COMPLETE``; ``IncompleteBundleError`` when shards or an index are
+    there without it), ``StorageError`` (unreachable, access denied), ``FormatError`` (the remote
+    index does not match its marker: it was changed or damaged; it is refused).
+    """
+    if fetcher is None:
+        fetcher = _Fetcher(lambda: remote_filesystem(location), location.url)
+    root = os.path.join(os.fspath(cache_dir) if cache_dir else default_cache_dir(), "index")
+    for attempt in range(2):
+        marker_bytes = _fetch_marker(location, fetcher)
+        try:
+            marker = fmt.decode_marker(marker_bytes, crc32c)
+        except NotABundleError as e:
+            raise NotABundleError(f"{location.url}: {e}") from None
+        local = os.path.join(root, marker.bundle_id.hex())
+        if _cached_index_ok(local, marker_bytes, marker, check):
+            with contextlib.suppress(OSError):
+                os.utime(local)  # last used: what a cleaner of old indexes would look at
+            return local
+        if os.path.exists(local):
+            log.warning("%s: the cached index at %s is damaged; fetching it again", location, local)
+            _remove_tree(local)
+        os.makedirs(root, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=f".{marker.bundle_id.hex()}.tmp-", dir=root)
+        try:
+            os.mkdir(os.path.join(tmp, fmt.INDEX_DIR))
+            if not _download_index(
+                location, fetcher, marker, os.path.join(tmp, fmt.INDEX_DIR, fmt.INDEX_FILE)
+            ):
+                if attempt == 0 and _fetch_marker(location, fetcher) != marker_bytes:
+                    continue  # replaced between the marker and the index: start over once
+                raise FormatError(
+                    f"{location.url}: the index does not match its completion marker (changed "
+                    "or damaged on the store); refusing it"
+                )
+            with open(os.path.join(tmp, fmt.MARKER_NAME), "wb") as f:
+                f.write(marker_bytes)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.rename(tmp, local)
+            except OSError as e:
+                if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+                # Another process cached it first: theirs is used if it is sound.
+                if not _cached_index_ok(local, marker_bytes, marker, True):
+                    _remove_tree(local)
+                    os.rename(tmp, local)
+            return local
+        except OSError as e:
+            raise StorageError(f"cannot cache the index of {location.url} in {root}: {e}") from None
+        finally:
+            if os.path.exists(tmp):
+                shutil.rmtree(tmp, ignore_errors=True)
+    raise FormatError(f"{location.url} keeps changing while it is opened; try again")
+
+
+# -- cached ranges ---------------------------------------------------------------------------------
+
+
+class _RangeIndex:
+    """Which byte ranges of each shard are held: (start, length) pieces, found by bisection."""
+
+    def __init__(self) -> None:
+        self._starts: dict[str, list[int]] = {}
+        self._lengths: dict[tuple[str, int], int] = {}
+
+    def add(self, name: str, start: int, length: int) -> None:
+        key = (name, start)
+        if key not in self._lengths:
+            bisect.insort(self._starts.setdefault(name, []), start)
+        self._lengths[key] = length
+
+    def remove(self, name: str, start: int) -> None:
+        if self._lengths.pop((name, start), None) is None:
+            return
+        starts = self._starts[name]
+        del starts[bisect.bisect_left(starts, start)]
+
+    def length(self, name: str, start: int) -> int | None:
+        return self._lengths.get((name, start))
+
+    def find(self, name: str, pos: int) -> tuple[int, int] | None:
+        """A piece holding byte ``pos``, as (start, stop)."""
+        starts = self._starts.get(name)
+        if not starts:
+            return None
+        i = bisect.bisect_right(starts, pos)
+        # Pieces may overlap (a record fetched alone, then a window around it): look back a few.
+        for j in range(i - 1, max(-1, i - 17), -1):
+            start = starts[j]
+            stop = start + self._lengths[(name, start)]
+            if stop > pos:
+                return start, stop
+        return None
+
+    def next_start(self, name: str, pos: int) -> int | None:
+        """The first piece start at or after ``pos``."""
+        starts = self._starts.get(name)
+        if not starts:
+            return None
+        i = bisect.bisect_left(starts, pos)
+        return starts[i] if i < len(starts) else None
+
+    def overlapping(self, name: str, offset: int, end: int) -> list[int]:
+        starts = self._starts.get(name, [])
+        hi = bisect.bisect_left(starts, end)
+        return [s for s in starts[max(0, hi - 17) : hi] if s + self._lengths[(name, s)] > offset]
+
+
+def _assemble(
+    index: _RangeIndex, name: str, offset: int, end: int, read: Callable[[int, int, int], bytes]
+) -> bytes | None:
+    """Bytes ``offset … end`` from held pieces (``read(piece_start, from, to)``), or None."""
+    piece = index.find(name, offset)
+    if piece is None:
+        return None
+    if piece[1] >= end:
+        return read(piece[0], offset, end)
+    parts, pos = [], offset
+    while pos < end:
+        piece = index.find(name, pos)
+        if piece is None:
+            return None
+        stop = min(end, piece[1])
+        parts.append(read(piece[0], pos, stop))
+        pos = stop
+    return b"".join(parts)
+
+
+class _MemoryTier:
+    """Recently fetched ranges in memory, LRU, bounded in bytes: a coalesced window is mostly
+    read right after it arrives, and this avoids a file read for each of its records."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.bytes = 0
+        self._data: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self.index = _RangeIndex()
+        self._lock = threading.Lock()
+
+    def get(self, name: str, offset: int, end: int) -> bytes | None:
+        def read(start: int, lo: int, hi: int) -> bytes:
+            data = self._data[(name, start)]
+            self._data.move_to_end((name, start))
+            return data if lo == start and hi - lo == len(data) else data[lo - start : hi - start]
+
+        with self._lock:
+            return _assemble(self.index, name, offset, end, read)
+
+    def find(self, name: str, pos: int) -> tuple[int, int] | None:
+        with self._lock:
+            return self.index.find(name, pos)
+
+    def next_start(self, name: str, pos: int) -> int | None:
+        with self._lock:
+            return self.index.next_start(name, pos)
+
+    def put(self, name: str, start: int, data: bytes) -> None:
+        if len(data) > self.limit or not data:
+            return
+        with self._lock:
+            old = self._data.pop((name, start), None)
+            if old is not None:
+                self.bytes -= len(old)
+            self._data[(name, start)] = data
+            self.index.add(name, start, len(data))
+            self.bytes += len(data)
+            while self.bytes > self.limit:
+                (old_name, old_start), old = self._data.popitem(last=False)
+                self.index.remove(old_name, old_start)
+                self.bytes -= len(old)
+
+    def discard(self, name: str, offset: int, end: int) -> None:
+        with self._lock:
+            for start in self.index.overlapping(name, offset, end):
+                self.bytes -= len(self._data.pop((name, start)))
+                self.index.remove(name, start)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+            self.index = _RangeIndex()
+            self.bytes = 0
+
+
+def _is_bundle_id(name: str) -> bool:
+    return len(name) == 32 and all(c in "0123456789abcdef" for c in name)
+
+
+class DiskRecordCache:
+    """Fetched shard ranges of one bundle as files, bounded in bytes across every bundle there.
+
+    ``ROOT/<bundle id hex>/<shard>.<offset>.<length>``: a range is only ever served to the bundle
+    whose id names its directory. Written atomically (temporary file, rename); no fsync, because
+    a damaged file is caught by the record CRC above and dropped (``discard``). Least recently
+    used goes first: a hit sets the file's mtime, and eviction (down to 90% of the bound, so it
+    runs in batches) scans the whole directory, so processes sharing it keep one bound.
+    """
+
+    def __init__(self, root: str, bundle_id: bytes, limit: int) -> None:
+        self.root = root
+        self.limit = limit
+        self.dir = os.path.join(root, bundle_id.hex())
+        self.index = _RangeIndex()
+        self._lock = threading.Lock()
+        os.makedirs(self.dir, exist_ok=True)
+        self._load()
+        self.bytes = self._scan_total()
+
+    def _load(self) -> None:
+        now = time.time()
+        for entry in os.scandir(self.dir):
+            if entry.name.startswith("."):
+                with contextlib.suppress(OSError):
+                    if now - entry.stat().st_mtime > _TMP_MAX_AGE:
+                        os.unlink(entry.path)  # a temporary file of a process that died
+                continue
+            parsed = self._parse(entry.name)
+            if parsed is None:
+                continue
+            name, start, length = parsed
+            old = self.index.length(name, start)
+            if old is None or old < length:
+                self.index.add(name, start, length)
+
+    @staticmethod
+    def _parse(filename: str) -> tuple[str, int, int] | None:
+        name, _, rest = filename.partition(".")
+        start, _, length = rest.partition(".")
+        if not name.startswith(fmt.SHARD_PREFIX) or not start.isdigit() or not length.isdigit():
+            return None
+        return name, int(start), int(length)
+
+    def _path(self, name: str, start: int, length: int) -> str:
+        return os.path.join(self.dir, f"{name}.{start}.{length}")
+
+    def _scan_total(self) -> int:
+        return sum(size for _mtime, size, _path in self._scan())
+
+    def _scan(self) -> list[tuple[float, int, str]]:
+        out = []
+        with contextlib.suppress(OSError):
+            for top in os.scandir(self.root):
+                if not _is_bundle_id(top.name) or not top.is_dir(follow_symlinks=False):
+                    continue
+                with contextlib.suppress(OSError):
+                    for entry in os.scandir(top.path):
+                        with contextlib.suppress(OSError):
+                            st = entry.stat(follow_symlinks=False)
+                            out.append((st.st_mtime, st.st_size, entry.path))
+        return out
+
+    def find(self, name: str, pos: int) -> tuple[int, int] | None:
+        with self._lock:
+            return self.index.find(name, pos)
+
+    def next_start(self, name: str, pos: int) -> int | None:
+        with self._lock:
+            return self.index.next_start(name, pos)
+
+    def get(self, name: str, offset: int, end: int, nowait: bool) -> bytes | None:
+        def read(start: int, lo: int, hi: int) -> bytes:
+            length = self.index.length(name, start)
+            assert length is not None
+            path = self._path(name, start, length)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if os.fstat(fd).st_size != length:
+                    raise FileNotFoundError(errno.ENOENT, "a partly written cache file", path)
+                buffer = bytearray(hi - lo)
+                if nowait:
+                    try:
+                        got = os.preadv(fd, [buffer], lo - start, os.RWF_NOWAIT)
+                    except OSError as e:
+                        raise WouldBlock from e
+                else:
+                    got = os.preadv(fd, [buffer], lo - start)
+                if got != len(buffer):
+                    raise FileNotFoundError(errno.ENOENT, "a short cache file", path)
+            finally:
+                os.close(fd)
+            with contextlib.suppress(OSError):
+                os.utime(path)  # recently used: evicted last
+            return bytes(buffer)
+
+        with self._lock:
+            try:
+                return _assemble(self.index, name, offset, end, read)
+            except FileNotFoundError:
+                # Evicted by another process, or left half written: forget what we knew of it.
+                for start in self.index.overlapping(name, offset, end):
+                    length = self.index.length(name, start)
+                    if length is not None and not os.path.exists(self._path(name, start, length)):
+                        self.index.remove(name, start)
+                return None
+
+    def put(self, name: str, start: int, data: bytes) -> None:
+        """Keep ``data`` (stored bytes from ``start``); a failure to write only loses the copy."""
+        if not data or len(data) > self.limit:
+            return
+        path = self._path(name, start, len(data))
+        tmp = os.path.join(self.dir, f".{name}.{start}.{os.getpid()}.{threading.get_ident()}")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except OSError as e:
+            log.debug("cannot keep %s in the disk cache: %s", path, e)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            return
+        with self._lock:
+            old = self.index.length(name, start)
+            if old == len(data):
+                return  # the same range again (another process, or a retry): replaced in place
+            if old is not None:
+                if old > len(data):
+                    # The longer copy already there serves more: keep it, drop this one.
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
+                    return
+                with contextlib.suppress(OSError):
+                    os.unlink(self._path(name, start, old))
+                self.bytes -= old
+            self.index.add(name, start, len(data))
+            self.bytes += len(data)
+            if self.bytes > self.limit:
+                self._evict()
+
+    def _evict(self) -> None:
+        files = self._scan()
+        total = sum(size for _mtime, size, _path in files)
+        if total > self.limit:
+            target = self.limit * 9 // 10
+            files.sort()
+            for _mtime, size, path in files:
+                if total <= target:
+                    break
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+                    total -= size
+                    if os.path.dirname(path) == self.dir:
+                        parsed = self._parse(os.path.basename(path))
+                        if parsed is not None and self.index.length(*parsed[:2]) == parsed[2]:
+                            self.index.remove(parsed[0], parsed[1])
+        self.bytes = total
+
+    def discard(self, name: str, offset: int, end: int) -> None:
+        with self._lock:
+            for start in self.index.overlapping(name, offset, end):
+                length = self.index.length(name, start)
+                self.index.remove(name, start)
+                if length is not None:
+                    with contextlib.suppress(OSError):
+                        os.unlink(self._path(name, start, length))
+                        self.bytes -= length
+
+
+# -- the store -------------------------------------------------------------------------------------
+
+
+class _Fetch:
+    """One GET in flight: readers of bytes inside it wait for it instead of sending their own."""
+
+    __slots__ = ("name", "start", "stop", "done", "data", "error")
+
+    def __init__(self, name: str, start: int, stop: int) -> None:
+        self.name, self.start, self.stop = name, start, stop
+        self.done = threading.Event()
+        self.data = b""
+        self.error: OSError | None = None
+
+    def slice(self, offset: int, end: int) -> bytes:
+        if self.error is not None:
+            raise OSError(self.error.errno, self.error.strerror, *self.error.args[2:])
+        data = self.data
+        if offset == self.start and end - offset >= len(data):
+            return data
+        return data[offset - self.start : end - self.start]
+
+
+class _Stream:
+    """A sequential reader of one shard: where it will read next, and its coalescing window."""
+
+    __slots__ = ("next", "window")
+
+    def __init__(self, next_offset: int) -> None:
+        self.next = next_offset
+        self.window = 0
+
+
+class RemoteShardStore:
+    """The shard files of a bundle on an object store (a ``ShardStore``). Thread-safe.
+
+    ``shard_sizes`` (shard file name → size, from the index) bounds coalesced GETs to the object;
+    ``disk_cache`` is the cache root (``default_cache_dir()`` when None); ``disk_cache_size`` 0
+    keeps nothing on disk. ``stats()`` gives the counters ``bundlefs info`` shows.
+    """
+
+    # Reading a slice of a raw record costs a round trip just as the whole record does, and only
+    # a whole record can be CRC-checked: ContentReader must always load whole records.
+    partial_reads_cheap = False
+
+    def __init__(
+        self,
+        location: Location,
+        bundle_id: bytes,
+        *,
+        shard_sizes: Mapping[str, int] | None = None,
+        disk_cache: str | os.PathLike[str] | None = None,
+        disk_cache_size: int | None = DEFAULT_DISK_CACHE_SIZE,
+        coalesce: int = DEFAULT_COALESCE,
+        memory: int = MEMORY_TIER,
+        attempts: int = ATTEMPTS,
+        backoff: float = BACKOFF,
+        filesystem: Any = None,
+    ) -> None:
+        self.location = location
+        self._bundle_id = bundle_id
+        self._sizes = dict(shard_sizes or {})
+        self._coalesce = max(0, coalesce)
+        self._attempts, self._backoff = attempts, backoff
+        self._fetcher = _Fetcher(
+            (lambda: filesystem) if filesystem is not None else self._new_filesystem,
+            location.url,
+            attempts=attempts,
+            backoff=backoff,
+        )
+        self._urls: dict[str, str] = {}
+        self._memory = _MemoryTier(memory)
+        size = DEFAULT_DISK_CACHE_SIZE if disk_cache_size is None else disk_cache_size
+        root = self._cache_root = os.fspath(disk_cache) if disk_cache else default_cache_dir()
+        self._disk: DiskRecordCache | None = None
+        if size > 0:
+            try:
+                self._disk = DiskRecordCache(os.path.join(root, "records"), bundle_id, size)
+            except OSError as e:  # an unwritable cache is a slower bundle, not a broken one
+                log.warning("%s: no disk cache (%s): records are fetched every time", root, e)
+        self._lock = threading.Lock()
+        self._inflight: dict[str, list[_Fetch]] = {}
+        self._streams: dict[str, list[_Stream]] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._closed = False
+        self._counts = {
+            "reads": 0,
+            "memory_hits": 0,
+            "disk_hits": 0,
+            "disk_misses": 0,
+            "disk_hit_bytes": 0,
+            "shared": 0,
+            "prefetches": 0,
+            "discards": 0,
+        }
+
+    # -- ShardStore ------------------------------------------------------------------------------
+
+    def read(self, name: str, offset: int, length: int, *, nowait: bool = False) -> bytes:
+        if self._closed:
+            raise BundleClosedError("the bundle is closed")
+        end = offset + length
+        if length <= 0:
+            return b""
+        with self._lock:
+            self._counts["reads"] += 1
+            stream = self._track(name, offset, end)
+        data = self._cached(name, offset, end, nowait)
+        if data is None:
+            if nowait:
+                raise WouldBlock
+            data = self._fetch(name, offset, end, stream)
+        if stream is not None and stream.window:
+            self._read_ahead(name, end, stream)
+        return data
+
+    def read_into(
+        self, name: str, offset: int, buffer: bytearray | memoryview, *, nowait: bool = False
+    ) -> int:
+        data = self.read(name, offset, len(buffer), nowait=nowait)
+        memoryview(buffer).cast("B")[: len(data)] = data
+        return len(data)
+
+    def prefetch(self, name: str, offset: int, length: int) -> None:
+        """Start fetching these bytes in the background unless held or in flight."""
+        if self._closed or length <= 0:
+            return
+        with contextlib.suppress(Exception):
+            end = offset + length
+            if self._memory.get(name, offset, end) is not None:
+                return
+            if self._disk is not None and self._disk.find(name, offset) is not None:
+                return
+            self._start_background(name, offset, end)
+
+    def discard(self, name: str, offset: int, length: int) -> None:
+        """Drop held copies of these bytes (they failed a record CRC): the next read fetches."""
+        with self._lock:
+            self._counts["discards"] += 1
+        self._memory.discard(name, offset, offset + length)
+        if self._disk is not None:
+            self._disk.discard(name, offset, offset + length)
+
+    def forked(self) -> None:
+        """In a child after ``fork()``: the parent's GETs in flight never finish here, its locks
+        may be held, and its network session belongs to its event loop."""
+        self._lock = threading.Lock()
+        self._inflight = {}
+        self._pool = None
+        self._fetcher = _Fetcher(
+            self._new_filesystem,
+            self.location.url,
+            attempts=self._attempts,
+            backoff=self._backoff,
+        )
+        self._memory = _MemoryTier(self._memory.limit)
+        if self._disk is not None:
+            self._disk._lock = threading.Lock()
+
+    def close(self) -> None:
+        self._closed = True
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+        self._memory.clear()
+
+    def _new_filesystem(self) -> Any:
+        return remote_filesystem(self.location)
+
+    @property
+    def filesystem(self) -> Any:
+        """The fsspec file system the store reads through."""
+        return self._fetcher.fs
+
+    def size_and_header(self, name: str, length: int) -> tuple[int, bytes]:
+        """The object's size as the store says it now, and its first ``length`` bytes fetched
+        now (not from a cache): what ``verify`` checks of each shard."""
+        url = self._url(name)
+        fs = self._fetcher.fs
+        with contextlib.suppress(Exception):
+            fs.invalidate_cache(url)
+        try:
+            size = int(fs.info(url)["size"])
+            header = self._fetcher.get(url, 0, length)
+        except FileNotFoundError:
+            raise ShardUnavailable(errno.ENOENT, "no such object on the store", url) from None
+        except OSError:
+            raise
+        except Exception as e:
+            raise OSError(errno.EIO, _reason(e)) from None
+        return size, header
+
+    # -- facts -------------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, object]:
+        """Counters for ``bundlefs info``: see docs/storage.md, "Reading"."""
+        with self._fetcher.lock:
+            fetched = dict(self._fetcher.counters)
+            outage = self._fetcher.outage
+        with self._lock:
+            counts = dict(self._counts)
+        disk = self._disk
+        return {
+            "location": self.location.url,
+            **fetched,
+            **counts,
+            "memory_bytes": self._memory.bytes,
+            "disk_cache": self._cache_root if disk is not None else None,
+            "disk_bytes": disk.bytes if disk is not None else 0,
+            "disk_cache_size": disk.limit if disk is not None else 0,
+            "outage": outage,
+        }
+
+    # -- inside ------------------------------------------------------------------------------------
+
+    def _url(self, name: str) -> str:
+        url = self._urls.get(name)
+        if url is None:
+            url = self._urls[name] = self.location.child(name)
+        return url
+
+    def _track(self, name: str, offset: int, end: int) -> _Stream | None:
+        """The sequential stream this read continues, if any (under the lock). Like the kernel's
+        read-ahead: a read that starts near where an earlier one ended continues its stream."""
+        streams = self._streams.setdefault(name, [])
+        for stream in streams:
+            if stream.next - SEQUENTIAL_BEHIND <= offset <= stream.next + SEQUENTIAL_GAP:
+                stream.next = max(stream.next, end)
+                streams.remove(stream)
+                streams.append(stream)  # most recent last
+                return stream
+        streams.append(_Stream(end))
+        if len(streams) > STREAMS_PER_SHARD:
+            del streams[0]
+        return None
+
+    def _cached(self, name: str, offset: int, end: int, nowait: bool) -> bytes | None:
+        data = self._memory.get(name, offset, end)
+        if data is not None:
+            with self._lock:
+                self._counts["memory_hits"] += 1
+            return data
+        if self._disk is None:
+            return None
+        data = self._disk.get(name, offset, end, nowait)
+        with self._lock:
+            if data is None:
+                self._counts["disk_misses"] += 1
+            else:
+                self._counts["disk_hits"] += 1
+                self._counts["disk_hit_bytes"] += len(data)
+        return data
+
+    def _covering(self, name: str, offset: int, end: int) -> _Fetch | None:
+        for fetch in self._inflight.get(name, ()):
+            if fetch.start <= offset and end <= fetch.stop:
+                return fetch
+        return None
+
+    def _fetch(self, name: str, offset: int, end: int, stream: _Stream | None) -> bytes:
+        with self._lock:
+            fetch = self._covering(name, offset, end)
+            if fetch is not None:
+                self._counts["shared"] += 1
+                mine = False
+            else:
+                # A GET that just finished has put its bytes in memory before leaving the list.
+                data = self._memory.get(name, offset, end)
+                if data is not None:
+                    return data
+                stop = end
+                if stream is not None and self._coalesce:
+                    stream.window = min(max(stream.window * 2, FIRST_WINDOW), self._coalesce)
+                    stop = max(end, self._clip(name, end, offset + stream.window))
+                fetch = self._register(name, offset, stop)
+                mine = True
+        if mine:
+            self._run(fetch)
+        else:
+            fetch.done.wait()
+        return fetch.slice(offset, end)
+
+    def _clip(self, name: str, end: int, stop: int) -> int:
+        """Where a coalesced GET needed up to ``end`` should stop, at most ``stop``: not past the
+        object, nor into bytes already held or on their way (under the lock)."""
+        size = self._sizes.get(name)
+        if size is not None:
+            stop = min(stop, size)
+        held = [self._memory.next_start(name, end)]
+        if self._disk is not None:
+            held.append(self._disk.next_start(name, end))
+        held += [f.start for f in self._inflight.get(name, ()) if f.start >= end]
+        return min([stop] + [h for h in held if h is not None])
+
+    def _register(self, name: str, start: int, stop: int) -> _Fetch:
+        fetch = _Fetch(name, start, stop)
+        self._inflight.setdefault(name, []).append(fetch)
+        return fetch
+
+    def _run(self, fetch: _Fetch) -> None:
+        """Do the GET of ``fetch``, keep the bytes, and wake its waiters (even on failure)."""
+        try:
+            fetch.data = self._fetcher.get(self._url(fetch.name), fetch.start, fetch.stop)
+        except FileNotFoundError as e:
+            fetch.error = ShardUnavailable(errno.ENOENT, "no such object on the store", e.filename)
+        except OSError as e:
+            fetch.error = e
+        if fetch.data:
+            self._memory.put(fetch.name, fetch.start, fetch.data)
+            if self._disk is not None:
+                self._disk.put(fetch.name, fetch.start, fetch.data)
+        with self._lock:
+            fetches = self._inflight.get(fetch.name, [])
+            if fetch in fetches:
+                fetches.remove(fetch)
+        fetch.done.set()
+
+    def _covered_until(self, name: str, pos: int, limit: int) -> int:
+        """How far from ``pos`` the bytes are held or on their way (up to ``limit``)."""
+        while pos < limit:
+            piece = self._memory.find(name, pos)
+            if piece is None and self._disk is not None:
+                piece = self._disk.find(name, pos)
+            if piece is None:
+                with self._lock:
+                    fetch = self._covering(name, pos, pos + 1)
+                if fetch is None:
+                    return pos
+                piece = (fetch.start, fetch.stop)
+            pos = piece[1]
+        return pos
+
+    def _read_ahead(self, name: str, end: int, stream: _Stream) -> None:
+        """Keep a sequential stream's next window coming: when less than half a window lies
+        ahead of the reader, fetch the next one in the background (the window grows)."""
+        size = self._sizes.get(name)
+        window = stream.window
+        if size is None or end >= size:
+            return
+        ahead = self._covered_until(name, end, end + window)
+        if ahead - end >= window // 2 or ahead >= size:
+            return
+        window = stream.window = min(window * 2, max(self._coalesce, window))
+        with self._lock:
+            stop = self._clip(name, ahead + 1, ahead + window)
+        if stop > ahead:
+            self._start_background(name, ahead, stop)
+
+    def _start_background(self, name: str, start: int, stop: int) -> None:
+        with self._lock:
+            if self._closed or self._covering(name, start, min(stop, start + 1)) is not None:
+                return
+            fetch = self._register(name, start, stop)
+            self._counts["prefetches"] += 1
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    READ_AHEAD_THREADS, thread_name_prefix="bundlefs-fetch"
+                )
+            pool = self._pool
+        try:
+            pool.submit(self._run, fetch)
+        except RuntimeError:  # closed meanwhile
+            fetch.error = OSError(errno.EIO, "the bundle was closed")
+            with self._lock:
+                self._inflight.get(name, []).remove(fetch)
+            fetch.done.set()
+
+
+def list_shard_names(location: Location, fs: Any) -> list[str]:
+    """The names of the ``shard-*`` objects at ``location`` (for ``verify``)."""
+    with contextlib.suppress(Exception):
+        fs.invalidate_cache(location.path)
+    names = [n.rstrip("/").rsplit("/", 1)[-1] for n in fs.ls(location.path, detail=False)]
+    return sorted(n for n in names if n.startswith(fmt.SHARD_PREFIX))
