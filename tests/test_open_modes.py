@@ -335,13 +335,11 @@ def test_index_resident_zero_leaves_the_index_to_lmdb(mount_bundle, tools_bundle
 
 
 def _options(*argv: str):
-    import argparse
+    # The whole CLI's parser: mount's own arguments and the shared option groups it takes.
+    from bundlefs.cli.app import build_parser
+    from bundlefs.cli.mount import options_from_args
 
-    from bundlefs.cli.mount import add_mount_arguments, options_from_args
-
-    parser = argparse.ArgumentParser()
-    add_mount_arguments(parser)
-    return options_from_args(parser.parse_args([*argv, "b.bundle", "mnt"]))
+    return options_from_args(build_parser().parse_args(["mount", *argv, "b.bundle", "mnt"]))
 
 
 def test_open_mode_and_index_resident_defaults():

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bundlefs.cli import browse, export, extract, gc, mount, pack, verify
+from bundlefs.cli.options import DISK_CACHE, PARENTS, STORAGE
 from bundlefs.cli.output import (
     EXIT_BROKEN_PIPE,
     EXIT_FAILURE,
@@ -45,21 +46,48 @@ class Command:
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
+    # Shared option groups (cli/options.py): STORAGE where a bundle is named (it may be a URL),
+    # DISK_CACHE where one is read.
+    options: tuple[str, ...] = ()
 
+
+_READS = (STORAGE, DISK_CACHE)
 
 COMMANDS: list[Command] = [
-    Command("pack", "pack a directory or archives into a new bundle", pack.add_arguments, pack.run),
-    Command("export", "write a bundle's tree as a tar", export.add_arguments, export.run),
-    Command("info", "show what a bundle holds", browse.add_info_arguments, browse.run_info),
-    Command("ls", "list directories in a bundle", browse.add_ls_arguments, browse.run_ls),
-    Command("cat", "write files from a bundle to stdout", browse.add_cat_arguments, browse.run_cat),
     Command(
-        "extract", "restore a bundle (or parts) to a directory", extract.add_arguments, extract.run
+        "pack",
+        "pack a directory or archives into a new bundle",
+        pack.add_arguments,
+        pack.run,
+        (STORAGE,),
+    ),
+    Command("export", "write a bundle's tree as a tar", export.add_arguments, export.run, _READS),
+    Command("info", "show what a bundle holds", browse.add_info_arguments, browse.run_info, _READS),
+    Command("ls", "list directories in a bundle", browse.add_ls_arguments, browse.run_ls, _READS),
+    Command(
+        "cat",
+        "write files from a bundle to stdout",
+        browse.add_cat_arguments,
+        browse.run_cat,
+        _READS,
     ),
     Command(
-        "verify", "check every checksum and structure of a bundle", verify.add_arguments, verify.run
+        "extract",
+        "restore a bundle (or parts) to a directory",
+        extract.add_arguments,
+        extract.run,
+        _READS,
     ),
-    Command("mount", "mount a bundle read-only", mount.add_mount_arguments, mount.run_mount),
+    Command(
+        "verify",
+        "check every checksum and structure of a bundle",
+        verify.add_arguments,
+        verify.run,
+        _READS,
+    ),
+    Command(
+        "mount", "mount a bundle read-only", mount.add_mount_arguments, mount.run_mount, _READS
+    ),
     Command("umount", "unmount a bundle", mount.add_umount_arguments, mount.run_umount),
     Command("gc", "remove what killed packs left in a directory", gc.add_arguments, gc.run),
 ]
@@ -83,7 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
-        p = sub.add_parser(command.name, help=command.help, description=command.help)
+        parents = [PARENTS[name] for name in command.options]
+        p = sub.add_parser(
+            command.name, help=command.help, description=command.help, parents=parents
+        )
         command.add_arguments(p)
         p.set_defaults(_command=command)
     return parser

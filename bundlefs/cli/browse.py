@@ -3,8 +3,10 @@
 ``info`` also takes a bundlefs mount point: it reads the mount table and asks the daemon, through
 xattrs of the mount root, what it serves and its statistics (``bundlefs.mount.table``), never
 through a FUSE binding. It mentions what killed packs left beside a bundle (``bundlefs gc``).
+A bundle at a URL (docs/storage.md) adds where it lives and its store's counters.
 
-May import: the library layers, ``bundlefs.mount.table``, ``bundlefs.cli.output``.
+May import: the library layers, ``bundlefs.mount.table``, ``bundlefs.cli.output``,
+``bundlefs.cli.options``.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from bundlefs.cli.options import open_bundle, storage_options
 from bundlefs.cli.output import EXIT_FAILURE, EXIT_OK, error, out, out_json
 from bundlefs.core.units import format_size
 from bundlefs.errors import BundleError, IsADirectory, NotABundleError
+from bundlefs.storage.location import has_scheme, parse_location
 
 if TYPE_CHECKING:
     from bundlefs.core.format import Entry
@@ -27,10 +31,8 @@ if TYPE_CHECKING:
     from bundlefs.storage.publish import Partial
 
 
-def _open_bundle(path: str) -> Bundle:
-    from bundlefs.read.bundle import Bundle
-
-    return Bundle(path)
+def _open_bundle(path: str, args: argparse.Namespace) -> Bundle:
+    return open_bundle(path, args)
 
 
 # -- info -----------------------------------------------------------------------------------------
@@ -45,19 +47,21 @@ def run_info(args: argparse.Namespace) -> int:
     from bundlefs.mount.table import daemon_stats, mounted_bundle, served_bundle
 
     path = args.bundle
-    source = mounted_bundle(path)
+    remote = has_scheme(path) and not parse_location(path).is_local
+    source = None if remote else mounted_bundle(path)
     if source is not None:
         # Ask the daemon: a pack --force since the mount put a new bundle at the path, while the
         # daemon still serves the one it opened. (A daemon too old to say: read the path.)
         daemon = daemon_stats(path)
-        facts = served_bundle(path) or _bundle_facts(source)
+        facts = served_bundle(path) or _bundle_facts(source, args)
         facts["daemon"] = daemon
-        replaced_by = _replaced_by(source, facts)
+        replaced_by = _replaced_by(source, facts, args)
         if replaced_by is not None:
             facts["replaced_on_disk_by"] = replaced_by
     else:
-        facts = _bundle_facts(path)
-        leftovers = _leftover_partials(os.path.dirname(os.path.abspath(path)))
+        facts = _bundle_facts(path, args)
+        # A URL has no local directory where killed packs leave partials.
+        leftovers = [] if remote else _leftover_partials(os.path.dirname(os.path.abspath(path)))
         if leftovers:
             facts["stale_partials"] = [p.to_dict() for p in leftovers]
     if args.json:
@@ -70,11 +74,11 @@ def run_info(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _bundle_facts(path: str) -> dict[str, object]:
+def _bundle_facts(path: str, args: argparse.Namespace) -> dict[str, object]:
     """``info --json`` of the bundle at ``path``. A directory that is not one but holds what
     killed packs left says so, and how to remove it."""
     try:
-        with _open_bundle(path) as bundle:
+        with _open_bundle(path, args) as bundle:
             return bundle.info().to_dict()
     except NotABundleError as e:
         leftovers = _leftover_partials(path) if os.path.isdir(path) else []
@@ -97,10 +101,12 @@ def _leftover_partials(directory: str) -> list[Partial]:
         return []
 
 
-def _replaced_by(path: str, served: dict[str, object]) -> str | None:
+def _replaced_by(path: str, served: dict[str, object], args: argparse.Namespace) -> str | None:
     """What is at ``path`` now if it is not the bundle served (its id), else None."""
     from bundlefs.storage.publish import read_marker
 
+    if has_scheme(path) and not parse_location(path).is_local:
+        return _remote_replaced_by(path, served, args)
     try:
         on_disk = read_marker(path).bundle_id.hex()
     except (OSError, BundleError):
@@ -108,9 +114,40 @@ def _replaced_by(path: str, served: dict[str, object]) -> str | None:
     return None if on_disk == served.get("bundle_id") else f"bundle {on_disk}"
 
 
+def _remote_replaced_by(
+    url: str, served: dict[str, object], args: argparse.Namespace
+) -> str | None:
+    """The same for a mounted URL: its completion marker, fetched once with bounded waits.
+
+    Only with storage options (``--storage-option``, ``BUNDLEFS_STORAGE_OPTIONS``): the daemon's
+    stay in the daemon, and asking the default endpoint instead (AWS) could find another bucket
+    of that name and say something false. None when the store cannot be asked now: an
+    unreachable store is not a replaced bundle.
+    """
+    from bundlefs.core import format as fmt
+    from bundlefs.core.checksum import crc32c
+    from bundlefs.storage.remote import remote_filesystem
+
+    location = parse_location(url, storage_options(args))
+    if not location.storage_options:
+        return None
+    try:
+        data = remote_filesystem(location).cat_file(location.child(fmt.MARKER_NAME))
+    except FileNotFoundError:
+        return "nothing that opens (no completion marker: a pack --force is uploading?)"
+    except Exception:  # noqa: BLE001 - any back-end's failure: we cannot tell, so say nothing
+        return None
+    try:
+        on_store = fmt.decode_marker(data, crc32c).bundle_id.hex()
+    except BundleError:
+        return "something that is not a bundle"
+    return None if on_store == served.get("bundle_id") else f"bundle {on_store}"
+
+
 def _info_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
-    rows = [
-        ("bundle", str(facts["path"])),
+    rows = [("bundle", str(facts["path"]))]
+    rows += _location_rows(facts)
+    rows += [
         ("bundle id", str(facts["bundle_id"])),
         ("format", f"version {facts['format_version']}"),
         ("files", f"{facts['files']:,}"),
@@ -135,7 +172,8 @@ def _info_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append((f"meta {key}", value))
     if "replaced_on_disk_by" in facts:
         replaced = f"replaced by {facts['replaced_on_disk_by']} since it was mounted"
-        rows.append(("on disk", replaced + " (remount to serve that)"))
+        where = "on store" if facts.get("location") else "on disk"
+        rows.append((where, replaced + " (remount to serve that)"))
     for key, value in sorted(facts.get("daemon", {}).items()):
         rows.append((f"daemon {key.replace('_', ' ')}", _daemon_value(value)))
     leftovers = facts.get("stale_partials", [])
@@ -150,6 +188,29 @@ def _info_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
             )
         )
     return rows
+
+
+def _location_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
+    """Where a bundle at a URL lives and its store's figures (docs/storage.md): requests, bytes
+    fetched, cache hits, the disk cache. Nothing for a local bundle."""
+    location = facts.get("location")
+    if not location:
+        return []
+    rows = [("location", str(location))]
+    for key, value in (facts.get("storage") or {}).items():
+        if key != "location":
+            rows.append((f"storage {key.replace('_', ' ')}", _storage_value(key, value)))
+    return rows
+
+
+def _storage_value(key: str, value: object) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int) and ("bytes" in key or key.endswith("_size")):
+        return f"{value:,} ({format_size(value)})"
+    if value is None:
+        return "-"
+    return _daemon_value(value)
 
 
 def _daemon_value(value: object) -> str:
@@ -219,7 +280,7 @@ def _long_line(bundle: Bundle, entry: Entry, name: bytes, names: _Names) -> byte
 def run_ls(args: argparse.Namespace) -> int:
     names = _Names()
     paths = [os.fsencode(p) for p in args.paths] or [b""]
-    with _open_bundle(args.bundle) as bundle:
+    with _open_bundle(args.bundle, args) as bundle:
 
         def show(entry: Entry, name: bytes) -> None:
             out(_long_line(bundle, entry, name, names) if args.long else name)
@@ -268,7 +329,7 @@ def add_cat_arguments(p: argparse.ArgumentParser) -> None:
 def run_cat(args: argparse.Namespace) -> int:
     result = EXIT_OK
     stdout = sys.stdout.buffer
-    with _open_bundle(args.bundle) as bundle:
+    with _open_bundle(args.bundle, args) as bundle:
         for path in args.paths:
             try:
                 entry = bundle.resolve(path)

@@ -3,7 +3,7 @@
 OUT is written under a temporary name beside it and renamed into place only when the whole tar
 is written, so a failed export (a damaged file, a full disk) leaves no partial OUT behind.
 
-May import: the library layers, ``bundlefs.cli.output``.
+May import: the library layers, ``bundlefs.cli.output``, ``bundlefs.cli.options``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from bundlefs.cli.options import open_bundle
 from bundlefs.cli.output import EXIT_OK, out, status
 from bundlefs.core.units import format_size
 from bundlefs.errors import ExportError
@@ -31,7 +32,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bundlefs.read.bundle import Bundle
     from bundlefs.read.export import export_tar
 
     started = last = time.monotonic()
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         raise ExportError("refusing to write a tar to a terminal (redirect stdout or give OUT)")
     if not to_stdout and os.path.lexists(args.out) and not args.force:
         raise ExportError(f"{args.out} already exists (use --force to replace it)")
-    with Bundle(args.bundle) as bundle:
+    with open_bundle(args.bundle, args) as bundle:
         if to_stdout:
             summary = export_tar(bundle, sys.stdout.buffer, progress=show)
             sys.stdout.buffer.flush()

@@ -1,6 +1,6 @@
 """``bundlefs extract BUNDLE DEST [PATH...]``: the options, the progress line and the summary.
 
-May import: the library layers, ``bundlefs.cli.output``.
+May import: the library layers, ``bundlefs.cli.output``, ``bundlefs.cli.options``.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import argparse
 import time
 from typing import TYPE_CHECKING
 
+from bundlefs.cli.options import open_bundle
 from bundlefs.cli.output import EXIT_FAILURE, EXIT_OK, error, out, status
 from bundlefs.core.units import format_size
 
@@ -36,7 +37,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bundlefs.read.bundle import Bundle
     from bundlefs.read.extract import extract
 
     started = last = time.monotonic()
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
                 f"extracting: {s.files:,} files, {format_size(s.bytes)}, {now - started:.0f} s"
             )
 
-    with Bundle(args.bundle) as bundle:
+    with open_bundle(args.bundle, args) as bundle:
         summary = extract(
             bundle,
             args.dest,

@@ -36,7 +36,10 @@ _IGNORED_OPTIONS = {
 }  # fmt: skip
 
 # -o options that take a text value; sizes among them are parsed once merged with the flags.
-_TEXT_OPTIONS = ("cache_size", "owner", "log_file", "open_mode", "index_resident")
+_TEXT_OPTIONS = (
+    "cache_size", "owner", "log_file", "open_mode", "index_resident", "disk_cache",
+    "disk_cache_size",
+)  # fmt: skip
 _NUMBER_OPTIONS = ("uid", "gid", "read_ahead_kb")
 _OPEN_MODES = ("auto", "no-open", "open")
 _SYSLOG_SOCKET = "/dev/log"
@@ -48,7 +51,7 @@ _SYSLOG_SOCKET = "/dev/log"
 def add_mount_arguments(p: argparse.ArgumentParser) -> None:
     # The read-ahead and index-resident defaults named in the help are bundlefs.mount.daemon's,
     # which building the parser does not import (tests/test_first_contact.py keeps them equal).
-    p.add_argument("bundle", help="the bundle directory")
+    p.add_argument("bundle", help="the bundle directory, or its URL (s3://BUCKET/KEY)")
     p.add_argument("mountpoint", help="an existing empty directory")
     p.add_argument("-f", "--foreground", action="store_true", help="stay attached, log to stderr")
     p.add_argument(
@@ -138,6 +141,11 @@ def parse_mount_options(groups: list[str]) -> dict[str, object]:
             if key in _TEXT_OPTIONS and value:
                 values[key] = value  # before the generic ones: mount(8)'s flag "owner" has none
                 continue
+            if key == "storage_option" and value:  # fstab: -o storage_option=KEY=VALUE, repeated
+                pairs = values.setdefault("storage_option", [])
+                assert isinstance(pairs, list)
+                pairs.append(value)
+                continue
             if name in _IGNORED_OPTIONS or name.startswith(("x-systemd.", "x-")):
                 continue
             if key in ("allow_other", "foreground"):
@@ -170,6 +178,7 @@ def _text_or_none(value: object) -> str | None:
 def options_from_args(args: argparse.Namespace) -> MountOptions:
     """Merge the flags and ``-o`` options (the later wins) into one ``MountOptions``."""
     from bundlefs.mount.daemon import DEFAULT_INDEX_RESIDENT, DEFAULT_READ_AHEAD_KB, MountOptions
+    from bundlefs.storage.location import parse_location, parse_storage_options
 
     values: dict[str, object] = dict(
         foreground=args.foreground,
@@ -183,8 +192,14 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
         log_file=args.log_file,
         open_mode=args.open_mode,
         index_resident=args.index_resident,
+        disk_cache=args.disk_cache,
+        disk_cache_size=args.disk_cache_size,
     )
-    values.update(parse_mount_options(args.options))
+    mount_options = parse_mount_options(args.options)
+    from_o = mount_options.pop("storage_option", [])
+    assert isinstance(from_o, list)  # parse_mount_options collects them in a list
+    option_pairs = [*args.storage_option, *from_o]
+    values.update(mount_options)
     if values["owner"] not in ("stored", "mounter"):
         raise MountError("owner= takes 'stored' or 'mounter'")
     if values["open_mode"] not in (None, *_OPEN_MODES):
@@ -195,8 +210,12 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
         gid = os.getgid() if gid is None else gid
     cache, resident = _size_or_none(values["cache_size"]), _size_or_none(values["index_resident"])
     read_ahead = _int_or_none(values["read_ahead_kb"])
+    # A URL stays a URL (the mount point is local); its options go to the daemon in memory, not
+    # on its command line or in the mount table (they may hold credentials).
+    location = parse_location(args.bundle, parse_storage_options(option_pairs))
+    disk_cache = _text_or_none(values["disk_cache"])
     return MountOptions(
-        bundle=os.path.abspath(args.bundle),
+        bundle=os.path.abspath(location.path) if location.is_local else location.url,
         mountpoint=os.path.abspath(args.mountpoint),
         foreground=bool(values["foreground"]),
         cache_size=DEFAULT_CACHE_SIZE if cache is None else cache,
@@ -214,6 +233,9 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
         debug=args.debug,
         auto_unmount=not args.no_auto_unmount,
         allow_nonempty=bool(values["allow_nonempty"]),
+        storage_options=dict(location.storage_options) or None,
+        disk_cache=_absolute_or_none(disk_cache),
+        disk_cache_size=_size_or_none(values["disk_cache_size"]),
     )
 
 

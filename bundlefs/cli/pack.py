@@ -1,7 +1,7 @@
 """``bundlefs pack SRC... DEST``: the SRC forms (a directory, archives, stdin, brace patterns), the
 options, the progress line and the one-line summary.
 
-May import: the library layers, ``bundlefs.cli.output``.
+May import: the library layers, ``bundlefs.cli.output``, ``bundlefs.cli.options``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from bundlefs.cli.options import storage_options
 from bundlefs.cli.output import EXIT_OK, out, out_json, rate, size, status, warn
 from bundlefs.core.units import format_size
 from bundlefs.errors import PackError
@@ -32,7 +33,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "tar on stdin; several tar shards (or a quoted pattern like 'shards-{000..009}.tar') "
         "go into one bundle",
     )
-    p.add_argument("dest", help="the bundle to create (a directory)")
+    p.add_argument(
+        "dest",
+        help="the bundle to create: a directory, or a URL (s3://BUCKET/KEY: built in --staging, "
+        "then uploaded, its completion marker last)",
+    )
     p.add_argument(
         "--record-size", type=size, default=None, metavar="SIZE", help="uncompressed record size"
     )
@@ -95,6 +100,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(default: SOURCE_DATE_EPOCH if set, else now); fixed, two packs are byte-identical",
     )
     p.add_argument("--force", action="store_true", help="replace an existing DEST")
+    p.add_argument(
+        "--staging",
+        metavar="DIR",
+        help="where a bundle for a URL is built before the upload (default: the temporary "
+        "directory); it needs room for the whole bundle and is removed afterwards",
+    )
     p.add_argument(
         "--skip-errors", action="store_true", help="skip unreadable files, and list them"
     )
@@ -207,6 +218,8 @@ def run(args: argparse.Namespace) -> int:
         content_types=_pairs(args.content_type, "--content-type"),
         detect_content_types=not args.no_content_types,
         created_ns=parse_time(args.created) if args.created else None,
+        storage_options=storage_options(args) or None,
+        staging=args.staging,
     )
 
     sources = expand_sources(args.sources)

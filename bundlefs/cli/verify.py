@@ -1,6 +1,6 @@
 """``bundlefs verify BUNDLE``: the progress line, the report (human or ``--json``), the status.
 
-May import: the library layers, ``bundlefs.cli.output``.
+May import: the library layers, ``bundlefs.cli.output``, ``bundlefs.cli.options``.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import argparse
 import time
 from typing import TYPE_CHECKING
 
+from bundlefs.cli.options import bundle_options
 from bundlefs.cli.output import EXIT_FAILURE, EXIT_OK, error, out, out_json, rate, status
 from bundlefs.core.units import format_size
 
@@ -33,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
             f"({rate(p.bytes_checked, elapsed)}), {elapsed:.0f} s"
         )
 
-    report = verify(args.bundle, None if args.quiet else progress)
+    report = verify(args.bundle, None if args.quiet else progress, **bundle_options(args))
     status.clear()
     if args.json:
         out_json(report.to_dict())

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bundlefs.core.libc import set_mmap_threshold
 from bundlefs.errors import BundleError, MountError
@@ -71,6 +71,21 @@ class MountOptions:
     debug: bool = False
     auto_unmount: bool = True
     allow_nonempty: bool = False
+    # A bundle at a URL (``bundle`` is then the URL): the store's options, which stay in this
+    # process (the daemon forks from it, so they never appear on a command line or in the mount
+    # table), and the on-disk record cache (docs/storage.md).
+    storage_options: dict[str, Any] | None = None
+    disk_cache: str | None = None
+    disk_cache_size: int | None = None
+
+    def remote_options(self) -> dict[str, Any]:
+        """The ``Bundle`` keywords of a bundle at a URL that were given (none for a local one)."""
+        given = {
+            "storage_options": self.storage_options,
+            "disk_cache": self.disk_cache,
+            "disk_cache_size": self.disk_cache_size,
+        }
+        return {k: v for k, v in given.items() if v is not None}
 
 
 # Where FUSE is out of reach, a user can still read a bundle: every such error says so.
@@ -195,6 +210,7 @@ def mount(options: MountOptions, log_setup: LogSetup | None = None) -> int:
         cache_size=options.cache_size,
         check_index=options.check_index,
         name_cache=0,
+        **options.remote_options(),
     )
 
     from bundlefs.mount.operations import BundleOperations, MountSettings, no_open_unavailable

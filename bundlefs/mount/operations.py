@@ -231,12 +231,22 @@ class BundleOperations(pyfuse3.Operations):
 
     def _damaged(self, error: CorruptDataError) -> None:
         self.eio_count += 1
+        if self._store_unreachable():
+            # A bundle at a URL whose store is down: its records are not damaged, and the store
+            # logged the outage once (and will log its end); a line per record would flood the
+            # log for as long as it lasts.
+            return
         key = (error.shard, error.record, error.path)
         if key in self._logged_damage:
             return
         if len(self._logged_damage) < _MAX_LOGGED_DAMAGE:
             self._logged_damage.add(key)
         log.error("damaged data, read failed with EIO: %s", error)
+
+    def _store_unreachable(self) -> bool:
+        """Whether the bundle's object store is in an outage (never, for a local bundle)."""
+        storage = self.bundle.storage_stats()
+        return bool(storage and storage.get("outage"))
 
     def _entry(self, inode: int) -> fmt.Entry:
         """The entry of an inode the kernel names. One never handed out is ENOENT, not damage."""

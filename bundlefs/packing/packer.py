@@ -15,11 +15,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from bundlefs.core import format as fmt
 from bundlefs.core.content_types import ContentTypeRules
@@ -30,6 +31,8 @@ from bundlefs.packing.content import ContentWriter
 from bundlefs.packing.sources import DirectorySource, EntrySource, SourceErrors
 from bundlefs.storage import publish
 from bundlefs.storage.index import IndexWriter
+from bundlefs.storage.location import parse_location
+from bundlefs.storage.publish_remote import RemotePublisher, staging_path
 from bundlefs.storage.shards import zstd_module
 
 DEFAULT_SHARD_SIZE = 4 * 1024**3
@@ -74,6 +77,11 @@ class PackOptions:
     # When the bundle was made, in ns since the epoch: None takes SOURCE_DATE_EPOCH when set
     # (reproducible builds), else the clock. Two packs are byte-identical only when it is fixed.
     created_ns: int | None = None
+    # A DEST that is a URL (s3://bucket/x.bundle): the store's options (credentials, endpoint;
+    # docs/storage.md), and the local directory the bundle is built in before it is uploaded
+    # (None: the temporary directory).
+    storage_options: dict[str, Any] | None = None
+    staging: str | None = None
 
 
 def parse_compression(spec: str) -> tuple[str, int | None]:
@@ -206,7 +214,8 @@ def pack(
     options: PackOptions = PackOptions(),  # noqa: B008 - frozen, safe as a default
     progress: Callable[[PackProgress], None] | None = None,
 ) -> PackSummary:
-    """Pack the tree at ``source`` into a new bundle at ``dest``.
+    """Pack the tree at ``source`` into a new bundle at ``dest``: a directory, or a URL
+    (``s3://bucket/x.bundle``: built locally, then uploaded, ``bundlefs.storage.publish_remote``).
 
     ``source`` is a directory, an archive (tar, plain or gzip/bzip2/xz/zstd compressed, or zip;
     "-" is a tar on stdin), a list of archives (tar shards: read in order into one tree), or an
@@ -215,7 +224,8 @@ def pack(
 
     Raises ``PackError`` for every failure: a bad option, an unreadable source (unless
     ``skip_errors``), a DEST that overlaps the source or (with ``force``) is not a bundle, a full
-    disk. Nothing is left behind then, and an existing DEST is untouched.
+    disk, a store that refuses the upload. Nothing is left behind then, and an existing DEST is
+    untouched (but a URL replaced with ``force`` no longer opens: its old marker goes first).
     """
     compression, _level = parse_compression(options.compression)
     # Fixed now, before anything is read: a bad SOURCE_DATE_EPOCH fails at once, not at the end.
@@ -238,17 +248,33 @@ def pack(
     except fmt.FormatError as e:
         raise PackError(str(e)) from None
     paths = _source_paths(source)
+    try:
+        location = parse_location(dest, options.storage_options)
+    except PackError:
+        raise
+    except BundleError as e:  # a URL without a bucket, a malformed BUNDLEFS_STORAGE_OPTIONS
+        raise PackError(str(e)) from None
+    remote = None if location.is_local else RemotePublisher(location)
     if paths is not None:
         _check_sources(paths)
-        for path in paths:
+    if remote is not None:
+        remote.check(options.force)  # a bad URL or credentials fail now, not after packing
+        staged = staging_path(location, options.staging)
+    else:
+        staged = dest = location.path  # file://PATH is PATH
+        for path in paths if paths is not None else [os.devnull]:
             if path != STDIN:
                 _check_places(path, dest, options.force)
-    else:
-        _check_places(os.devnull, dest, options.force)
     try:
-        with publish.stage(dest) as (work, work_id):
+        with publish.stage(staged) as (work, work_id):
             summary = _Packer(source, work, work_id, options, progress).run()
-            publish.publish(work, dest, options.force)
+            if remote is None:
+                publish.publish(work, dest, options.force)
+            else:
+                try:  # built and sealed locally, then uploaded with its marker last
+                    remote.publish(work, options.force)
+                finally:
+                    shutil.rmtree(work, ignore_errors=True)
     except IndexWriteError as e:
         raise PackError(f"cannot write the index of {dest}: {e.reason}") from e
     except OSError as e:

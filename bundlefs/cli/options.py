@@ -1,0 +1,90 @@
+"""Options several commands share: where a bundle lives and how a remote one is cached.
+
+Every command that names a bundle takes it as a local path or a URL (``s3://bucket/x.bundle``,
+docs/storage.md) and ``--storage-option KEY=VALUE`` (repeatable: credentials, endpoint, region;
+parsed by ``bundlefs.storage.location.parse_storage_options``); the commands that read one also
+take ``--disk-cache DIR`` and ``--disk-cache-size SIZE``, the on-disk record cache of a remote
+bundle. ``cli.app`` adds them to a command as argparse parents (``PARENTS``), so each is defined
+once; ``bundle_options`` turns what was given into the keywords of ``Bundle`` and ``verify``.
+
+May import: the library layers, ``bundlefs.cli.output``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from bundlefs.cli.output import size
+from bundlefs.storage.location import parse_storage_options
+
+STORAGE = "storage"
+DISK_CACHE = "disk-cache"
+
+
+def _storage_parent() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    group = p.add_argument_group("bundles on object stores (BUNDLE may be a URL: s3://BUCKET/KEY)")
+    group.add_argument(
+        "--storage-option",
+        dest="storage_option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of the store's fsspec back-end, e.g. endpoint_url=http://host:9000, "
+        "key=…, secret=…, profile=…, client_kwargs.region_name=… (repeatable; also "
+        "BUNDLEFS_STORAGE_OPTIONS, a JSON object)",
+    )
+    return p
+
+
+def _disk_cache_parent() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    group = p.add_argument_group("the on-disk record cache of a bundle at a URL")
+    group.add_argument(
+        "--disk-cache",
+        metavar="DIR",
+        default=None,
+        help="keep fetched records (and the index) here, across runs",
+    )
+    group.add_argument(
+        "--disk-cache-size",
+        type=size,
+        default=None,
+        metavar="SIZE",
+        help="bound the disk cache, e.g. 20GiB",
+    )
+    return p
+
+
+# Built once: argparse copies a parent's arguments into each parser that names it.
+PARENTS: dict[str, argparse.ArgumentParser] = {
+    STORAGE: _storage_parent(),
+    DISK_CACHE: _disk_cache_parent(),
+}
+
+
+def storage_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``--storage-option`` pairs as a dict ({} when none were given)."""
+    return parse_storage_options(getattr(args, "storage_option", None) or [])
+
+
+def bundle_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The keywords for ``Bundle(...)`` (and ``verify``) the user gave: only those, so a local
+    bundle opens exactly as it always did."""
+    options: dict[str, Any] = {}
+    storage = storage_options(args)
+    if storage:
+        options["storage_options"] = storage
+    if getattr(args, "disk_cache", None) is not None:
+        options["disk_cache"] = args.disk_cache
+    if getattr(args, "disk_cache_size", None) is not None:
+        options["disk_cache_size"] = args.disk_cache_size
+    return options
+
+
+def open_bundle(path: str, args: argparse.Namespace, **keywords: Any):
+    """``Bundle(path, ...)`` with the location options of ``args`` (imported when called)."""
+    from bundlefs.read.bundle import Bundle
+
+    return Bundle(path, **bundle_options(args), **keywords)

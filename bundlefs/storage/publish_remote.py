@@ -1,0 +1,281 @@
+"""Publishing a bundle to an object store (``s3://…``): upload, completion marker last.
+
+An object store has no rename, so the local recipe (build beside DEST, rename into place) becomes:
+the packer builds and seals the bundle in a local staging directory as always, then
+``RemotePublisher.publish`` uploads it so that a reader never opens a half-uploaded bundle:
+
+1. list what is under the URL now: nothing, a bundle (``COMPLETE`` there: refused without
+   ``force``), what an interrupted upload left (bundle objects, no ``COMPLETE``: overwritten,
+   as a killed local pack leaves nothing at DEST), or anything else (refused even with ``force``);
+2. with ``force``, delete the old ``COMPLETE`` first: from then on nothing opens the URL, so no
+   reader can ever pair the old marker with new objects;
+3. upload the index and the shards in parallel (bounded; fsspec's ``put_file``, which s3fs turns
+   into a multipart upload for large objects);
+4. check what landed with cheap requests: every object's size (a HEAD each) and every shard's
+   header (a 32-byte ranged GET: it names the bundle, so a concurrent pack to the same URL that
+   overwrote a shard is caught here rather than by a reader);
+5. upload ``COMPLETE`` (one small PUT, atomic on the stores fsspec reaches);
+6. delete the old bundle's objects the new one does not have (extra shards).
+
+A publish killed anywhere before step 5 leaves no ``COMPLETE``: nothing opens, and a later pack to
+the URL overwrites the leftovers without ``--force``. Every failure of the store (bad credentials,
+a missing bucket, a network still down after the back-end's retries) is one ``PackError``
+sentence.
+
+May import: the standard library, ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``;
+fsspec only through ``Location.filesystem`` (an optional extra).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import re
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+from bundlefs.core import format as fmt
+from bundlefs.errors import BundleError, FormatError, PackError, UnsupportedVersionError
+from bundlefs.storage.location import Location
+from bundlefs.storage.publish import not_a_bundle, read_marker
+
+log = logging.getLogger(__name__)
+
+# Objects uploaded at once. Each is a large object (a multipart upload of its own in s3fs) or the
+# index; more than this rarely adds throughput and multiplies the memory of buffered parts.
+DEFAULT_UPLOAD_JOBS = 8
+
+_S3 = ("s3", "s3a")
+CONNECT_TIMEOUT = 10
+ATTEMPTS = 4  # per request, 5xx, throttling and connection failures retried with backoff
+
+_INDEX_OBJECT = f"{fmt.INDEX_DIR}/{fmt.INDEX_FILE}"
+# What a bundle (or an interrupted upload of one) may hold under its URL: the marker, the index
+# (a lock file a tool left is harmless) and shards named as either format version names them.
+_BUNDLE_OBJECT = re.compile(
+    rf"{fmt.MARKER_NAME}|{fmt.INDEX_DIR}/(data|lock)\.mdb|{fmt.SHARD_PREFIX}[0-9a-f]{{8}}"
+)
+
+
+@dataclass(frozen=True)
+class RemoteState:
+    """What is under a bundle URL: relative object names and their sizes."""
+
+    objects: dict[str, int]
+
+    @property
+    def complete(self) -> bool:
+        return fmt.MARKER_NAME in self.objects
+
+    @property
+    def foreign(self) -> list[str]:
+        """Objects no bundle has: their presence means the URL holds something else."""
+        return sorted(n for n in self.objects if not _BUNDLE_OBJECT.fullmatch(n))
+
+
+def _filesystem(location: Location) -> Any:
+    """A private fsspec file system for uploading to ``location``.
+
+    Private, so its settings are not those of the instance a reader in this process shares. For
+    S3, bounded: botocore's defaults (60 s connect timeout, its legacy retries under s3fs's own)
+    leave a pack to an unreachable endpoint waiting for minutes; here a few retries with backoff
+    cover a transient failure, and a store that stays down is one sentence after seconds. The
+    user's own ``config_kwargs`` win.
+    """
+    options = dict(location.storage_options)
+    if location.protocol in _S3:
+        config = dict(options.get("config_kwargs") or {})
+        config.setdefault("connect_timeout", CONNECT_TIMEOUT)
+        config.setdefault("retries", {"mode": "standard", "total_max_attempts": ATTEMPTS})
+        options["config_kwargs"] = config
+    options["skip_instance_cache"] = True
+    return dataclasses.replace(location, storage_options=options).filesystem()
+
+
+def _reason(error: BaseException) -> str:
+    """The back-end's message on one line (botocore's can span several)."""
+    text = " ".join(str(error).split())
+    return text or type(error).__name__
+
+
+class RemotePublisher:
+    """Uploads a sealed bundle to ``location`` (a remote ``Location``)."""
+
+    def __init__(self, location: Location, *, jobs: int = DEFAULT_UPLOAD_JOBS) -> None:
+        if location.is_local:
+            raise ValueError("RemotePublisher publishes to remote locations only")
+        self.location = location
+        self.url = location.url
+        self.jobs = max(1, jobs)
+        try:
+            self.fs = _filesystem(location)
+        except BundleError as e:  # fsspec or its back-end missing: the location names the extra
+            raise PackError(str(e)) from None
+        self.root = location.path.rstrip("/")
+
+    # -- errors ------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _store_errors(self, doing: str) -> Iterator[None]:
+        """Any failure of the store while ``doing`` as one PackError sentence.
+
+        fsspec back-ends raise their own types for network failures (botocore's
+        ``EndpointConnectionError``, aiohttp's, google's…), none of them importable here without
+        importing every back-end, so everything but our own errors is caught and described.
+        """
+        try:
+            yield
+        except BundleError:
+            raise
+        except PermissionError as e:
+            raise PackError(
+                f"access to {self.url} was denied while {doing} ({_reason(e)}); check the "
+                "credentials (the environment, a profile or --storage-option)"
+            ) from None
+        except FileNotFoundError as e:
+            raise PackError(f"cannot publish to {self.url}: {_reason(e)}") from None
+        except Exception as e:  # noqa: BLE001 - see the docstring
+            raise PackError(f"cannot publish to {self.url} while {doing}: {_reason(e)}") from None
+
+    # -- what is there ---------------------------------------------------------------------------
+
+    def _object(self, name: str) -> str:
+        return f"{self.root}/{name}"
+
+    def scan(self) -> RemoteState:
+        """List the objects under the URL (a listing the back-end has cached is not trusted)."""
+        with self._store_errors("listing what is there"):
+            self.fs.invalidate_cache(self.root)
+            found: dict[str, Any] = self.fs.find(self.root, detail=True)
+        objects: dict[str, int] = {}
+        prefix = self.root + "/"
+        for name, info in found.items():
+            name = name.rstrip("/")
+            if name == self.root:
+                # An object named exactly like the bundle: a file where a bundle would go.
+                objects[""] = int(info.get("size") or 0)
+            elif name.startswith(prefix) and info.get("type", "file") == "file":
+                objects[name[len(prefix) :]] = int(info.get("size") or 0)
+        return RemoteState(objects)
+
+    def check(self, force: bool) -> RemoteState:
+        """Refuse a URL that holds a bundle (unless ``force``) or anything that is not one.
+
+        Called before packing (a bad URL, missing bucket or bad credentials fail at once) and
+        again before uploading (something may have appeared meanwhile).
+        """
+        state = self.scan()
+        if state.foreign:
+            raise not_a_bundle(self.url)
+        if state.complete and not force:
+            raise PackError(f"{self.url} already exists (use --force to replace it)")
+        return state
+
+    # -- publishing ------------------------------------------------------------------------------
+
+    def publish(
+        self, work: str, force: bool, *, uploaded: Callable[[str, int], None] | None = None
+    ) -> None:
+        """Upload the sealed bundle at ``work`` (a local directory) to the URL, marker last.
+
+        ``uploaded`` is called with each object's name and size once it is in the store.
+        """
+        marker = read_marker(work)
+        names = [_INDEX_OBJECT] + [
+            fmt.shard_filename(i, marker.format_version) for i in range(marker.shard_count)
+        ]
+        sizes = {name: os.path.getsize(os.path.join(work, name)) for name in names}
+        state = self.check(force)
+        if state.complete:
+            # First, so that from here on nothing opens the URL: a reader never pairs the old
+            # marker with new shards or index.
+            with self._store_errors("removing the old completion marker"):
+                self.fs.rm_file(self._object(fmt.MARKER_NAME))
+        self._parallel(
+            names, lambda name: self._upload(work, name, uploaded), "uploading the bundle"
+        )
+        self._parallel(
+            names, lambda name: self._check_uploaded(name, sizes[name], marker), "checking uploads"
+        )
+        with self._store_errors("writing the completion marker"):
+            self._upload(work, fmt.MARKER_NAME, uploaded)
+            self._check_uploaded(fmt.MARKER_NAME, fmt.MARKER_SIZE, marker)
+        stale = sorted(set(state.objects) - set(names) - {fmt.MARKER_NAME})
+        if stale:
+            self._remove_stale(stale)
+
+    def _upload(self, work: str, name: str, uploaded: Callable[[str, int], None] | None) -> None:
+        local = os.path.join(work, name)
+        self.fs.put_file(local, self._object(name))
+        if uploaded is not None:
+            uploaded(name, os.path.getsize(local))
+
+    def _check_uploaded(self, name: str, size: int, marker: fmt.Marker) -> None:
+        """That ``name`` is in the store with ``size`` bytes, and a shard names this bundle."""
+        remote = self._object(name)
+        self.fs.invalidate_cache(remote)
+        got = self.fs.info(remote).get("size")
+        if got != size:
+            raise PackError(
+                f"{self.url}/{name} holds {got} bytes after the upload, not {size} (another "
+                "pack to the same URL?); the bundle was not published"
+            )
+        if name.startswith(fmt.SHARD_PREFIX):
+            header = self.fs.cat_file(remote, start=0, end=fmt.SHARD_HEADER_SIZE)
+            index = int(name[len(fmt.SHARD_PREFIX) :], 16 if marker.format_version == 1 else 10)
+            try:
+                fmt.check_shard_header(header, index, marker.bundle_id, marker.format_version)
+            except (FormatError, UnsupportedVersionError):
+                raise PackError(
+                    f"{self.url}/{name} is not the shard just uploaded (another pack to the same "
+                    "URL?); the bundle was not published"
+                ) from None
+
+    def _parallel(self, names: list[str], task: Callable[[str], None], doing: str) -> None:
+        """Run ``task`` on every name, ``jobs`` at a time; the first failure stops the rest."""
+        with self._store_errors(doing):
+            if self.jobs == 1 or len(names) == 1:
+                for name in names:
+                    task(name)
+                return
+            with ThreadPoolExecutor(min(self.jobs, len(names))) as pool:
+                futures = [pool.submit(task, name) for name in names]
+                done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+                failed = [f for f in futures if f.done() and f.exception() is not None]
+                if failed:
+                    for future in futures:
+                        future.cancel()
+                    raise failed[0].exception()  # type: ignore[misc]
+
+    def _remove_stale(self, names: list[str]) -> None:
+        """Delete what the old bundle had and the new one lacks. The new bundle is published
+        already, so a failure here is a warning, as a local old bundle left behind would be."""
+        try:
+            self.fs.rm([self._object(n) for n in names])
+        except Exception as e:  # noqa: BLE001 - any back-end's failure: the bundle is fine
+            log.warning(
+                "%s is published, but %d objects of the bundle it replaced could not be "
+                "removed: %s",
+                self.url,
+                len(names),
+                _reason(e),
+            )
+        else:
+            log.debug("removed %d objects of the replaced bundle at %s", len(names), self.url)
+
+
+def staging_path(location: Location, staging: str | None) -> str:
+    """The local stand-in DEST the packer stages a remote bundle beside: in ``staging`` (else
+    the temporary directory), named after the URL's last component, so the stale-partial sweep
+    and ``bundlefs gc`` find what a killed pack left there."""
+    import tempfile
+
+    directory = staging if staging else tempfile.gettempdir()
+    if not os.path.isdir(directory):
+        raise PackError(f"the staging directory {directory} does not exist")
+    name = location.path.rstrip("/").rsplit("/", 1)[-1] or "bundle"
+    return os.path.join(os.path.abspath(directory), name)
