@@ -261,6 +261,26 @@ from tests.mounting import Mount, mounted, sweep_stale_mounts  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _caches_and_logs_stay_in_the_temp_dir(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[None]:
+    """Where bundlefs keeps things by default — remote bundles' index and record caches
+    (``~/.cache/bundlefs``) and a detached daemon's log without syslog (``~/.local/state``) —
+    is a temp directory for the whole run (subprocesses inherit it): tests change nothing in
+    the user's home."""
+    base = tmp_path_factory.mktemp("home-dirs")
+    saved = {k: os.environ.get(k) for k in ("BUNDLEFS_CACHE_DIR", "XDG_STATE_HOME")}
+    os.environ["BUNDLEFS_CACHE_DIR"] = str(base / "cache")
+    os.environ["XDG_STATE_HOME"] = str(base / "state")
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _sweep_stale_mounts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Clear mounts a crashed earlier run left below the pytest temp root, before and after."""
     sweep_stale_mounts(tmp_path_factory.getbasetemp().parent)
