@@ -28,6 +28,7 @@ from bundlefs import (
 from bundlefs.errors import StorageError, WouldBlock
 from bundlefs.read.verify import verify
 from tests.conftest import SAMPLE_FILES, build_tree, pseudo_random_bytes
+from tests.mounting import wait_until
 from tests.s3server import S3Server, free_port, private_s3_server, s3_server, upload_bundle
 
 __all__ = ["private_s3_server", "s3_server"]  # fixtures, imported to be found
@@ -381,6 +382,25 @@ def test_a_second_bundle_with_the_same_disk_cache_makes_no_gets(
     assert second["disk_hits"] > 0 and second["disk_misses"] == 0
 
 
+def test_a_cold_read_in_pack_order_fetches_each_stored_byte_about_once(s3_server, cache, tmp_path):
+    # Read-ahead windows begin inside records; the reader of such a record must fetch only the
+    # gap before the window, not the whole record again (it once fetched 2x the stored bytes).
+    # 12 MB in 256 KiB records: several read-ahead windows (1 to 4 MiB) deep.
+    files = {
+        f"f{i:03}": pseudo_random_bytes(40_000, seed=i, compressible=False) for i in range(300)
+    }
+    src = build_tree(tmp_path / "src", files)
+    pack(str(src), str(tmp_path / "big.bundle"))
+    url = upload_bundle(s3_server, tmp_path / "big.bundle", f"s3://read/t{next(_counter)}/b")
+    with _open(s3_server, url, cache) as b:
+        for name, data in b.iter_files():
+            assert data == files[name]
+        stats = b.storage_stats()
+        stored = b.info().shard_bytes
+    assert stats is not None
+    assert stats["bytes_fetched"] <= 1.1 * stored, (stats["bytes_fetched"], stored)
+
+
 def test_a_damaged_disk_cache_file_is_dropped_and_fetched_again(
     s3_server, many_files_bundle, cache
 ):
@@ -415,3 +435,50 @@ def test_the_disk_cache_stays_within_its_bound(s3_server, tmp_path, cache):
     held = sum(p.stat().st_size for p in _cached_records(cache))
     assert 0 < held <= bound
     assert stats is not None and stats["disk_cache_size"] == bound
+
+
+class _SlowStore:
+    """An fsspec-like file system over one in-memory object whose GETs starting at or past
+    ``hold_from`` wait until released: a read-ahead window still in flight, deterministically."""
+
+    def __init__(self, data: bytes, hold_from: int) -> None:
+        self.data, self.hold_from = data, hold_from
+        self.release = threading.Event()
+        self.ranges: list[tuple[int, int]] = []
+
+    def cat_file(self, url: str, start: int | None = None, end: int | None = None) -> bytes:
+        start, end = start or 0, len(self.data) if end is None else end
+        self.ranges.append((start, end))
+        if start >= self.hold_from:
+            assert self.release.wait(10)
+        return self.data[start:end]
+
+
+def test_a_record_straddling_a_window_in_flight_fetches_only_what_no_one_has(tmp_path):
+    # Bytes [0, 1 MiB) are held; the window [1 MiB, 2 MiB) is in flight; a record across the
+    # boundary must take its head from memory and wait for its tail, not GET itself again.
+    from bundlefs.storage.location import parse_location
+    from bundlefs.storage.remote import RemoteShardStore
+
+    mib = 1 << 20
+    data = pseudo_random_bytes(3 * mib, seed=5, compressible=False)
+    fs = _SlowStore(data, hold_from=mib)
+    store = RemoteShardStore(
+        parse_location("s3://b/x.bundle"), bytes(16), shard_sizes={"s": len(data)},
+        disk_cache_size=0, filesystem=fs,
+    )  # fmt: skip
+    try:
+        assert store.read("s", 0, mib) == data[:mib]
+        store.prefetch("s", mib, mib)  # the window, held back by the store
+        assert wait_until(lambda: (mib, 2 * mib) in fs.ranges)
+        reader = threading.Thread(target=lambda: result.append(store.read("s", mib - 100, 200)))
+        result: list[bytes] = []
+        reader.start()
+        time.sleep(0.2)  # the reader is now waiting on the window, not fetching
+        fs.release.set()
+        reader.join(10)
+        assert result == [data[mib - 100 : mib + 100]]
+        assert fs.ranges == [(0, mib), (mib, 2 * mib)], fs.ranges
+    finally:
+        fs.release.set()
+        store.close()
