@@ -52,6 +52,7 @@ bench: install
 	$(BIN)/python -m bench.run
 	$(BIN)/python -m bench.codecs
 	$(BIN)/python -m bench.torch_epoch
+	$(BIN)/python -m bench.object_store
 
 bench-quick: install
 	$(BIN)/python -m bench.run --quick
