@@ -11,6 +11,7 @@ import random
 import signal
 import stat
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -519,8 +520,12 @@ def test_eight_threads_reading_random_ranges_get_the_right_bytes(sample_bundle_p
         assert stats.evictions > 0
 
 
-def _in_forked_child(work: Callable[[], str]) -> str:
-    """``work()``'s answer from a forked child (which never returns into pytest), or its error."""
+def _in_forked_child(work: Callable[[], str], timeout: float = 30.0) -> str:
+    """``work()``'s answer from a forked child (which never returns into pytest), or its error.
+
+    A child still running after ``timeout`` (hung, perhaps in an at-fork hook before ``work``
+    could arm an alarm) is killed and reported, so a hang fails the test instead of the run.
+    """
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -533,9 +538,19 @@ def _in_forked_child(work: Callable[[], str]) -> str:
         finally:
             os._exit(status)
     os.close(write_end)
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            os.close(read_end)
+            return f"hung for {timeout} s"
+        time.sleep(0.05)
     with os.fdopen(read_end, "rb") as pipe:
         message = pipe.read().decode()
-    _, status = os.waitpid(pid, 0)
     return message if os.waitstatus_to_exitcode(status) == 0 else f"exit {status}: {message}"
 
 
@@ -584,6 +599,39 @@ def test_a_forked_child_reads_a_record_another_parent_thread_was_loading(
         finally:
             release.set()
             parent_loader[0].join(10)
+
+
+def test_children_forked_while_a_parent_thread_is_inside_lmdb_read_and_exit(
+    sample_bundle_path: Path,
+) -> None:
+    # py-lmdb 3 counts threads inside LMDB, and its close waits for none: a parent thread inside
+    # at the fork stays counted in the child. Closing the inherited environment to reopen it hung
+    # 3 children in 10; now they read on it and never close it.
+    names = sorted(p for p in SAMPLE_FILES if not p.endswith(".bin"))
+    with Bundle(sample_bundle_path) as b:
+        stop = threading.Event()
+
+        def busy() -> None:
+            while not stop.is_set():
+                for name in names:
+                    b.stat(name)
+
+        thread = threading.Thread(target=busy)
+        thread.start()
+        try:
+            for _ in range(10):
+
+                def in_child() -> str:
+                    signal.alarm(10)  # a hang in the at-fork hook ends the child here
+                    ok = all(b.read(n) == SAMPLE_FILES[n] for n in names)
+                    b.close()  # closing in the child must not wait either
+                    return "ok" if ok else "wrong bytes"
+
+                assert _in_forked_child(in_child) == "ok"
+        finally:
+            stop.set()
+            thread.join(10)
+        assert b.read("hello.txt") == SAMPLE_FILES["hello.txt"]
 
 
 _POOL_BUNDLE: Bundle | None = None

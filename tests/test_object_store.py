@@ -9,6 +9,7 @@ import logging
 import os
 import pickle
 import random
+import re
 import threading
 import time
 from pathlib import Path
@@ -25,8 +26,10 @@ from bundlefs import (
     PackOptions,
     pack,
 )
-from bundlefs.errors import StorageError, WouldBlock
+from bundlefs.errors import BundleError, StorageError, WouldBlock
 from bundlefs.read.verify import verify
+from bundlefs.storage.location import parse_location
+from bundlefs.storage.remote import DiskRecordCache, RemoteShardStore
 from tests.conftest import SAMPLE_FILES, build_tree, pseudo_random_bytes
 from tests.mounting import wait_until
 from tests.s3server import S3Server, free_port, private_s3_server, s3_server, upload_bundle
@@ -228,6 +231,38 @@ def test_an_unreachable_store_fails_the_open_within_the_retry_bound(cache):
         Bundle("s3://b/x.bundle", storage_options=options, disk_cache=cache)
     assert time.monotonic() - started < 10
     assert "\n" not in str(caught.value)
+
+
+def test_opening_an_unreachable_store_logs_no_outage_warning(cache, caplog):
+    # The open's failure is its own sentence; "reads fail with EIO until it is back" is for a
+    # bundle that is open and serving.
+    options = {
+        "key": "test",
+        "secret": "test",
+        "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{free_port()}"},
+    }
+    with caplog.at_level(logging.WARNING), pytest.raises(StorageError):
+        Bundle("s3://b/x.bundle", storage_options=options, disk_cache=cache)
+    assert "unreachable" not in caplog.text
+
+
+def test_an_unknown_protocol_fails_the_open_without_retries(cache, monkeypatch):
+    slept: list[float] = []
+    monkeypatch.setattr(time, "sleep", slept.append)  # a retry's backoff would sleep
+    with pytest.raises(BundleError, match=r"foo:// is not a storage fsspec knows") as caught:
+        Bundle("foo://b/x.bundle", disk_cache=cache)
+    assert "\n" not in str(caught.value)
+    assert slept == []
+
+
+def test_an_unusable_cache_directory_fails_the_open_in_one_sentence(
+    s3_server, sample_url, tmp_path
+):
+    in_the_way = tmp_path / "a-file"  # a file where the directory would go (root ignores modes)
+    in_the_way.write_bytes(b"")
+    with pytest.raises(StorageError, match=re.escape(f"the cache directory {in_the_way}:")) as e:
+        _open(s3_server, sample_url, str(in_the_way))
+    assert "\n" not in str(e.value)
 
 
 # -- faults under the reader -----------------------------------------------------------------------
@@ -437,6 +472,56 @@ def test_the_disk_cache_stays_within_its_bound(s3_server, tmp_path, cache):
     assert stats is not None and stats["disk_cache_size"] == bound
 
 
+def _held(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("shard-*"))
+
+
+def test_opening_a_disk_cache_over_its_bound_evicts_it(tmp_path):
+    root = tmp_path / "records"
+    other = root / (bytes([1]) * 16).hex()  # what other readers left
+    other.mkdir(parents=True)
+    for i in range(20):
+        (other / f"{SHARD0}.{i * 10_000}.10000").write_bytes(b"x" * 10_000)
+    DiskRecordCache(str(root), bytes([2]) * 16, limit=100_000)
+    assert _held(root) <= 90_000
+
+
+def test_readers_sharing_a_disk_cache_keep_one_bound(tmp_path):
+    # Two bundles open at once (threads or processes alike): each once counted only its own
+    # writes, and together they held twice the bound.
+    root = tmp_path / "records"
+    a = DiskRecordCache(str(root), bytes([1]) * 16, limit=100_000)
+    b = DiskRecordCache(str(root), bytes([2]) * 16, limit=100_000)
+    for cache in (a, b):
+        for i in range(9):
+            cache.put(SHARD0, i * 10_000, b"x" * 10_000)
+    assert _held(root) <= 100_000
+
+
+def test_a_nowait_disk_cache_read_does_not_wait_for_an_eviction(tmp_path, monkeypatch):
+    cache = DiskRecordCache(str(tmp_path / "records"), bytes(16), limit=1000)
+    cache.put(SHARD0, 0, b"a" * 100)
+    scanning, release = threading.Event(), threading.Event()
+    scan = cache._scan
+
+    def slow_scan() -> list[tuple[float, int, str]]:
+        scanning.set()
+        release.wait(10)
+        return scan()
+
+    monkeypatch.setattr(cache, "_scan", slow_scan)
+    evictor = threading.Thread(target=cache.put, args=("shard-00000001", 0, b"b" * 950))
+    evictor.start()  # over the bound: it scans the directory to evict
+    try:
+        assert scanning.wait(10)
+        started = time.monotonic()
+        assert cache.get(SHARD0, 0, 100, nowait=True) == b"a" * 100
+        assert time.monotonic() - started < 1
+    finally:
+        release.set()
+        evictor.join(10)
+
+
 class _SlowStore:
     """An fsspec-like file system over one in-memory object whose GETs starting at or past
     ``hold_from`` wait until released: a read-ahead window still in flight, deterministically."""
@@ -481,4 +566,33 @@ def test_a_record_straddling_a_window_in_flight_fetches_only_what_no_one_has(tmp
         assert fs.ranges == [(0, mib), (mib, 2 * mib)], fs.ranges
     finally:
         fs.release.set()
+        store.close()
+
+
+def test_a_nowait_read_never_waits_for_the_disk_cache_lock(tmp_path):
+    data = pseudo_random_bytes(4096, seed=3, compressible=False)
+    store = RemoteShardStore(
+        parse_location("s3://b/x.bundle"), bytes(16), shard_sizes={SHARD0: len(data)},
+        disk_cache=str(tmp_path / "cache"), filesystem=_SlowStore(data, hold_from=len(data)),
+    )  # fmt: skip
+    try:
+        assert store.read(SHARD0, 0, 100) == data[:100]  # now on disk
+        store._memory.clear()
+        disk = store._disk
+        assert disk is not None
+        answers: list[object] = []
+
+        def nowait_read() -> None:
+            try:
+                answers.append(store.read(SHARD0, 0, 100, nowait=True))
+            except WouldBlock as e:
+                answers.append(e)
+
+        with disk._lock:  # another thread updating the index
+            reader = threading.Thread(target=nowait_read, daemon=True)
+            reader.start()
+            reader.join(5)
+            assert len(answers) == 1 and isinstance(answers[0], WouldBlock)
+        assert store.read(SHARD0, 0, 100, nowait=True) == data[:100]
+    finally:
         store.close()

@@ -16,6 +16,7 @@ import contextlib
 import errno
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -24,13 +25,23 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
 
-from bundlefs import Bundle  # noqa: E402
+from bundlefs import Bundle, PackError, pack  # noqa: E402
+from bundlefs.core import format as fmt  # noqa: E402
+from bundlefs.storage import publish_remote  # noqa: E402
+from bundlefs.storage.location import parse_location  # noqa: E402
+from bundlefs.storage.publish_remote import (  # noqa: E402
+    ATTEMPTS,
+    READ_TIMEOUT,
+    UPLOAD_READ_TIMEOUT,
+    RemotePublisher,
+)
 from tests.conftest import pseudo_random_bytes  # noqa: E402
 from tests.s3server import S3Server, free_port, s3_server  # noqa: E402
 from tests.trees import assert_one_line_error, build_rich_tree, diff_r, run_cli  # noqa: E402
@@ -341,6 +352,128 @@ def test_an_unreachable_endpoint_is_one_sentence(tree):
     line = assert_one_line_error(cli(dead, "pack", tree, "s3://bucket/x.bundle"))
     assert "cannot publish to s3://bucket/x.bundle" in line
     assert time.monotonic() - started < 20  # a few retries with backoff, then the sentence
+
+
+def test_a_stalled_endpoint_fails_a_pack_after_the_bounded_attempts():
+    # A store that accepts connections and never answers: botocore's attempts are the only
+    # ones (s3fs's own loop once made 5 of them, 20 requests of a read timeout each).
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                accepted.append(listener.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    options = {
+        "key": "test",
+        "secret": "test",
+        "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{listener.getsockname()[1]}"},
+        "config_kwargs": {"read_timeout": 1, "connect_timeout": 1},  # the test's, to be quick
+    }
+    try:
+        publisher = RemotePublisher(parse_location("s3://bucket/x.bundle", options))
+        with pytest.raises(PackError, match="cannot publish to s3://bucket/x.bundle while listing"):
+            publisher.check(force=False)
+        assert len(accepted) == ATTEMPTS
+    finally:
+        listener.close()
+        for conn in accepted:
+            conn.close()
+
+
+def test_the_packer_waits_longer_for_uploads_than_for_other_requests():
+    publisher = RemotePublisher(parse_location("s3://bucket/x.bundle", {"anon": True}))
+    assert publisher.fs.config_kwargs["read_timeout"] == READ_TIMEOUT
+    assert publisher.upload_fs.config_kwargs["read_timeout"] == UPLOAD_READ_TIMEOUT
+    assert publisher.fs.retries == publisher.upload_fs.retries == 1
+
+
+def test_the_root_listed_as_a_directory_is_not_a_foreign_object():
+    # s3fs answers a listing that finds nothing with the root's own info: a "directory" when
+    # another pack's objects appear under it meanwhile. Only an object of that name is foreign.
+    publisher = RemotePublisher(parse_location("s3://bucket/x.bundle", {"anon": True}))
+
+    class Listing:
+        def __init__(self, kind: str) -> None:
+            self.kind = kind
+
+        def invalidate_cache(self, path: str) -> None:
+            pass
+
+        def find(self, path: str, detail: bool) -> dict[str, dict[str, object]]:
+            return {path: {"name": path, "type": self.kind, "size": 0}}
+
+    publisher.fs = Listing("directory")
+    assert publisher.scan().objects == {}
+    publisher.fs = Listing("file")
+    assert publisher.scan().foreign == [""]
+
+
+def test_an_interrupted_upload_does_not_wait_for_the_objects_queued(monkeypatch):
+    publisher = RemotePublisher(parse_location("s3://bucket/x.bundle", {"anon": True}), jobs=2)
+    started: list[str] = []
+    finished: list[str] = []
+    release, waiting, interrupted = threading.Event(), threading.Event(), threading.Event()
+    wait = publish_remote.wait
+
+    def watched_wait(*args: Any, **kwargs: Any) -> Any:
+        waiting.set()  # every upload is queued: the publisher waits for them
+        return wait(*args, **kwargs)
+
+    def upload(name: str) -> None:
+        started.append(name)
+        if len(started) == 1:  # ^C once the upload is under way
+            assert waiting.wait(5)
+            # Again until it is taken: one that lands just before the main thread blocks is
+            # only seen once it wakes (Python checks for signals between bytecodes).
+            while not interrupted.wait(0.05):
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+        release.wait(10)
+        finished.append(name)
+
+    def sigint(signum: int, frame: object) -> None:
+        if not interrupted.is_set():
+            interrupted.set()
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(publish_remote, "wait", watched_wait)
+    previous = signal.signal(signal.SIGINT, sigint)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            publisher._parallel([f"shard-{i:08}" for i in range(8)], upload, "uploading")
+        assert finished == []  # back at once, not after every upload queued
+    finally:
+        interrupted.set()
+        signal.signal(signal.SIGINT, previous)
+        release.set()
+    time.sleep(0.2)
+    assert len(started) <= 2  # the queued ones never started
+
+
+def test_a_marker_of_the_wrong_size_says_the_marker_is_there(endpoint, bucket, tree, tmp_path):
+    # The size check after COMPLETE: the marker is on the store already, so "the bundle was not
+    # published" would be false.
+    local = tmp_path / "local.bundle"
+    pack(str(tree), str(local))
+    url = f"s3://{bucket}/x.bundle"
+    publisher = RemotePublisher(parse_location(url, {"endpoint_url": endpoint}))
+    info = publisher.fs.info
+
+    def lying_info(path: str, **kwargs: object) -> dict[str, object]:
+        answer = dict(info(path, **kwargs))
+        if path.endswith(f"/{fmt.MARKER_NAME}"):
+            answer["size"] = fmt.MARKER_SIZE - 1  # as if another pack's marker were there
+        return answer
+
+    publisher.fs.info = lying_info
+    with pytest.raises(PackError) as caught:
+        publisher.publish(str(local), force=False)
+    message = str(caught.value)
+    assert "not published" not in message
+    assert "the completion marker is on the store" in message
+    assert fmt.MARKER_NAME in objects(endpoint, url)
 
 
 # -- reading through the command line --------------------------------------------------------------

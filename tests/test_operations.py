@@ -712,6 +712,23 @@ async def test_read_waits_inline_when_no_other_request_is_queued(ops, monkeypatc
 
 
 @pytest.mark.trio
+async def test_read_never_waits_inline_on_a_store_whose_reads_may_stall(
+    ops, monkeypatch, fake_fuse_queue
+):
+    # An object store's miss is a GET with retries: waited for inline, a frozen store stalled
+    # every request of the mount for 80 s. Even with nothing queued, such a read hops.
+    ops.init()
+    big = await ino_of(ops, "big.bin")
+    monkeypatch.setattr(content_api(ops), "reads_may_stall", True)
+    spy = spy_on_reads(ops, monkeypatch, would_block=True)
+    loop = threading.get_ident()
+    fake_fuse_queue(False)
+    assert bytes(await ops.read(big, 100, 5000)) == BIG[100:5100]
+    assert spy.calls[0] == (True, loop)
+    assert spy.calls[1][0] is False and spy.calls[1][1] != loop
+
+
+@pytest.mark.trio
 async def test_read_hops_to_a_thread_while_another_load_is_in_flight_even_with_an_empty_queue(
     ops, monkeypatch, fake_fuse_queue
 ):

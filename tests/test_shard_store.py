@@ -12,7 +12,7 @@ import pytest
 
 from bundlefs import Bundle, CorruptDataError
 from bundlefs.core import format as fmt
-from bundlefs.errors import ShardUnavailable
+from bundlefs.errors import ShardUnavailable, WouldBlock
 from bundlefs.read.cache import RecordCache
 from bundlefs.read.content import ContentReader
 from bundlefs.storage.index import IndexReader
@@ -96,3 +96,45 @@ def test_a_short_shard_in_the_store_is_a_truncated_shard(memory_reader, sample_b
         entry = bundle.resolve("big.bin")
     with pytest.raises(CorruptDataError):
         reader.read_at(entry, 0, entry.size, path="big.bin")
+
+
+class NetworkLikeStore(MemoryShardStore):
+    """A store whose misses would wait on a network: ``nowait`` reads of uncached bytes raise
+    WouldBlock, and every blocking read is recorded."""
+
+    reads_may_stall = True
+    partial_reads_cheap = False
+
+    def __init__(self, files: dict[str, bytes]) -> None:
+        super().__init__(files)
+        self.blocking: list[tuple[str, int, int]] = []
+        self.advised: list[str] = []
+
+    def read(self, name: str, offset: int, length: int, *, nowait: bool = False) -> bytes:
+        if nowait:
+            raise WouldBlock
+        self.blocking.append((name, offset, length))
+        return super().read(name, offset, length)
+
+    def prefetch(self, name: str, offset: int, length: int) -> None:
+        self.advised.append(name)
+
+
+def test_prefetch_never_waits_on_a_store_whose_reads_may_stall(sample_bundle_path: Path) -> None:
+    # The mount prefetches from lookup, on its event loop: the first use of a shard checks its
+    # header, which on an object store is a GET. Advice must skip it rather than wait for it.
+    index = IndexReader(str(sample_bundle_path))
+    names = [fmt.shard_filename(i) for i in range(index.config.shard_count)]
+    store = NetworkLikeStore({n: (sample_bundle_path / n).read_bytes() for n in names})
+    shards = ShardSet(store, index.marker)
+    try:
+        assert shards.reads_may_stall and not shards.partial_reads_cheap
+        shards.prefetch(0, 4096, 65536)
+        assert store.blocking == [] and store.advised == []
+        record = next(index.iter_records(0))
+        shards.load(record)  # a real read checks the header, blocking, off the event loop
+        shards.prefetch(0, 4096, 65536)
+        assert store.advised == [names[0]]
+    finally:
+        shards.close()
+        index.close()

@@ -373,8 +373,13 @@ class BundleOperations(pyfuse3.Operations):
             return self._content.read_at(entry, off, size, nowait=True, as_buffer=True)
         except WouldBlock:
             pass
-        if not self._loads_in_flight and self._kernel_queue_empty():
-            # Nothing else to serve meanwhile: wait for the disk here, without the hop.
+        if (
+            not self._loads_in_flight
+            and not self._content.reads_may_stall
+            and self._kernel_queue_empty()
+        ):
+            # Nothing else to serve meanwhile: wait for the disk here, without the hop (never
+            # for an object store, where a read may wait through retries).
             return self._content.read_at(entry, off, size, as_buffer=True)
         # A real disk read: in worker threads, pread + CRC + lz4 (which release the GIL) overlap
         # with each other and with the requests the event loop keeps answering.

@@ -50,6 +50,7 @@ class ContentReader:
         # is cheaper than the record: not on an object store, where every record is fetched and
         # CRC-checked whole (storage/remote.py).
         self._raw_slices = shards.partial_reads_cheap
+        self.reads_may_stall = shards.reads_may_stall  # a miss may wait on a network
         self._inflight: dict[tuple[int, int], threading.Event] = {}
         self._inflight_lock = threading.Lock()
 

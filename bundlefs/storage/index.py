@@ -24,7 +24,6 @@ from bundlefs.core.checksum import file_checksum
 from bundlefs.core.libc import ResidentMapping
 from bundlefs.errors import (
     BundleClosedError,
-    BundleError,
     FormatError,
     IndexWriteError,
     NotABundleError,
@@ -44,10 +43,20 @@ _envs: dict[tuple[int, int], list] = {}  # (st_dev, st_ino) of data.mdb -> [envi
 _envs_lock = threading.Lock()
 
 
+# Environments a forked child inherited (their ids): used, never closed. py-lmdb's close (and
+# its dealloc) waits until no thread is inside LMDB, and a parent thread that was inside at the
+# fork stays counted in the child for ever: closing the parent's environment to reopen it hung
+# 3 of 10 children forked during reads. Nor can a child open the same file a second time while
+# the inherited one lives (py-lmdb refuses). Reading it is safe: it is read-only and without a
+# lock file (MDB_NOLOCK), so no reader table or lock ties it to the parent's pid; the child
+# starts its own read transactions on the inherited mapping.
+_inherited: set[int] = set()
+
+
 def _after_fork_in_child() -> None:
     global _envs_lock
     _envs_lock = threading.Lock()  # another thread may have held it when the process forked
-    _envs.clear()  # the parent's environments: each reader below drops its copy and reopens
+    _inherited.update(id(held[0]) for held in _envs.values())
     for reader in list(_open_readers):
         reader._forked()
 
@@ -167,21 +176,15 @@ class IndexReader:
             held = _envs.get(self._env_key)
             if held is not None and held[0] is env:
                 held[1] -= 1
-                if held[1]:
-                    return
+                if held[1] or id(env) in _inherited:
+                    return  # an inherited one stays open and registered: see _inherited
                 del _envs[self._env_key]
         env.close()
 
     def _forked(self) -> None:
-        # The parent's environment must not be used here. Without a lock file, closing it only
-        # unmaps and closes this process's copies, which leaves the parent untouched.
+        # The parent's read transactions are not this process's: every thread starts its own on
+        # the inherited environment (see _inherited for why it is not reopened).
         self._local = threading.local()
-        if self._env is not None:
-            self._release_env()
-            try:
-                self._open()
-            except BundleError as e:
-                log.error("cannot reopen the index after fork: %s", e)
 
     def hold_resident(self) -> int:
         """Fault the whole index into memory and keep it mapped until ``close``; its size.
@@ -227,7 +230,7 @@ class IndexReader:
             if self._closed:
                 raise BundleClosedError("the bundle is closed")
             if self._env is None:
-                raise FormatError("the index could not be reopened after fork")
+                raise FormatError("the index is not open")
             txn = self._local.txn = self._env.begin(buffers=False)
         return txn
 

@@ -32,7 +32,8 @@ class Location:
     url: str  # as the user wrote it (a local path stays a path)
     protocol: str  # "file" for a local bundle
     path: str
-    storage_options: dict[str, Any] = field(default_factory=dict)
+    # Not in the repr: it holds credentials, and a Location ends up in logs and tracebacks.
+    storage_options: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def is_local(self) -> bool:

@@ -51,6 +51,15 @@ DEFAULT_UPLOAD_JOBS = 8
 
 _S3 = ("s3", "s3a")
 CONNECT_TIMEOUT = 10
+# How long a request may wait for the store's answer (botocore's read timeout: the wait for each
+# byte of the response, from the end of the request's body). Listings, HEADs, deletes, the
+# 32-byte GETs and the 52-byte COMPLETE are answered at once by a store that works: 20 s, as
+# the reader's GETs. A store answers an uploaded object (or a multipart part, up to s3fs's
+# 50 MiB) only once it has stored all of it, and a loaded Ceph or MinIO can take tens of seconds
+# for that; a timed-out upload is sent again whole, so a tight bound would turn a slow store
+# into repeated uploads: 60 s for those.
+READ_TIMEOUT = 20
+UPLOAD_READ_TIMEOUT = 60
 ATTEMPTS = 4  # per request, 5xx, throttling and connection failures retried with backoff
 
 _INDEX_OBJECT = f"{fmt.INDEX_DIR}/{fmt.INDEX_FILE}"
@@ -77,23 +86,28 @@ class RemoteState:
         return sorted(n for n in self.objects if not _BUNDLE_OBJECT.fullmatch(n))
 
 
-def _filesystem(location: Location) -> Any:
+def _filesystem(location: Location, read_timeout: int) -> Any:
     """A private fsspec file system for uploading to ``location``.
 
     Private, so its settings are not those of the instance a reader in this process shares. For
-    S3, bounded: botocore's defaults (60 s connect timeout, its legacy retries under s3fs's own)
-    leave a pack to an unreachable endpoint waiting for minutes; here a few retries with backoff
-    cover a transient failure, and a store that stays down is one sentence after seconds. The
-    user's own ``config_kwargs`` win.
+    S3, bounded: botocore's retries (4 attempts with backoff) are the only ones, s3fs's own loop
+    (5 tries of botocore's 4 on a timeout) is turned off, and every request waits at most
+    ``read_timeout`` for its answer; a transient failure is retried, and a store that stays down
+    or stops answering is one sentence after ``ATTEMPTS`` times the timeout (docs/storage.md,
+    "URLs and credentials"). The user's own ``config_kwargs`` win.
     """
     options = dict(location.storage_options)
     if location.protocol in _S3:
         config = dict(options.get("config_kwargs") or {})
         config.setdefault("connect_timeout", CONNECT_TIMEOUT)
+        config.setdefault("read_timeout", read_timeout)
         config.setdefault("retries", {"mode": "standard", "total_max_attempts": ATTEMPTS})
         options["config_kwargs"] = config
     options["skip_instance_cache"] = True
-    return dataclasses.replace(location, storage_options=options).filesystem()
+    fs = dataclasses.replace(location, storage_options=options).filesystem()
+    if location.protocol in _S3 and isinstance(getattr(fs, "retries", None), int):
+        fs.retries = 1  # s3fs's loop around botocore's: it multiplied the bound by 5
+    return fs
 
 
 def _reason(error: BaseException) -> str:
@@ -112,7 +126,10 @@ class RemotePublisher:
         self.url = location.url
         self.jobs = max(1, jobs)
         try:
-            self.fs = _filesystem(location)
+            # Two clients: what must be answered at once, and the uploads of whole objects,
+            # which may take the store longer to answer (UPLOAD_READ_TIMEOUT).
+            self.fs = _filesystem(location, READ_TIMEOUT)
+            self.upload_fs = _filesystem(location, UPLOAD_READ_TIMEOUT)
         except BundleError as e:  # fsspec or its back-end missing: the location names the extra
             raise PackError(str(e)) from None
         self.root = location.path.rstrip("/")
@@ -156,8 +173,12 @@ class RemotePublisher:
         for name, info in found.items():
             name = name.rstrip("/")
             if name == self.root:
-                # An object named exactly like the bundle: a file where a bundle would go.
-                objects[""] = int(info.get("size") or 0)
+                # An object named exactly like the bundle: a file where a bundle would go. When
+                # the listing finds nothing, s3fs answers with the root's own info, a "directory"
+                # whenever anything is under it (a concurrent pack's objects appearing, say):
+                # that is no object.
+                if info.get("type", "file") == "file":
+                    objects[""] = int(info.get("size") or 0)
             elif name.startswith(prefix) and info.get("type", "file") == "file":
                 objects[name[len(prefix) :]] = int(info.get("size") or 0)
         return RemoteState(objects)
@@ -202,27 +223,47 @@ class RemotePublisher:
             names, lambda name: self._check_uploaded(name, sizes[name], marker), "checking uploads"
         )
         with self._store_errors("writing the completion marker"):
-            self._upload(work, fmt.MARKER_NAME, uploaded)
-            self._check_uploaded(fmt.MARKER_NAME, fmt.MARKER_SIZE, marker)
+            self._upload(work, fmt.MARKER_NAME, uploaded, small=True)
+            self._check_uploaded(fmt.MARKER_NAME, fmt.MARKER_SIZE, marker, published=True)
         stale = sorted(set(state.objects) - set(names) - {fmt.MARKER_NAME})
         if stale:
             self._remove_stale(stale)
 
-    def _upload(self, work: str, name: str, uploaded: Callable[[str, int], None] | None) -> None:
+    def _upload(
+        self,
+        work: str,
+        name: str,
+        uploaded: Callable[[str, int], None] | None,
+        *,
+        small: bool = False,
+    ) -> None:
         local = os.path.join(work, name)
-        self.fs.put_file(local, self._object(name))
+        (self.fs if small else self.upload_fs).put_file(local, self._object(name))
         if uploaded is not None:
             uploaded(name, os.path.getsize(local))
 
-    def _check_uploaded(self, name: str, size: int, marker: fmt.Marker) -> None:
-        """That ``name`` is in the store with ``size`` bytes, and a shard names this bundle."""
+    def _check_uploaded(
+        self, name: str, size: int, marker: fmt.Marker, *, published: bool = False
+    ) -> None:
+        """That ``name`` is in the store with ``size`` bytes, and a shard names this bundle.
+
+        ``published``: ``name`` is the marker just uploaded, so the URL may already open.
+        """
         remote = self._object(name)
         self.fs.invalidate_cache(remote)
         got = self.fs.info(remote).get("size")
         if got != size:
+            outcome = (
+                # The marker is there (whose, we cannot tell): readers open whatever it names,
+                # and refuse what does not match it.
+                "the completion marker is on the store, so what opens there may be another "
+                "pack's bundle; check it with bundlefs verify"
+                if published
+                else "the bundle was not published"
+            )
             raise PackError(
                 f"{self.url}/{name} holds {got} bytes after the upload, not {size} (another "
-                "pack to the same URL?); the bundle was not published"
+                f"pack to the same URL?); {outcome}"
             )
         if name.startswith(fmt.SHARD_PREFIX):
             header = self.fs.cat_file(remote, start=0, end=fmt.SHARD_HEADER_SIZE)
@@ -242,14 +283,23 @@ class RemotePublisher:
                 for name in names:
                     task(name)
                 return
-            with ThreadPoolExecutor(min(self.jobs, len(names))) as pool:
+            pool = ThreadPoolExecutor(min(self.jobs, len(names)))
+            try:
                 futures = [pool.submit(task, name) for name in names]
-                done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-                failed = [f for f in futures if f.done() and f.exception() is not None]
-                if failed:
-                    for future in futures:
-                        future.cancel()
-                    raise failed[0].exception()  # type: ignore[misc]
+                wait(futures, return_when=FIRST_EXCEPTION)
+            except BaseException:
+                # ^C (or SystemExit): `with` would wait for every upload queued. The ones not
+                # started never start, the caller removes the staging directory and exits;
+                # COMPLETE is never written.
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+            # A failure: the rest are cancelled, but the ones running are waited for, so that
+            # nothing of this pack is still being written when it returns (a caller that packs
+            # again at once would race its own leftovers).
+            pool.shutdown(cancel_futures=True)
+            failed = [f for f in futures if not f.cancelled() and f.exception() is not None]
+            if failed:
+                raise failed[0].exception()  # type: ignore[misc]
 
     def _remove_stale(self, names: list[str]) -> None:
         """Delete what the old bundle had and the new one lacks. The new bundle is published

@@ -126,8 +126,11 @@ def _reason(e: BaseException) -> str:
 
 
 def _fatal(e: Exception) -> bool:
-    """Errors no retry can fix: missing objects, refusals, our own bugs."""
+    """Errors no retry can fix: missing objects, refusals, our own bugs, and our own sentences
+    (the file system could not be made: an unknown protocol, a back-end not installed)."""
     if isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)):
+        return True
+    if isinstance(e, BundleError):
         return True
     if type(e).__name__ in _NO_CREDENTIALS:
         return True
@@ -148,12 +151,16 @@ class _Fetcher:
         *,
         attempts: int = ATTEMPTS,
         backoff: float = BACKOFF,
+        log_outages: bool = True,
     ) -> None:
         # Made on first use: after a fork the child must not touch the parent's network session,
         # and fsspec resets its event loop in the child only after our at-fork hook has run.
         self._factory = factory
         self._fs: Any = None
         self.label = label  # the bundle's URL, for the log
+        # Off while a bundle is opened: a failed open is its own sentence, and a warning that
+        # reads "fail with EIO until it is back" describes a bundle that is open and serving.
+        self.log_outages = log_outages
         self.attempts = max(1, attempts)
         self.backoff = backoff
         self.lock = threading.Lock()
@@ -221,6 +228,8 @@ class _Fetcher:
                 return
             self.outage = True
             self._failed_during_outage = 1
+        if not self.log_outages:
+            return
         log.warning(
             "%s: the object store is unreachable (%s); reads of records not cached fail with "
             "EIO until it is back",
@@ -234,7 +243,7 @@ class _Fetcher:
         with self.lock:
             was, self.outage = self.outage, False
             failed = self._failed_during_outage
-        if was:
+        if was and self.log_outages:
             log.warning(
                 "%s: the object store is reachable again (%d fetches failed)", self.label, failed
             )
@@ -277,6 +286,8 @@ def _missing_marker(location: Location, fs: Any) -> NotABundleError:
 def _fetch_marker(location: Location, fetcher: _Fetcher) -> bytes:
     try:
         return fetcher.get(location.child(fmt.MARKER_NAME))
+    except BundleError:
+        raise  # one sentence already (an unknown protocol, a back-end not installed)
     except Exception as e:
         raise _open_error(location, fetcher.fs, e) from None
 
@@ -348,8 +359,9 @@ def fetch_index(
     index does not match its marker: it was changed or damaged; it is refused).
     """
     if fetcher is None:
-        fetcher = _Fetcher(lambda: remote_filesystem(location), location.url)
-    root = os.path.join(os.fspath(cache_dir) if cache_dir else default_cache_dir(), "index")
+        fetcher = _Fetcher(lambda: remote_filesystem(location), location.url, log_outages=False)
+    cache = os.fspath(cache_dir) if cache_dir else default_cache_dir()
+    root = os.path.join(cache, "index")
     for attempt in range(2):
         marker_bytes = _fetch_marker(location, fetcher)
         try:
@@ -362,10 +374,18 @@ def fetch_index(
                 os.utime(local)  # last used: what a cleaner of old indexes would look at
             return local
         if os.path.exists(local):
-            log.warning("%s: the cached index at %s is damaged; fetching it again", location, local)
+            log.warning(
+                "%s: the cached index at %s is damaged; fetching it again", location.url, local
+            )
             _remove_tree(local)
-        os.makedirs(root, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=f".{marker.bundle_id.hex()}.tmp-", dir=root)
+        try:
+            os.makedirs(root, exist_ok=True)
+            tmp = tempfile.mkdtemp(prefix=f".{marker.bundle_id.hex()}.tmp-", dir=root)
+        except OSError as e:  # read-only, not ours, a file in the way, a full disk
+            raise StorageError(
+                f"cannot cache the index of {location.url} in the cache directory {cache}: "
+                f"{e.strerror or e}"
+            ) from None
         try:
             os.mkdir(os.path.join(tmp, fmt.INDEX_DIR))
             if not _download_index(
@@ -539,7 +559,16 @@ class DiskRecordCache:
     whose id names its directory. Written atomically (temporary file, rename); no fsync, because
     a damaged file is caught by the record CRC above and dropped (``discard``). Least recently
     used goes first: a hit sets the file's mtime, and eviction (down to 90% of the bound, so it
-    runs in batches) scans the whole directory, so processes sharing it keep one bound.
+    runs in batches) scans the whole directory.
+
+    One bound for every reader of the directory (threads with bundles of their own, processes):
+    each instance counts what the last scan found plus what it wrote since, and scans again (and
+    evicts if the total is over the bound) at open and whenever it has written a tenth of the
+    bound since its last scan. K readers writing at once overshoot by at most K tenths.
+
+    The lock guards the in-memory index only: file reads, scans, sorts and unlinks happen
+    outside it, so a ``nowait`` read (the mount's event loop) never waits for another thread's
+    disk I/O, and takes the lock only if it is free.
     """
 
     def __init__(self, root: str, bundle_id: bytes, limit: int) -> None:
@@ -548,9 +577,15 @@ class DiskRecordCache:
         self.dir = os.path.join(root, bundle_id.hex())
         self.index = _RangeIndex()
         self._lock = threading.Lock()
+        self.bytes = 0  # the last scan's total plus what this instance wrote since
+        self._written = 0  # bytes written since the last scan
+        # The process scanning now (0: none). A pid, not a flag: a child forked during a scan
+        # would otherwise never scan again.
+        self._scanner = 0
         os.makedirs(self.dir, exist_ok=True)
         self._load()
-        self.bytes = self._scan_total()
+        self._scanner = os.getpid()
+        self._rescan()  # other readers may have left the directory over the bound
 
     def _load(self) -> None:
         now = time.time()
@@ -579,9 +614,6 @@ class DiskRecordCache:
     def _path(self, name: str, start: int, length: int) -> str:
         return os.path.join(self.dir, f"{name}.{start}.{length}")
 
-    def _scan_total(self) -> int:
-        return sum(size for _mtime, size, _path in self._scan())
-
     def _scan(self) -> list[tuple[float, int, str]]:
         out = []
         with contextlib.suppress(OSError):
@@ -604,40 +636,74 @@ class DiskRecordCache:
             return self.index.next_start(name, pos)
 
     def get(self, name: str, offset: int, end: int, nowait: bool) -> bytes | None:
-        def read(start: int, lo: int, hi: int) -> bytes:
-            length = self.index.length(name, start)
-            assert length is not None
-            path = self._path(name, start, length)
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                if os.fstat(fd).st_size != length:
-                    raise FileNotFoundError(errno.ENOENT, "a partly written cache file", path)
-                buffer = bytearray(hi - lo)
-                if nowait:
-                    try:
-                        got = os.preadv(fd, [buffer], lo - start, os.RWF_NOWAIT)
-                    except OSError as e:
-                        raise WouldBlock from e
-                else:
-                    got = os.preadv(fd, [buffer], lo - start)
-                if got != len(buffer):
-                    raise FileNotFoundError(errno.ENOENT, "a short cache file", path)
-            finally:
-                os.close(fd)
+        """Bytes ``offset … end`` if held whole, else None. With ``nowait``, ``WouldBlock`` when
+        the lock is taken or a file's pages are not in memory."""
+        if not self._lock.acquire(blocking=not nowait):
+            # Another thread is updating the index: only a moment, but the event loop does not
+            # wait even that (the caller answers it as a miss that would block).
+            raise WouldBlock
+        try:
+            # Which files hold the bytes, decided under the lock; read after it.
+            pieces: list[tuple[str, int, int, int]] = []
+
+            def plan(start: int, lo: int, hi: int) -> bytes:
+                length = self.index.length(name, start)
+                assert length is not None
+                pieces.append((self._path(name, start, length), length, lo - start, hi - lo))
+                return b""
+
+            held = _assemble(self.index, name, offset, end, plan)
+        finally:
+            self._lock.release()
+        if held is None:
+            return None
+        try:
+            parts = [self._read(*piece, nowait) for piece in pieces]
+        except FileNotFoundError:
+            # Evicted by another reader, or left half written: forget what we knew of it.
+            self._forget(name, offset, end)
+            return None
+        for path, *_ in pieces:
             with contextlib.suppress(OSError):
                 os.utime(path)  # recently used: evicted last
-            return bytes(buffer)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
+    @staticmethod
+    def _read(path: str, length: int, at: int, size: int, nowait: bool) -> bytes:
+        """``size`` bytes at ``at`` of the cache file ``path``, which must hold ``length``."""
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            if os.fstat(fd).st_size != length:
+                raise FileNotFoundError(errno.ENOENT, "a partly written cache file", path)
+            buffer = bytearray(size)
+            if nowait:
+                try:
+                    got = os.preadv(fd, [buffer], at, os.RWF_NOWAIT)
+                except OSError as e:
+                    raise WouldBlock from e
+            else:
+                got = os.preadv(fd, [buffer], at)
+            if got != len(buffer):
+                raise FileNotFoundError(errno.ENOENT, "a short cache file", path)
+        finally:
+            os.close(fd)
+        return bytes(buffer)
+
+    def _forget(self, name: str, offset: int, end: int) -> None:
+        """Drop from the index the pieces of these bytes whose files are gone."""
         with self._lock:
-            try:
-                return _assemble(self.index, name, offset, end, read)
-            except FileNotFoundError:
-                # Evicted by another process, or left half written: forget what we knew of it.
-                for start in self.index.overlapping(name, offset, end):
-                    length = self.index.length(name, start)
-                    if length is not None and not os.path.exists(self._path(name, start, length)):
-                        self.index.remove(name, start)
-                return None
+            pieces = [
+                (s, self.index.length(name, s)) for s in self.index.overlapping(name, offset, end)
+            ]
+        gone = [
+            (s, n)
+            for s, n in pieces
+            if n is not None and not os.path.exists(self._path(name, s, n))
+        ]
+        with self._lock:
+            for start, length in gone:
+                if self.index.length(name, start) == length:
+                    self.index.remove(name, start)
 
     def put(self, name: str, start: int, data: bytes) -> None:
         """Keep ``data`` (stored bytes from ``start``); a failure to write only loses the copy."""
@@ -654,51 +720,91 @@ class DiskRecordCache:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             return
+        doomed = None
         with self._lock:
             old = self.index.length(name, start)
             if old == len(data):
                 return  # the same range again (another process, or a retry): replaced in place
-            if old is not None:
-                if old > len(data):
-                    # The longer copy already there serves more: keep it, drop this one.
-                    with contextlib.suppress(OSError):
-                        os.unlink(path)
-                    return
-                with contextlib.suppress(OSError):
-                    os.unlink(self._path(name, start, old))
-                self.bytes -= old
-            self.index.add(name, start, len(data))
-            self.bytes += len(data)
-            if self.bytes > self.limit:
-                self._evict()
+            if old is not None and old > len(data):
+                doomed = path  # the longer copy already there serves more: keep it, drop this
+            else:
+                if old is not None:
+                    doomed = self._path(name, start, old)
+                    self.bytes -= old
+                self.index.add(name, start, len(data))
+                self.bytes += len(data)
+                self._written += len(data)
+            scan = self._scanner != os.getpid() and (
+                self.bytes > self.limit or self._written > self.limit // 10
+            )
+            if scan:
+                self._scanner = os.getpid()
+        if doomed is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(doomed)
+        if scan:
+            self._rescan()
 
-    def _evict(self) -> None:
-        files = self._scan()
-        total = sum(size for _mtime, size, _path in files)
-        if total > self.limit:
-            target = self.limit * 9 // 10
-            files.sort()
-            for _mtime, size, path in files:
-                if total <= target:
-                    break
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
-                    total -= size
-                    if os.path.dirname(path) == self.dir:
-                        parsed = self._parse(os.path.basename(path))
-                        if parsed is not None and self.index.length(*parsed[:2]) == parsed[2]:
-                            self.index.remove(parsed[0], parsed[1])
-        self.bytes = total
+    def _rescan(self) -> None:
+        """Count what every reader holds now, and evict down to 90% of the bound if it is over
+        (the caller has set ``_scanner``; outside the lock)."""
+        try:
+            with self._lock:
+                written = self._written
+            files = self._scan()
+            total = sum(size for _mtime, size, _path in files)
+            if total > self.limit:
+                total = self._evict(files, total)
+            with self._lock:
+                # What this instance wrote during the scan may or may not be in it: counted.
+                self._written -= written
+                self.bytes = total + self._written
+        finally:
+            self._scanner = 0
+
+    def _evict(self, files: list[tuple[float, int, str]], total: int) -> int:
+        """Remove the least recently used of ``files`` until ``total`` is 90% of the bound;
+        the total left."""
+        target = self.limit * 9 // 10
+        files.sort()
+        doomed: list[tuple[int, str]] = []
+        for _mtime, size, path in files:
+            if total <= target:
+                break
+            doomed.append((size, path))
+            total -= size
+        mine = [
+            parsed
+            for _size, path in doomed
+            if os.path.dirname(path) == self.dir
+            and (parsed := self._parse(os.path.basename(path))) is not None
+        ]
+        with self._lock:  # out of the index first, so that no read here plans to read them
+            for name, start, length in mine:
+                if self.index.length(name, start) == length:
+                    self.index.remove(name, start)
+        for size, path in doomed:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass  # another reader evicting the same oldest files: gone all the same
+            except OSError as e:
+                log.debug("cannot evict %s from the disk cache: %s", path, e)
+                total += size
+        return total
 
     def discard(self, name: str, offset: int, end: int) -> None:
         with self._lock:
+            doomed = []
             for start in self.index.overlapping(name, offset, end):
                 length = self.index.length(name, start)
                 self.index.remove(name, start)
                 if length is not None:
-                    with contextlib.suppress(OSError):
-                        os.unlink(self._path(name, start, length))
-                        self.bytes -= length
+                    doomed.append(self._path(name, start, length))
+                    self.bytes -= length
+        for path in doomed:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
 
 
 # -- the store -------------------------------------------------------------------------------------
@@ -745,6 +851,9 @@ class RemoteShardStore:
     # Reading a slice of a raw record costs a round trip just as the whole record does, and only
     # a whole record can be CRC-checked: ContentReader must always load whole records.
     partial_reads_cheap = False
+    # A read that misses the caches is a GET, with retries: the mount must not wait for one on
+    # its event loop (a frozen store stalled every request for 80 s when it did).
+    reads_may_stall = True
 
     def __init__(
         self,
@@ -980,9 +1089,7 @@ class RemoteShardStore:
             pos += len(data)
         return b"".join(parts)
 
-    def _piece(
-        self, name: str, pos: int, end: int, stream: _Stream | None
-    ) -> tuple[bytes, bool]:
+    def _piece(self, name: str, pos: int, end: int, stream: _Stream | None) -> tuple[bytes, bool]:
         """Bytes from ``pos`` up to ``end`` or the end of the first piece holding ``pos``, and
         whether this sent a GET of its own."""
         for tier in (self._memory, self._disk):
@@ -1030,21 +1137,28 @@ class RemoteShardStore:
 
     def _run(self, fetch: _Fetch) -> None:
         """Do the GET of ``fetch``, keep the bytes, and wake its waiters (even on failure)."""
+        # Whatever happens, the waiters wake and the fetch leaves the list: a GET that died of
+        # anything else (a back-end's ValueError, KeyboardInterrupt) once left every later
+        # reader of its bytes waiting for ever.
         try:
             fetch.data = self._fetcher.get(self._url(fetch.name), fetch.start, fetch.stop)
+            if fetch.data:
+                self._memory.put(fetch.name, fetch.start, fetch.data)
+                if self._disk is not None:
+                    self._disk.put(fetch.name, fetch.start, fetch.data)
         except FileNotFoundError as e:
             fetch.error = ShardUnavailable(errno.ENOENT, "no such object on the store", e.filename)
         except OSError as e:
             fetch.error = e
-        if fetch.data:
-            self._memory.put(fetch.name, fetch.start, fetch.data)
-            if self._disk is not None:
-                self._disk.put(fetch.name, fetch.start, fetch.data)
-        with self._lock:
-            fetches = self._inflight.get(fetch.name, [])
-            if fetch in fetches:
-                fetches.remove(fetch)
-        fetch.done.set()
+        except BaseException as e:
+            fetch.error = OSError(errno.EIO, f"the fetch failed: {e!r}")
+            raise
+        finally:
+            with self._lock:
+                fetches = self._inflight.get(fetch.name, [])
+                if fetch in fetches:
+                    fetches.remove(fetch)
+            fetch.done.set()
 
     def _covered_until(self, name: str, pos: int, limit: int) -> int:
         """How far from ``pos`` the bytes are held or on their way (up to ``limit``)."""

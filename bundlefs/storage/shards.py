@@ -27,6 +27,7 @@ from bundlefs.errors import (
     FormatError,
     ShardUnavailable,
     UnsupportedVersionError,
+    WouldBlock,
 )
 from bundlefs.storage.store import ShardStore
 
@@ -307,6 +308,9 @@ class ShardSet:
         # yes; an object store: one round trip either way, and only a whole record can be
         # CRC-checked). ContentReader reads raw slices only where this is true.
         self.partial_reads_cheap: bool = getattr(store, "partial_reads_cheap", True)
+        # Whether a read that is not served from a cache may wait long (a network round trip,
+        # retries): then the mount never reads inline on its event loop.
+        self.reads_may_stall: bool = getattr(store, "reads_may_stall", False)
         # A store that keeps copies (an object store's disk cache) can drop a damaged one.
         self._discard = getattr(store, "discard", None)
 
@@ -376,8 +380,10 @@ class ShardSet:
 
         Advice only: a shard that cannot be opened or advised is left to the read that follows.
         """
-        with contextlib.suppress(OSError, BundleError):
-            self._store.prefetch(self._name(shard), offset, length)
+        # nowait: the first use of a shard checks its header, which on an object store is a
+        # GET; advice must never wait for one (it runs on the mount's event loop, in lookup).
+        with contextlib.suppress(OSError, BundleError, WouldBlock):
+            self._store.prefetch(self._name(shard, nowait=self.reads_may_stall), offset, length)
 
     def read_raw_into(
         self,
