@@ -18,6 +18,7 @@ import os
 import stat as statmod
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bundlefs.core import format as fmt
@@ -39,6 +40,15 @@ if TYPE_CHECKING:
     from bundlefs.packing.packer import PackProgress
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Written:
+    """What has gone into the stream of the file being stored: its size, CRC and first bytes."""
+
+    size: int = 0
+    crc: int = 0
+    head: bytes = b""
 
 
 class ContentWriter:
@@ -85,17 +95,21 @@ class ContentWriter:
         """
         shard = self._shard_for(st.st_size)
         offset = shard.stream_size
-        crc, size, head = 0, 0, b""
+        written = _Written()
         for chunk in chunks:
-            if len(head) < HEAD_SIZE:
-                head += chunk[: HEAD_SIZE - len(head)]
-            shard.write(chunk)
-            crc = crc32c(chunk, crc)
-            size += len(chunk)
-            self.progress.bytes_read += len(chunk)
-            if self._tick is not None:
-                self._tick()
-        return self._stored(rel, shard, offset, size, crc, st, st, head)
+            self._append(shard, chunk, written)
+        return self._stored(rel, shard, offset, written.size, written.crc, st, st, written.head)
+
+    def _append(self, shard: ShardWriter, chunk: bytes, written: _Written) -> None:
+        """One chunk of a file's content into the shard stream, counted."""
+        if len(written.head) < HEAD_SIZE:
+            written.head += chunk[: HEAD_SIZE - len(written.head)]
+        shard.write(chunk)
+        written.crc = crc32c(chunk, written.crc)
+        written.size += len(chunk)
+        self.progress.bytes_read += len(chunk)
+        if self._tick is not None:
+            self._tick()
 
     def _store_content(self, item: SourceItem, source: EntrySource) -> StoredContent | None:
         """What is stored is exactly the bytes read, with their own size and CRC."""
@@ -112,7 +126,7 @@ class ContentWriter:
                 return None
             shard = self._shard_for(before.st_size)
             offset = shard.stream_size
-            crc, size, head = 0, 0, b""
+            written = _Written()
             while True:
                 try:
                     chunk = content.read(READ_CHUNK)
@@ -123,18 +137,13 @@ class ContentWriter:
                     return None
                 if not chunk:
                     break
-                if len(head) < HEAD_SIZE:
-                    head += chunk[: HEAD_SIZE - len(head)]
-                shard.write(chunk)
-                crc = crc32c(chunk, crc)
-                size += len(chunk)
-                self.progress.bytes_read += len(chunk)
-                if self._tick is not None:
-                    self._tick()
+                self._append(shard, chunk, written)
             after = content.stat()
         finally:
             content.close()
-        return self._stored(rel, shard, offset, size, crc, before, after, head)
+        return self._stored(
+            rel, shard, offset, written.size, written.crc, before, after, written.head
+        )
 
     def _store_bytes(self, rel: bytes, data: bytes, before: Stat, after: Stat) -> StoredContent:
         """Store content the source already read whole (same result as _store_content)."""
