@@ -65,6 +65,7 @@ from bench import datasets
 from bench.measure import drop_caches
 from bench.report import write_section
 from bench.systems import Bundlefs, Ratarmount, SystemUnavailable, fusermount_unmount, mounted
+from tests import s3server
 
 REPO = Path(__file__).resolve().parent.parent
 SECTION = "## Object storage"
@@ -174,31 +175,21 @@ def serve(port: int) -> None:
     )
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class S3Server:
-    """The counting moto server in a subprocess on 127.0.0.1 (tests/s3server.py's shape, without
-    pytest); ``stop`` always."""
+class S3Server(s3server.S3Server):
+    """tests/s3server.py's moto server, running the counting wrapper above (``--serve``);
+    ``stop`` always."""
 
     def __init__(self, log_path: Path) -> None:
-        self.port = _free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_path
-        self.process: subprocess.Popen[bytes] | None = None
+        super().__init__(log_path.parent)
 
-    @property
-    def storage_options(self) -> dict[str, Any]:
-        return {
-            "key": "test",
-            "secret": "test",
-            "client_kwargs": {"endpoint_url": self.endpoint, "region_name": REGION},
-        }
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "bench.object_store", "--serve", str(self.port)]
+
+    def ready(self) -> None:
+        self.counts()
+
+    def start(self, timeout: float = 60.0, cwd: str | os.PathLike[str] | None = REPO) -> None:
+        super().start(timeout, cwd)
 
     def cli_options(self) -> list[str]:
         """The same as ``--storage-option`` arguments."""
@@ -209,61 +200,9 @@ class S3Server:
             f"--storage-option=client_kwargs.region_name={REGION}",
         ]
 
-    def start(self, timeout: float = 60.0) -> None:
-        env = dict(os.environ, AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test")
-        with open(self.log_path, "ab") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "bench.object_store", "--serve", str(self.port)],
-                cwd=REPO,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,  # our ^C must not kill it before the mounts are gone
-            )
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"S3 server exited: {self.log_path.read_text()[-2000:]}")
-            try:
-                self.counts()
-                return
-            except (urllib.error.URLError, OSError):
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"S3 server not ready after {timeout} s") from None
-                time.sleep(0.05)
-
-    def stop(self) -> None:
-        process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
-
     def counts(self) -> dict[str, int]:
         with urllib.request.urlopen(self.endpoint + COUNTS_PATH, timeout=5) as r:
             return dict(json.load(r))
-
-    def create_bucket(self, bucket: str) -> None:
-        # boto3, not s3fs's mkdir: that sends the region as a location constraint, which S3
-        # (and moto) refuse for us-east-1.
-        self.client().create_bucket(Bucket=bucket)
-
-    def client(self) -> Any:
-        """A fresh boto3 S3 client."""
-        import boto3
-
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            region_name=REGION,
-            aws_access_key_id="test",
-            aws_secret_access_key="test",
-        )
 
     def filesystem(self) -> Any:
         """A fresh s3fs client (no instance cache: a new connection pool, nothing listed)."""

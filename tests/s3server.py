@@ -64,12 +64,21 @@ class S3Server:
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
-    def start(self, timeout: float = 30.0) -> None:
+    def command(self) -> list[str]:
+        """The server's command line (the benchmark runs a request-counting moto instead)."""
+        return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)]
+
+    def ready(self) -> None:
+        """Returns once the server answers; raises OSError while it does not."""
+        urllib.request.urlopen(self.endpoint + "/moto-api/", timeout=1).close()
+
+    def start(self, timeout: float = 30.0, cwd: str | os.PathLike[str] | None = None) -> None:
         assert not self.running
         env = dict(os.environ, AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test")
         with open(self._log_path, "ab") as log:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                self.command(),
+                cwd=cwd,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
@@ -80,7 +89,7 @@ class S3Server:
             if self._process.poll() is not None:
                 raise RuntimeError(f"moto server exited: {self._log_path.read_text()[-2000:]}")
             try:
-                urllib.request.urlopen(self.endpoint + "/moto-api/", timeout=1).close()
+                self.ready()
                 return
             except (urllib.error.URLError, OSError):
                 if time.monotonic() > deadline:
