@@ -12,12 +12,10 @@ import argparse
 import contextlib
 import os
 import sys
-import time
 from typing import TYPE_CHECKING
 
 from bundlefs.cli.options import open_bundle
-from bundlefs.cli.output import EXIT_OK, out, status
-from bundlefs.core.units import format_size
+from bundlefs.cli.output import EXIT_OK, files_progress, out, status
 from bundlefs.errors import ExportError
 
 if TYPE_CHECKING:
@@ -34,16 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from bundlefs.read.export import export_tar
 
-    started = last = time.monotonic()
-
-    def progress(s: ExportSummary) -> None:
-        nonlocal last
-        now = time.monotonic()
-        if now - last >= 0.2:
-            last = now
-            status.show(
-                f"exporting: {s.files:,} files, {format_size(s.bytes)}, {now - started:.0f} s"
-            )
+    progress = files_progress("exporting")
 
     show = None if args.quiet else progress
     to_stdout = args.out == "-"

@@ -6,15 +6,9 @@ May import: the library layers, ``bundlefs.cli.output``, ``bundlefs.cli.options`
 from __future__ import annotations
 
 import argparse
-import time
-from typing import TYPE_CHECKING
 
 from bundlefs.cli.options import open_bundle
-from bundlefs.cli.output import EXIT_FAILURE, EXIT_OK, error, out, status
-from bundlefs.core.units import format_size
-
-if TYPE_CHECKING:
-    from bundlefs.read.extract import ExtractSummary
+from bundlefs.cli.output import EXIT_FAILURE, EXIT_OK, error, files_progress, out, status
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -39,16 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from bundlefs.read.extract import extract
 
-    started = last = time.monotonic()
-
-    def progress(s: ExtractSummary) -> None:
-        nonlocal last
-        now = time.monotonic()
-        if now - last >= 0.2:
-            last = now
-            status.show(
-                f"extracting: {s.files:,} files, {format_size(s.bytes)}, {now - started:.0f} s"
-            )
+    progress = files_progress("extracting")
 
     with open_bundle(args.bundle, args) as bundle:
         summary = extract(

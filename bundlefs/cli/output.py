@@ -20,9 +20,11 @@ import json
 import logging
 import os
 import sys
-from typing import Literal
+import time
+from collections.abc import Callable
+from typing import Literal, Protocol
 
-from bundlefs.core.units import parse_size
+from bundlefs.core.units import format_size, parse_size
 from bundlefs.errors import SizeError
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -51,6 +53,26 @@ def error(message: str) -> None:
     status.clear()
     sys.stderr.write(f"{PROG}: error: {message}\n")
     sys.stderr.flush()
+
+
+class FilesProgress(Protocol):
+    files: int
+    bytes: int
+
+
+def files_progress(verb: str) -> Callable[[FilesProgress], None]:
+    """A progress callback for a command that walks files (extract, export): at most every
+    0.2 s, ``VERB: N files, SIZE, S s`` on the status line."""
+    started = last = time.monotonic()
+
+    def show(p: FilesProgress) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last >= 0.2:
+            last = now
+            status.show(f"{verb}: {p.files:,} files, {format_size(p.bytes)}, {now - started:.0f} s")
+
+    return show
 
 
 def warn(message: str) -> None:
