@@ -19,6 +19,11 @@ SOURCE_DATE_EPOCH = 1_650_000_000
 #   SOURCE_DATE_EPOCH=1650000000, record_size=4096, block_size=512, shard_size=4000
 V1_PACK_OPTIONS = dict(record_size=4096, block_size=512, shard_size=4000)
 
+# The version-2 bundle tests/data/v2-twelve-shards.bundle is the same tree packed by bundlefs at
+# 22d101b (format version 2, decimal shard names) with the same options and SOURCE_DATE_EPOCH, and
+#   compression="zstd", meta=(("made-by", "bundlefs 22d101b, format version 2"),)
+V2_PACK_OPTIONS = dict(V1_PACK_OPTIONS, compression="zstd")
+
 
 def _bytes(seed: str, size: int, compressible: bool) -> bytes:
     if compressible:

@@ -1,4 +1,4 @@
-"""The bundlefs on-disk format, version 2 (and version 1, which it still reads): layouts and keys.
+"""The bundlefs on-disk format, version 3 (versions 1 and 2 still read): layouts and keys.
 
 This module is docs/format.md in code. It is pure: it does no I/O and imports neither lmdb nor lz4.
 Every decoder validates what it decodes and raises ``FormatError`` for anything the document does
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from bundlefs.errors import FormatError, NotABundleError, UnsupportedVersionError
 
-FORMAT_VERSION = 2  # what the packer writes
-SUPPORTED_VERSIONS = (1, 2)  # what readers read (docs/format.md §7 lists what each one added)
+FORMAT_VERSION = 3  # what the packer writes
+SUPPORTED_VERSIONS = (1, 2, 3)  # what readers read (docs/format.md §7 lists what each one added)
 
 MARKER_NAME = "COMPLETE"
 
@@ -68,6 +68,7 @@ COMPRESSION_NAMES = {"none": COMPRESSION_NONE, "lz4": COMPRESSION_LZ4, "zstd": C
 _COMPRESSIONS_OF_VERSION = {
     1: (COMPRESSION_NONE, COMPRESSION_LZ4),
     2: tuple(COMPRESSION_NAMES.values()),
+    3: tuple(COMPRESSION_NAMES.values()),
 }
 _COMPRESSION_BY_CODE = {code: name for name, code in COMPRESSION_NAMES.items()}
 
@@ -469,8 +470,14 @@ def validate_name(name: bytes) -> None:
         raise FormatError(f"invalid entry name {name!r}")
 
 
-def encode_entry(e: Entry) -> bytes:
-    """Encode an entry value (the key is ``entry_key(e.ino)``)."""
+def encode_entry(e: Entry, version: int = FORMAT_VERSION) -> bytes:
+    """Encode an entry value (the key is ``entry_key(e.ino)``) in ``version``'s layout."""
+    if version >= 3:
+        return _encode_entry_v3(e)
+    return _encode_entry_v2(e)
+
+
+def _encode_entry_v2(e: Entry) -> bytes:
     flags = e.flags & FLAG_LINK
     kind = e.kind
     if kind == KIND_FILE:
@@ -513,11 +520,13 @@ def is_directory_value(data: bytes) -> bool:
     return len(data) >= 2 and (data[0] << 8) & 0o170000 == KIND_DIR
 
 
-def entry_name(data: bytes) -> bytes:
+def entry_name(data: bytes, version: int = FORMAT_VERSION) -> bytes:
     """Just the name of an entry value, without decoding or validating the rest.
 
     For binary search only: the entry finally chosen is decoded in full by ``decode_entry``.
     """
+    if version >= 3:
+        return _entry_name_v3(data)
     if len(data) < _HEADER.size:
         raise FormatError("entry is truncated")
     kind, flags = (data[0] << 8 | data[1]) & 0o170000, data[2]
@@ -540,77 +549,120 @@ def entry_name(data: bytes) -> bytes:
     return data[pos:]
 
 
-def decode_entry(ino: int, data: bytes) -> Entry:
-    """Decode and validate an entry value. The root (``ino == 1``) alone has an empty name."""
-    n = len(data)
-    if n < _HEADER.size:
-        raise FormatError(f"entry {ino} is truncated")
-    mode, flags, owner, mtime_ns, size = _HEADER.unpack_from(data)
+def decode_entry(ino: int, data: bytes, version: int = FORMAT_VERSION) -> Entry:
+    """Decode and validate an entry value of ``version``'s layout. The root (``ino == 1``) alone
+    has an empty name."""
+    try:
+        if version >= 3:
+            return _decode_entry_v3(ino, data)
+        return _decode_entry_v2(ino, data)
+    except struct.error:
+        raise FormatError(f"entry {ino} is truncated") from None
+
+
+# What follows an entry's common fields, by its kind: a file with content, a LINK entry, a
+# directory, a symlink (whose target and the optional parts are not fixed-size).
+_PART_FILE, _PART_LINK, _PART_DIR, _PART_SYMLINK = range(4)
+
+
+def _part(ino: int, mode: int, flags: int) -> int:
     if flags & ~_KNOWN_ENTRY_FLAGS:
         raise FormatError(f"entry {ino} has unknown flags 0x{flags:x}")
-    pos = _HEADER.size
     kind = mode & 0o170000
+    if kind == KIND_FILE:
+        return _PART_LINK if flags & FLAG_LINK else _PART_FILE
+    if kind == KIND_DIR:
+        part = _PART_DIR
+    elif kind == KIND_SYMLINK:
+        part = _PART_SYMLINK
+    else:
+        raise FormatError(f"entry {ino} has unsupported file type 0o{kind:o}")
+    if flags & (FLAG_LINK | FLAG_NLINK):
+        what = "directory" if part == _PART_DIR else "symlink"
+        raise FormatError(f"entry {ino}: {what} with file-only flags")
+    return part
+
+
+def _decode_entry_v2(ino: int, data: bytes) -> Entry:
+    mode, flags, owner, mtime_ns, size = _HEADER.unpack_from(data)
+    part = _part(ino, mode, flags)
+    pos = _HEADER.size
+    fixed: tuple[int, ...] = ()
+    if part == _PART_FILE:
+        location, crc = _FILE.unpack_from(data, pos)
+        fixed = (location >> _LOCATION_SHIFT, location & _LOCATION_MASK, crc)
+        pos += _FILE.size
+    elif part == _PART_LINK:
+        fixed = _LINK.unpack_from(data, pos)
+        pos += _LINK.size
+    elif part == _PART_DIR:
+        fixed = _DIR.unpack_from(data, pos)
+        pos += _DIR.size
+    return _decode_rest(ino, data, pos, part, mode, flags, owner, mtime_ns, size, fixed)
+
+
+def _decode_rest(
+    ino: int,
+    data: bytes,
+    pos: int,
+    part: int,
+    mode: int,
+    flags: int,
+    owner: int,
+    mtime_ns: int,
+    size: int,
+    fixed: tuple[int, ...],
+) -> Entry:
+    """Validate the kind-specific ``fixed`` fields, then read the optional parts and the name
+    (the same in every version)."""
+    n = len(data)
     shard = offset = crc = target = parent = first_child = 0
     nlink = 1
     symlink = user_data = b""
     content_type = NO_CONTENT_TYPE
-    if flags & FLAG_CONTENT_TYPE and (kind != KIND_FILE or flags & FLAG_LINK):
+    if flags & FLAG_CONTENT_TYPE and part != _PART_FILE:
         raise FormatError(f"entry {ino}: only a regular file (not a LINK) has a content type")
-    try:
-        if kind == KIND_FILE:
-            if flags & FLAG_LINK:
-                if flags & FLAG_NLINK:
-                    raise FormatError(f"entry {ino}: a LINK entry cannot carry NLINK")
-                (target,) = _LINK.unpack_from(data, pos)
-                pos += _LINK.size
-            else:
-                location, crc = _FILE.unpack_from(data, pos)
-                pos += _FILE.size
-                shard, offset = location >> _LOCATION_SHIFT, location & _LOCATION_MASK
-                if offset + size > MAX_SHARD_STREAM:
-                    raise FormatError(f"entry {ino}: file extends past the shard stream limit")
-                if flags & FLAG_NLINK:
-                    (nlink,) = _U32.unpack_from(data, pos)
-                    pos += 4
-                    if nlink < 1:
-                        raise FormatError(f"entry {ino}: nlink 0")
-                if flags & FLAG_CONTENT_TYPE:
-                    (content_type,) = _U16.unpack_from(data, pos)
-                    pos += 2
-        elif kind == KIND_DIR:
-            if flags & (FLAG_LINK | FLAG_NLINK):
-                raise FormatError(f"entry {ino}: directory with file-only flags")
-            parent, first_child, nlink = _DIR.unpack_from(data, pos)
-            pos += _DIR.size
-            if size and first_child <= ino:
-                raise FormatError(f"directory entry {ino}: children must follow their directory")
-            if not size and first_child:
-                raise FormatError(f"directory entry {ino}: first child without children")
-            if size > MAX_ENTRIES or first_child + size - 1 > MAX_ENTRIES:
-                raise FormatError(f"directory entry {ino}: child range out of bounds")
-        elif kind == KIND_SYMLINK:
-            if flags & (FLAG_LINK | FLAG_NLINK):
-                raise FormatError(f"entry {ino}: symlink with file-only flags")
-            if not 1 <= size <= MAX_SYMLINK_TARGET or pos + size > n:
-                raise FormatError(f"symlink entry {ino}: target length {size} is invalid")
-            symlink = data[pos : pos + size]
-            if b"\0" in symlink:
-                raise FormatError(f"symlink entry {ino}: target contains NUL")
-            pos += size
-        else:
-            raise FormatError(f"entry {ino} has unsupported file type 0o{kind:o}")
-        if flags & FLAG_USER_DATA:
-            (length,) = _U16.unpack_from(data, pos)
+    if part == _PART_FILE:
+        shard, offset, crc = fixed
+        if offset + size > MAX_SHARD_STREAM:
+            raise FormatError(f"entry {ino}: file extends past the shard stream limit")
+        if flags & FLAG_NLINK:
+            (nlink,) = _U32.unpack_from(data, pos)
+            pos += 4
+            if nlink < 1:
+                raise FormatError(f"entry {ino}: nlink 0")
+        if flags & FLAG_CONTENT_TYPE:
+            (content_type,) = _U16.unpack_from(data, pos)
             pos += 2
-            if not 1 <= length <= MAX_USER_DATA or pos + length > n:
-                raise FormatError(f"entry {ino}: user data length {length} is invalid")
-            user_data = data[pos : pos + length]
-            pos += length
-    except struct.error:
-        raise FormatError(f"entry {ino} is truncated") from None
+    elif part == _PART_LINK:
+        if flags & FLAG_NLINK:
+            raise FormatError(f"entry {ino}: a LINK entry cannot carry NLINK")
+        (target,) = fixed
+    elif part == _PART_DIR:
+        parent, first_child, nlink = fixed
+        if size and first_child <= ino:
+            raise FormatError(f"directory entry {ino}: children must follow their directory")
+        if not size and first_child:
+            raise FormatError(f"directory entry {ino}: first child without children")
+        if size > MAX_ENTRIES or first_child + size - 1 > MAX_ENTRIES:
+            raise FormatError(f"directory entry {ino}: child range out of bounds")
+    else:
+        if not 1 <= size <= MAX_SYMLINK_TARGET or pos + size > n:
+            raise FormatError(f"symlink entry {ino}: target length {size} is invalid")
+        symlink = data[pos : pos + size]
+        if b"\0" in symlink:
+            raise FormatError(f"symlink entry {ino}: target contains NUL")
+        pos += size
+    if flags & FLAG_USER_DATA:
+        (length,) = _U16.unpack_from(data, pos)
+        pos += 2
+        if not 1 <= length <= MAX_USER_DATA or pos + length > n:
+            raise FormatError(f"entry {ino}: user data length {length} is invalid")
+        user_data = data[pos : pos + length]
+        pos += length
     name = data[pos:]
     if ino == ROOT_INO:
-        if name or kind != KIND_DIR:
+        if name or part != _PART_DIR:
             raise FormatError("the root entry must be a nameless directory")
     else:
         validate_name(name)
@@ -618,6 +670,141 @@ def decode_entry(ino: int, data: bytes) -> Entry:
         ino, mode, owner, mtime_ns, size, name, flags, shard, offset, crc, nlink, target,
         parent, first_child, symlink, user_data, content_type,
     )  # fmt: skip
+
+
+# -- version 3: the compact entry (docs/format.md §3.3) ------------------------------------------
+# Mode, flags and a layout byte, then each field only as wide as its value needs: a small file's
+# fixed part is 15 bytes, not the 34 of versions 1 and 2 (index bytes per file: docs/scale.md).
+
+LAYOUT_SIZE_WIDTH = 0x03  # size: u8, u16, u32 or u64
+LAYOUT_MTIME_NS = 0x04  # mtime: i64 nanoseconds; clear: u32 whole seconds since the epoch
+LAYOUT_OWNER = 0x08  # a u16 owner follows; clear: owner 0
+LAYOUT_WIDE_SHARD = 0x10  # file location: u16 shard index; clear: u8
+LAYOUT_WIDE_OFFSET = 0x20  # file location: u64 offset; clear: u32
+_LAYOUT_FILE_ONLY = LAYOUT_WIDE_SHARD | LAYOUT_WIDE_OFFSET
+_KNOWN_LAYOUT = LAYOUT_SIZE_WIDTH | LAYOUT_MTIME_NS | LAYOUT_OWNER | _LAYOUT_FILE_ONLY
+_V3_PREFIX = struct.Struct(">HBB")  # mode, flags, layout
+_V3_FIXED: dict[tuple[int, int], struct.Struct] = {}  # at most 4 parts x 64 layouts
+_DIR_LAYOUT = 2  # a directory's size (child count) is always u32: see _encode_entry_v3
+
+
+def _v3_fixed(part: int, layout: int) -> struct.Struct:
+    """The fields after the prefix: size, mtime, [owner], then the part's fixed fields."""
+    fixed = _V3_FIXED.get((part, layout))
+    if fixed is None:
+        code = ">" + "BHIQ"[layout & LAYOUT_SIZE_WIDTH]
+        code += "q" if layout & LAYOUT_MTIME_NS else "I"
+        code += "H" if layout & LAYOUT_OWNER else ""
+        if part == _PART_FILE:
+            code += "H" if layout & LAYOUT_WIDE_SHARD else "B"
+            code += "QI" if layout & LAYOUT_WIDE_OFFSET else "II"
+        else:
+            code += ("I", "III", "")[part - 1]
+        fixed = _V3_FIXED[(part, layout)] = struct.Struct(code)
+    return fixed
+
+
+def _width_code(n: int) -> int:
+    return 0 if n < 0x100 else 1 if n < 0x10000 else 2 if n < 2**32 else 3
+
+
+def _encode_entry_v3(e: Entry) -> bytes:
+    flags = e.flags & FLAG_LINK
+    kind = e.kind
+    seconds, nanos = divmod(e.mtime_ns, 1_000_000_000)
+    if not nanos and 0 <= seconds < 2**32:
+        layout, mtime = 0, seconds
+    elif -(2**63) <= e.mtime_ns < 2**63:
+        layout, mtime = LAYOUT_MTIME_NS, e.mtime_ns
+    else:
+        raise FormatError(
+            f"the mtime of {e.name.decode(errors='replace')!r} is outside what a bundle stores "
+            "(nanoseconds in 64 bits: the years 1678 to 2262)"
+        )
+    if not 0 <= e.size < 2**64:
+        raise FormatError("entry size out of range")
+    fields = [e.size, mtime]
+    if e.owner:
+        layout |= LAYOUT_OWNER
+        fields.append(e.owner)
+    tail = b""
+    if kind == KIND_FILE and e.is_link:
+        part = _PART_LINK
+        fields.append(e.target)
+    elif kind == KIND_FILE:
+        part = _PART_FILE
+        if not 0 <= e.shard < MAX_SHARDS or not 0 <= e.offset <= _LOCATION_MASK:
+            raise FormatError("file location out of range")
+        layout |= LAYOUT_WIDE_SHARD if e.shard > 0xFF else 0
+        layout |= LAYOUT_WIDE_OFFSET if e.offset > 0xFFFFFFFF else 0
+        fields += (e.shard, e.offset, e.crc32c)
+        if e.flags & FLAG_NLINK:
+            flags |= FLAG_NLINK
+            tail += _U32.pack(e.nlink)
+        if e.content_type != NO_CONTENT_TYPE:
+            if not 0 <= e.content_type < MAX_CONTENT_TYPES:
+                raise FormatError("content type index out of range")
+            flags |= FLAG_CONTENT_TYPE
+            tail += _U16.pack(e.content_type)
+    elif kind == KIND_DIR:
+        part = _PART_DIR
+        fields += (e.parent, e.first_child, e.nlink)
+    elif kind == KIND_SYMLINK:
+        part = _PART_SYMLINK
+        tail = e.symlink
+    else:
+        raise FormatError(f"cannot encode file type 0o{kind:o}")
+    # The packer writes a directory before it has counted its children and rewrites it after;
+    # a fixed-width count keeps the value's length, so the rewrite never splits a full page.
+    layout |= _DIR_LAYOUT if part == _PART_DIR else _width_code(e.size)
+    if e.user_data:
+        flags |= FLAG_USER_DATA
+        tail += _U16.pack(len(e.user_data)) + e.user_data
+    return (
+        _V3_PREFIX.pack(e.mode, flags, layout)
+        + _v3_fixed(part, layout).pack(*fields)
+        + tail
+        + e.name
+    )
+
+
+def _decode_entry_v3(ino: int, data: bytes) -> Entry:
+    mode, flags, layout = _V3_PREFIX.unpack_from(data)
+    part = _part(ino, mode, flags)
+    if layout & ~_KNOWN_LAYOUT or (layout & _LAYOUT_FILE_ONLY and part != _PART_FILE):
+        raise FormatError(f"entry {ino} has an invalid layout 0x{layout:x}")
+    fixed = _v3_fixed(part, layout)
+    values = fixed.unpack_from(data, _V3_PREFIX.size)
+    size, mtime = values[0], values[1]
+    if not layout & LAYOUT_MTIME_NS:
+        mtime *= 1_000_000_000
+    owner = values[2] if layout & LAYOUT_OWNER else 0
+    rest = values[3:] if layout & LAYOUT_OWNER else values[2:]
+    pos = _V3_PREFIX.size + fixed.size
+    return _decode_rest(ino, data, pos, part, mode, flags, owner, mtime, size, rest)
+
+
+def _entry_name_v3(data: bytes) -> bytes:
+    if len(data) < _V3_PREFIX.size:
+        raise FormatError("entry is truncated")
+    mode, flags, layout = _V3_PREFIX.unpack_from(data)
+    kind = mode & 0o170000
+    if kind == KIND_FILE:
+        part = _PART_LINK if flags & FLAG_LINK else _PART_FILE
+    else:
+        part = _PART_DIR if kind == KIND_DIR else _PART_SYMLINK
+    fixed = _v3_fixed(part, layout & _KNOWN_LAYOUT)
+    pos = _V3_PREFIX.size + fixed.size
+    if part == _PART_FILE:
+        pos += (4 if flags & FLAG_NLINK else 0) + (2 if flags & FLAG_CONTENT_TYPE else 0)
+    elif part == _PART_SYMLINK:
+        try:
+            pos += fixed.unpack_from(data, _V3_PREFIX.size)[0]
+        except struct.error:
+            raise FormatError("entry is truncated") from None
+    if flags & FLAG_USER_DATA:
+        pos += 2 + int.from_bytes(data[pos : pos + 2], "big")
+    return data[pos:]
 
 
 # --- records -------------------------------------------------------------------------------------
@@ -647,7 +834,11 @@ def encode_record(r: Record) -> bytes:
     return _RECORD.pack(r.stored_offset, r.stored_length, r.length, r.crc32c, r.flags)
 
 
-def decode_record(shard: int, offset: int, data: bytes, config: Config) -> Record:
+def decode_record(
+    shard: int, offset: int, data: bytes, config: Config, codec: int | None = None
+) -> Record:
+    """Decode and validate a record of ``shard``, whose compressed records are stored with
+    ``codec`` (its shard table entry's; None: the bundle's own ``record_codec``)."""
     if len(data) != RECORD_VALUE_SIZE:
         raise FormatError(f"record value of {len(data)} bytes, expected {RECORD_VALUE_SIZE}")
     stored_offset, stored_length, length, crc, flags = _RECORD.unpack(data)
@@ -665,7 +856,7 @@ def decode_record(shard: int, offset: int, data: bytes, config: Config) -> Recor
         bad = "a raw record whose stored length differs from its length"
     elif not flags and not 0 < stored_length < length:
         bad = f"compressed length {stored_length} not smaller than {length}"
-    elif not flags and config.record_codec == COMPRESSION_NONE:
+    elif not flags and (config.record_codec if codec is None else codec) == COMPRESSION_NONE:
         bad = "a compressed record in a bundle packed without compression"
     if bad:
         raise FormatError(f"record {shard}:{offset} is invalid: {bad}")
@@ -674,26 +865,67 @@ def decode_record(shard: int, offset: int, data: bytes, config: Config) -> Recor
 
 # --- shards --------------------------------------------------------------------------------------
 
-_SHARD_INFO = struct.Struct(">QQI")
+_SHARD_INFO = struct.Struct(">QQI")  # versions 1 and 2: 20 bytes
+_SHARD_ENTRY = struct.Struct(">QQIBB2xI16s")  # version 3, the shard table: 44 bytes
 _SHARD_HEADER = struct.Struct(">8sII16s")
 SHARD_HEADER_SIZE = _SHARD_HEADER.size
+OWN_BUNDLE_ID = bytes(16)  # a shard table entry's header_id for a shard this bundle wrote
 
 
 @dataclass(frozen=True, slots=True)
 class ShardInfo:
+    """A shard's descriptor. From version 3 on, the shard table also says how the shard's
+    records are compressed and what its header says, so a bundle can hold shards other bundles
+    wrote (``bundlefs merge`` links them in unchanged). A version 1 or 2 descriptor decodes with
+    the bundle's own values in those fields."""
+
     file_size: int
     uncompressed_size: int
     record_count: int
+    codec: int = COMPRESSION_LZ4  # how a record without ZEROS or RAW is stored
+    header_version: int = FORMAT_VERSION  # the format version in the shard file's header
+    header_index: int | None = None  # the shard index in its header; None: its index here
+    header_id: bytes = OWN_BUNDLE_ID  # the bundle id in its header; zeros: this bundle's
 
 
-def encode_shard_info(s: ShardInfo) -> bytes:
-    return _SHARD_INFO.pack(s.file_size, s.uncompressed_size, s.record_count)
+def encode_shard_info(s: ShardInfo, version: int = FORMAT_VERSION, index: int = 0) -> bytes:
+    """The ``shards`` value of shard ``index``."""
+    if version < 3:
+        return _SHARD_INFO.pack(s.file_size, s.uncompressed_size, s.record_count)
+    header_index = index if s.header_index is None else s.header_index
+    return _SHARD_ENTRY.pack(
+        s.file_size,
+        s.uncompressed_size,
+        s.record_count,
+        s.codec,
+        s.header_version,
+        header_index,
+        s.header_id,
+    )
 
 
-def decode_shard_info(data: bytes) -> ShardInfo:
-    if len(data) != _SHARD_INFO.size:
-        raise FormatError(f"shard value of {len(data)} bytes, expected {_SHARD_INFO.size}")
-    info = ShardInfo(*_SHARD_INFO.unpack(data))
+def decode_shard_info(data: bytes, version: int, index: int, config: Config) -> ShardInfo:
+    """Decode shard ``index``'s descriptor; validated against ``config`` (its version's rules)."""
+    if version < 3:
+        if len(data) != _SHARD_INFO.size:
+            raise FormatError(f"shard value of {len(data)} bytes, expected {_SHARD_INFO.size}")
+        size, stream, records = _SHARD_INFO.unpack(data)
+        info = ShardInfo(size, stream, records, config.record_codec, version, index)
+    else:
+        if len(data) != _SHARD_ENTRY.size:
+            raise FormatError(f"shard value of {len(data)} bytes, expected {_SHARD_ENTRY.size}")
+        size, stream, records, codec, header_version, header_index, header_id = _SHARD_ENTRY.unpack(
+            data
+        )
+        if header_version not in SUPPORTED_VERSIONS or header_version > version:
+            raise FormatError(f"shard {index}: header version {header_version} is not valid here")
+        if codec not in _COMPRESSIONS_OF_VERSION[header_version]:
+            raise FormatError(f"shard {index}: unknown compression code {codec}")
+        if header_version == 1 and codec != COMPRESSION_LZ4:
+            raise FormatError(f"shard {index}: a version 1 shard's records are lz4")
+        if header_id == OWN_BUNDLE_ID and (header_version, header_index) != (version, index):
+            raise FormatError(f"shard {index}: this bundle's own shard must carry its index")
+        info = ShardInfo(size, stream, records, codec, header_version, header_index, header_id)
     if info.uncompressed_size > MAX_SHARD_STREAM:
         raise FormatError("shard stream size out of range")
     return info
@@ -703,20 +935,22 @@ def encode_shard_header(index: int, bundle_id: bytes, version: int = FORMAT_VERS
     return _SHARD_HEADER.pack(SHARD_MAGIC, version, index, bundle_id)
 
 
-def check_shard_header(
-    data: bytes, index: int, bundle_id: bytes, version: int = FORMAT_VERSION
-) -> None:
-    """A shard's header must name this bundle, this position and the bundle's version."""
+def check_shard_header(data: bytes, index: int, bundle_id: bytes, info: ShardInfo) -> None:
+    """A shard's header must say what the bundle's descriptor of shard ``index`` says: the
+    version, position and bundle id it was written with (this bundle's, unless the shard table
+    names another bundle's)."""
     if len(data) < SHARD_HEADER_SIZE:
         raise FormatError(f"shard {index} is too short to hold its header")
     magic, got_version, got_index, got_id = _SHARD_HEADER.unpack_from(data)
     if magic != SHARD_MAGIC:
         raise FormatError(f"shard {index} has the wrong magic")
-    if got_version != version:
+    if got_version != info.header_version:
         raise UnsupportedVersionError(
-            f"shard {index} has format version {got_version}, the bundle {version}"
+            f"shard {index} has format version {got_version}, the bundle {info.header_version}"
         )
-    if got_index != index or got_id != bundle_id:
+    want_index = index if info.header_index is None else info.header_index
+    want_id = bundle_id if info.header_id == OWN_BUNDLE_ID else info.header_id
+    if got_index != want_index or got_id != want_id:
         raise FormatError(f"shard {index} belongs to another bundle or position")
 
 

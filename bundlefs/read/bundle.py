@@ -248,7 +248,7 @@ class Bundle:
         except BaseException:
             self._index.close()
             raise
-        self._shards = ShardSet(store, self._index.marker, self._index.config.record_codec)
+        self._shards = ShardSet(store, self._index.marker, self._index.shard_info)
         try:
             self.tree = TreeModel(self._index, name_cache=name_cache)
         except BaseException:

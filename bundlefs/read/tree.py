@@ -226,7 +226,7 @@ class TreeModel:
     def _directory_holding(self, ino: int) -> int | None:
         for candidate, value in self._index.iter_raw(1, ino - 1):
             if fmt.is_directory_value(value):
-                entry = fmt.decode_entry(candidate, value)
+                entry = fmt.decode_entry(candidate, value, self._index.marker.format_version)
                 if entry.first_child <= ino < entry.first_child + entry.size:
                     return candidate
         return None

@@ -185,7 +185,7 @@ class _Verifier:
             else:
                 # A ShardSet of our own loads records without going through (or filling) the cache.
                 self._shards = ShardSet(
-                    self._store(bundle, marker), marker, bundle.config.record_codec
+                    self._store(bundle, marker), marker, bundle.content.shard_info
                 )
                 self._version = marker.format_version
                 self._bundle_id = marker.bundle_id
@@ -291,7 +291,7 @@ class _Verifier:
             self.problem("shard", f"shard {shard}: cannot read {path}: {reason}", shard=shard)
             return None
         try:
-            fmt.check_shard_header(header, shard, self._bundle_id, self._version)
+            fmt.check_shard_header(header, shard, self._bundle_id, info)
         except BundleError as e:
             self.problem("shard", f"shard {shard}: bad header: {e}", shard=shard)
         if size != info.file_size:

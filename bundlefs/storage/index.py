@@ -101,6 +101,7 @@ class IndexReader:
         self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the validated file
         self._resident: ResidentMapping | None = None
         self._resident_lock = threading.Lock()
+        self._codecs: dict[int, int] = {}  # shard -> codec, version 3 (at most 65,536 items)
         self._validate_file()
         try:
             self._open()
@@ -297,7 +298,7 @@ class IndexReader:
         return self._decode(ino, self._get(self._dbs[fmt.DB_ENTRIES], fmt.entry_key(ino), "entry"))
 
     def _decode(self, ino: int, value: bytes) -> fmt.Entry:
-        entry = fmt.decode_entry(ino, value)
+        entry = fmt.decode_entry(ino, value, self.marker.format_version)
         if entry.owner >= len(self.owners):
             raise FormatError(f"entry {ino} names owner {entry.owner}, which does not exist")
         if entry.content_type >= len(self.content_types):
@@ -308,7 +309,8 @@ class IndexReader:
 
     def entry_name(self, ino: int) -> bytes:
         """Just the name of an entry, for binary search: ~4× cheaper than ``entry``."""
-        return fmt.entry_name(self._get(self._dbs[fmt.DB_ENTRIES], fmt.entry_key(ino), "entry"))
+        value = self._get(self._dbs[fmt.DB_ENTRIES], fmt.entry_key(ino), "entry")
+        return fmt.entry_name(value, self.marker.format_version)
 
     def iter_entries(self, first: int, count: int) -> Iterator[fmt.Entry]:
         """Entries ``first … first+count−1`` with one cursor scan."""
@@ -338,7 +340,7 @@ class IndexReader:
     def iter_names(self, first: int, count: int) -> Iterator[tuple[int, bytes]]:
         """(inode, name) for inodes ``first … first+count−1``, nothing else decoded."""
         for ino, value in self.iter_raw(first, count):
-            yield ino, fmt.entry_name(value)
+            yield ino, fmt.entry_name(value, self.marker.format_version)
 
     def record_at(self, shard: int, offset: int) -> fmt.Record:
         """The record of ``shard`` whose uncompressed range holds ``offset``."""
@@ -357,7 +359,9 @@ class IndexReader:
             value = cursor.value()
         except lmdb.Error as e:
             raise FormatError(f"index is damaged looking up a record: {e}") from None
-        record = fmt.decode_record(rec_shard, rec_offset, value, self.config)
+        record = fmt.decode_record(
+            rec_shard, rec_offset, value, self.config, self._shard_codec(rec_shard)
+        )
         if rec_shard != shard or not record.offset <= offset < record.end:
             raise FormatError(f"no record holds shard {shard} offset {offset}")
         return record
@@ -371,16 +375,28 @@ class IndexReader:
                 rec_shard, offset = fmt.decode_record_key(key)
                 if rec_shard != shard:
                     return
-                yield fmt.decode_record(rec_shard, offset, value, self.config)
+                yield fmt.decode_record(
+                    rec_shard, offset, value, self.config, self._shard_codec(rec_shard)
+                )
         except lmdb.Error as e:
             raise FormatError(f"index is damaged listing records: {e}") from None
 
     def shard_info(self, shard: int) -> fmt.ShardInfo:
+        """Shard ``shard``'s descriptor: from version 3 on, its entry in the shard table."""
         if not 0 <= shard < self.config.shard_count:
             raise FormatError(f"shard {shard} does not exist")
-        return fmt.decode_shard_info(
-            self._get(self._dbs[fmt.DB_SHARDS], fmt.shard_key(shard), f"shard {shard}")
-        )
+        value = self._get(self._dbs[fmt.DB_SHARDS], fmt.shard_key(shard), f"shard {shard}")
+        return fmt.decode_shard_info(value, self.marker.format_version, shard, self.config)
+
+    def _shard_codec(self, shard: int) -> int | None:
+        """How ``shard``'s compressed records are stored; None (the config says) before
+        version 3. Cached: every record lookup asks."""
+        if self.marker.format_version < 3:
+            return None
+        codec = self._codecs.get(shard)
+        if codec is None:
+            codec = self._codecs[shard] = self.shard_info(shard).codec
+        return codec
 
 
 class IndexWriter:
@@ -431,7 +447,8 @@ class IndexWriter:
         self._put(fmt.DB_ENTRIES, fmt.entry_key(entry.ino), fmt.encode_entry(entry), append=True)
 
     def replace_entry(self, entry: fmt.Entry) -> None:
-        """Rewrite an entry already written (same value length, so LMDB overwrites in place)."""
+        """Rewrite an entry already written (the packer keeps the value's length, so LMDB
+        overwrites it in place)."""
         self._put(fmt.DB_ENTRIES, fmt.entry_key(entry.ino), fmt.encode_entry(entry), append=False)
 
     def put_record(self, record: fmt.Record) -> None:
@@ -439,7 +456,8 @@ class IndexWriter:
         self._put(fmt.DB_RECORDS, key, fmt.encode_record(record), append=True)
 
     def put_shard(self, index: int, info: fmt.ShardInfo) -> None:
-        self._put(fmt.DB_SHARDS, fmt.shard_key(index), fmt.encode_shard_info(info), append=True)
+        value = fmt.encode_shard_info(info, fmt.FORMAT_VERSION, index)
+        self._put(fmt.DB_SHARDS, fmt.shard_key(index), value, append=True)
 
     def put_owner(self, index: int, uid: int, gid: int) -> None:
         self._put(fmt.DB_OWNERS, fmt.owner_key(index), fmt.encode_owner(uid, gid), append=True)

@@ -23,7 +23,7 @@ import os
 import re
 import shutil
 import stat as statmod
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from bundlefs.core import format as fmt
@@ -230,8 +230,10 @@ def stage(dest: str) -> Iterator[tuple[str, tuple[int, int]]]:
 # -- sealing ---------------------------------------------------------------------------------------
 
 
-def seal(work: str, shard_count: int) -> fmt.Marker:
-    """Hash the closed index, stamp the shards with the bundle id and write ``COMPLETE``."""
+def seal(work: str, shard_count: int, own_shards: Iterable[int] | None = None) -> fmt.Marker:
+    """Hash the closed index, stamp the shards this bundle wrote (``own_shards``; None: all)
+    with the bundle id and write ``COMPLETE``. Shards linked from other bundles keep their
+    headers, which the shard table names."""
     blake = hashlib.blake2b()
     crc, size = 0, 0
     with open(os.path.join(work, fmt.INDEX_DIR, fmt.INDEX_FILE), "rb", buffering=0) as f:
@@ -240,7 +242,7 @@ def seal(work: str, shard_count: int) -> fmt.Marker:
             crc = crc32c(chunk, crc)
             size += len(chunk)
     bundle_id = blake.digest()[:16]
-    for i in range(shard_count):
+    for i in range(shard_count) if own_shards is None else own_shards:
         write_shard_header(os.path.join(work, fmt.shard_filename(i)), i, bundle_id)
     marker = fmt.Marker(bundle_id, size, crc, shard_count)
     write_marker(work, marker)

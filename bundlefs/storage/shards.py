@@ -13,7 +13,7 @@ import contextlib
 import os
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
 
 import lz4.block
@@ -102,7 +102,8 @@ def decode_record_payload(
 ) -> bytes:
     """Expand the stored bytes of a record whose CRC has been checked.
 
-    ``codec`` is the bundle's ``Config.record_codec``: how a record without ZEROS or RAW is stored.
+    ``codec`` is how the record's shard stores a record without ZEROS or RAW (its shard table
+    entry's, or the bundle's ``Config.record_codec`` before version 3).
     """
     if record.flags & fmt.RECORD_ZEROS:
         return bytes(record.length)
@@ -250,7 +251,9 @@ class ShardWriter:
         self._file.flush()
         os.fsync(self._file.fileno())
         self._file.close()
-        return fmt.ShardInfo(self._file_size, self.stream_size, self.record_count)
+        return fmt.ShardInfo(
+            self._file_size, self.stream_size, self.record_count, self._config.record_codec
+        )
 
     def abort(self) -> None:
         for _offset, _length, encoding in self._encoding:
@@ -298,12 +301,18 @@ class ShardSet:
     """
 
     def __init__(
-        self, store: ShardStore, marker: fmt.Marker, codec: int = fmt.COMPRESSION_LZ4
+        self,
+        store: ShardStore,
+        marker: fmt.Marker,
+        shard_info: Callable[[int], fmt.ShardInfo],
     ) -> None:
         self._store = store
         self._marker = marker
-        self._codec = codec  # the bundle's Config.record_codec
+        # The index's descriptor of a shard: what its header must say and how its records are
+        # compressed (from version 3 on a bundle may hold shards other bundles wrote).
+        self._shard_info = shard_info
         self._names: dict[int, str] = {}  # shard -> file name, once its header matched
+        self._codecs: dict[int, int] = {}  # shard -> codec, set with its name
         # Whether reading a slice of a record costs less than the whole record (a local file:
         # yes; an object store: one round trip either way, and only a whole record can be
         # CRC-checked). ContentReader reads raw slices only where this is true.
@@ -322,19 +331,19 @@ class ShardSet:
         if not 0 <= shard < self._marker.shard_count:
             raise FormatError(f"shard {shard} does not exist")
         name = fmt.shard_filename(shard, self._marker.format_version)
+        info = self._shard_info(shard)
         try:
             header = self._store.read(name, 0, fmt.SHARD_HEADER_SIZE, nowait=nowait)
         except ShardUnavailable as e:
             raise CorruptDataError(f"cannot open shard file: {e.strerror}", shard=shard) from None
         # Any other OSError is a read error: the caller's _read_errors names its record.
         try:
-            fmt.check_shard_header(
-                header, shard, self._marker.bundle_id, self._marker.format_version
-            )
+            fmt.check_shard_header(header, shard, self._marker.bundle_id, info)
         except (FormatError, UnsupportedVersionError) as e:
             # The bundle opened, so a header that disagrees with it is damage to this shard
             # (found by make fuzz: a flipped version byte aborted extract mid-file).
             raise CorruptDataError(str(e), shard=shard) from None
+        self._codecs[shard] = info.codec
         self._names[shard] = name
         return name
 
@@ -362,7 +371,13 @@ class ShardSet:
             raise CorruptDataError(
                 "record fails its checksum", shard=record.shard, record=record.offset
             )
-        return decode_record_payload(record, stored, self._codec)
+        if record.flags & (fmt.RECORD_ZEROS | fmt.RECORD_RAW):
+            return decode_record_payload(record, stored)
+        codec = self._codecs.get(record.shard)
+        if codec is None:  # a ZEROS record needs no read, so its shard may not be named yet
+            self._name(record.shard)
+            codec = self._codecs[record.shard]
+        return decode_record_payload(record, stored, codec)
 
     def read_raw(
         self, record: fmt.Record, start: int, length: int, *, nowait: bool = False
