@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bundlefs.cli import browse, export, extract, gc, mount, pack, verify
+from bundlefs.cli import browse, export, extract, gc, merge, mount, pack, verify
 from bundlefs.cli.options import DISK_CACHE, PARENTS, STORAGE
 from bundlefs.cli.output import (
     EXIT_BROKEN_PIPE,
@@ -59,6 +59,13 @@ COMMANDS: list[Command] = [
         "pack a directory or archives into a new bundle",
         pack.add_arguments,
         pack.run,
+        (STORAGE,),
+    ),
+    Command(
+        "merge",
+        "merge bundles into one without copying their data",
+        merge.add_arguments,
+        merge.run,
         (STORAGE,),
     ),
     Command("export", "write a bundle's tree as a tar", export.add_arguments, export.run, _READS),

@@ -216,10 +216,11 @@ class EntryBuilder:
         st = stored.st
         flags = fmt.FLAG_NLINK if st.st_nlink > 1 else 0
         content_type = fmt.NO_CONTENT_TYPE
-        if self.content_rules is not None:
+        media_type = stored.content_type
+        if media_type is None and self.content_rules is not None:
             media_type = self.content_rules.choose(item.rel, stored.head)
-            if media_type is not None:
-                content_type = self._content_type_index(media_type)
+        if media_type is not None:
+            content_type = self._content_type_index(media_type)
         entry = fmt.Entry(
             ino=ino,
             size=stored.size,

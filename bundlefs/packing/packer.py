@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from bundlefs.core import format as fmt
 from bundlefs.core.content_types import ContentTypeRules
@@ -31,7 +31,7 @@ from bundlefs.packing.content import ContentWriter
 from bundlefs.packing.sources import DirectorySource, EntrySource, SourceErrors
 from bundlefs.storage import publish
 from bundlefs.storage.index import IndexWriter
-from bundlefs.storage.location import parse_location
+from bundlefs.storage.location import Location, parse_location
 from bundlefs.storage.publish_remote import RemotePublisher, staging_path
 from bundlefs.storage.shards import zstd_module
 
@@ -131,11 +131,13 @@ class PackSummary:
     seconds: float
     skipped: list[str] = field(default_factory=list)  # special files and (with skip_errors) errors
     changed: list[str] = field(default_factory=list)  # files that changed while being read
+    # Seconds of each phase of a distributed pack (listing, packing, merge); empty otherwise.
+    phases: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
         """The summary as JSON-ready facts (the counts of ``bundlefs pack``'s summary line)."""
         c = self.config
-        return {
+        facts: dict[str, object] = {
             "dest": self.dest,
             "files": c.file_count,
             "dirs": c.dir_count,
@@ -149,6 +151,9 @@ class PackSummary:
             "skipped": self.skipped,
             "changed": self.changed,
         }
+        if self.phases:
+            facts["phases"] = {name: round(s, 3) for name, s in self.phases.items()}
+        return facts
 
 
 def _inside(path: str, directory: str) -> bool:
@@ -208,25 +213,9 @@ def _check_places(source: str, dest: str, force: bool) -> None:
             raise publish.not_a_bundle(dest)
 
 
-def pack(
-    source: PackSource,
-    dest: str,
-    options: PackOptions = PackOptions(),  # noqa: B008 - frozen, safe as a default
-    progress: Callable[[PackProgress], None] | None = None,
-) -> PackSummary:
-    """Pack the tree at ``source`` into a new bundle at ``dest``: a directory, or a URL
-    (``s3://bucket/x.bundle``: built locally, then uploaded, ``bundlefs.storage.publish_remote``).
-
-    ``source`` is a directory, an archive (tar, plain or gzip/bzip2/xz/zstd compressed, or zip;
-    "-" is a tar on stdin), a list of archives (tar shards: read in order into one tree), or an
-    ``EntrySource`` (a ``StreamingSource`` is loaded first). docs/archives.md says how archive
-    members map to entries.
-
-    Raises ``PackError`` for every failure: a bad option, an unreadable source (unless
-    ``skip_errors``), a DEST that overlaps the source or (with ``force``) is not a bundle, a full
-    disk, a store that refuses the upload. Nothing is left behind then, and an existing DEST is
-    untouched (but a URL replaced with ``force`` no longer opens: its old marker goes first).
-    """
+def check_options(options: PackOptions) -> PackOptions:
+    """``options`` checked as ``pack`` checks them before reading anything, with the creation
+    time fixed (``creation_time``); ``PackError`` naming the first bad one."""
     compression, _level = parse_compression(options.compression)
     # Fixed now, before anything is read: a bad SOURCE_DATE_EPOCH fails at once, not at the end.
     options = dataclasses.replace(options, created_ns=creation_time(options.created_ns))
@@ -247,7 +236,16 @@ def pack(
                 fmt.encode_content_type(media_type)
     except fmt.FormatError as e:
         raise PackError(str(e)) from None
-    paths = _source_paths(source)
+    return options
+
+
+def check_destination(
+    paths: list[str] | None, dest: str, options: PackOptions
+) -> tuple[Location, RemotePublisher | None]:
+    """Where ``dest`` is, checked against the source ``paths`` (None: an ``EntrySource``) as
+    ``pack`` checks it before reading anything: the sources exist, a local DEST does not overlap
+    them and is new (or, with ``force``, a bundle), a URL is reachable and holds no bundle (or
+    ``force``). Returns the location and, for a URL, its publisher; ``PackError`` if not."""
     try:
         location = parse_location(dest, options.storage_options)
     except PackError:
@@ -259,20 +257,77 @@ def pack(
         _check_sources(paths)
     if remote is not None:
         remote.check(options.force)  # a bad URL or credentials fail now, not after packing
-        staged = staging_path(location, options.staging)
     else:
-        staged = dest = location.path  # file://PATH is PATH
         for path in paths if paths is not None else [os.devnull]:
             if path != STDIN:
-                _check_places(path, dest, options.force)
+                _check_places(path, location.path, options.force)
+    return location, remote
+
+
+def pack(
+    source: PackSource,
+    dest: str,
+    options: PackOptions = PackOptions(),  # noqa: B008 - frozen, safe as a default
+    progress: Callable[[PackProgress], None] | None = None,
+) -> PackSummary:
+    """Pack the tree at ``source`` into a new bundle at ``dest``: a directory, or a URL
+    (``s3://bucket/x.bundle``: built locally, then uploaded, ``bundlefs.storage.publish_remote``).
+
+    ``source`` is a directory, an archive (tar, plain or gzip/bzip2/xz/zstd compressed, or zip;
+    "-" is a tar on stdin), a list of archives (tar shards: read in order into one tree), or an
+    ``EntrySource`` (a ``StreamingSource`` is loaded first). docs/archives.md says how archive
+    members map to entries.
+
+    Raises ``PackError`` for every failure: a bad option, an unreadable source (unless
+    ``skip_errors``), a DEST that overlaps the source or (with ``force``) is not a bundle, a full
+    disk, a store that refuses the upload. Nothing is left behind then, and an existing DEST is
+    untouched (but a URL replaced with ``force`` no longer opens: its old marker goes first).
+    """
+    options = check_options(options)
+    paths = _source_paths(source)
+    location, remote = check_destination(paths, dest, options)
+    summary, where = publish_built(
+        location,
+        remote,
+        lambda work, work_id: _Packer(source, work, work_id, options, progress).run(),
+        force=options.force,
+        staging=options.staging,
+        what=f"cannot pack {_describe(source)}",
+    )
+    summary.dest = where
+    return summary
+
+
+Built = TypeVar("Built")
+
+
+def publish_built(
+    location: Location,
+    remote: RemotePublisher | None,
+    build: Callable[[str, tuple[int, int]], Built],
+    *,
+    force: bool,
+    staging: str | None,
+    what: str,
+) -> tuple[Built, str]:
+    """Build a bundle with ``build(work, work_id)`` in a locked temporary directory, then move it
+    to ``location`` (a directory) or upload it with ``remote`` (a URL): atomically either way,
+    and nothing left behind on failure. What ``pack`` and ``merge`` share, once the destination
+    is checked. ``what`` begins the sentence of a format error. Returns what ``build`` returned
+    and the bundle's local path or URL."""
+    if remote is not None:
+        dest = location.url
+        staged = staging_path(location, staging)
+    else:
+        staged = dest = location.path  # file://PATH is PATH
     try:
         with publish.stage(staged) as (work, work_id):
-            summary = _Packer(source, work, work_id, options, progress).run()
+            built = build(work, work_id)
             if remote is None:
-                publish.publish(work, dest, options.force)
+                publish.publish(work, dest, force)
             else:
                 try:  # built and sealed locally, then uploaded with its marker last
-                    remote.publish(work, options.force)
+                    remote.publish(work, force)
                 finally:
                     shutil.rmtree(work, ignore_errors=True)
     except IndexWriteError as e:
@@ -281,9 +336,8 @@ def pack(
         where = f" ({e.filename})" if e.filename else ""
         raise PackError(f"cannot write the bundle {dest}: {e.strerror or e}{where}") from e
     except fmt.FormatError as e:
-        raise PackError(f"cannot pack {_describe(source)}: {e}") from e
-    summary.dest = dest
-    return summary
+        raise PackError(f"{what}: {e}") from e
+    return built, dest
 
 
 class _Packer:

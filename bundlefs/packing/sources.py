@@ -80,6 +80,8 @@ class StoredContent:
     crc32c: int
     st: Stat  # the file's status as it was opened (what the entry records)
     head: bytes  # its first HEAD_SIZE bytes (fewer if it is shorter), for content sniffing
+    # The media type it already has (a merge keeps its input's); None: the builder's rules say.
+    content_type: str | None = None
 
 
 @dataclass(slots=True)
@@ -177,8 +179,9 @@ class SourceErrors:
 # -- a directory tree on disk ----------------------------------------------------------------------
 
 
-def _probe(path: bytes, rel: bytes, name: bytes) -> SourceItem | OSError:
-    """lstat ``path`` and read it whole if it is a small regular file; runs on reader threads."""
+def _probe(path: bytes, rel: bytes, name: bytes, read_ahead: bool = True) -> SourceItem | OSError:
+    """lstat ``path`` and read it whole if it is a small regular file (unless not
+    ``read_ahead``); runs on reader threads."""
     try:
         item = SourceItem(rel, name, os.lstat(path))
     except OSError as e:
@@ -192,7 +195,7 @@ def _probe(path: bytes, rel: bytes, name: bytes) -> SourceItem | OSError:
         except OSError as e:
             return e
         return item
-    if not statmod.S_ISREG(item.st.st_mode) or item.st.st_size > _READ_AHEAD_MAX:
+    if not read_ahead or not statmod.S_ISREG(item.st.st_mode) or item.st.st_size > _READ_AHEAD_MAX:
         return item
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -239,7 +242,9 @@ class DirectorySource:
     ahead of the builder: source reads overlap (a cold disk or NFS serves many requests at once)
     while entries still come out in one deterministic order. ``skip`` is the (st_dev, st_ino) of
     a directory never to deliver: the bundle being written, should the walk meet it (a bind
-    mount, say), so the packer never reads its own growing output.
+    mount, say), so the packer never reads its own growing output. Without ``read_ahead`` no file
+    is read, only lstat'ed: a walk that wants the tree's shape and sizes, not its content (the
+    partition planner, ``partition.py``).
     """
 
     def __init__(
@@ -250,12 +255,14 @@ class DirectorySource:
         excludes: tuple[str, ...] = (),
         pool: Executor | None = None,
         skip: tuple[int, int] | None = None,
+        read_ahead: bool = True,
     ) -> None:
         self._root = os.fsencode(root)
         self._errors = errors
         self._excludes = excludes
         self._pool = pool
         self._skip = skip
+        self._read_ahead = read_ahead
 
     def root(self) -> SourceItem:
         try:
@@ -265,13 +272,24 @@ class DirectorySource:
         return SourceItem(b"", b"", st)
 
     def children(self, rel: bytes) -> Iterator[SourceItem]:
+        yield from self.named_children(rel, self.names(rel))
+
+    def names(self, rel: bytes) -> list[bytes]:
+        """The names in the directory ``rel``, sorted bytewise; [] (reported) if it cannot be
+        listed."""
         path = os.path.join(self._root, rel) if rel else self._root
         try:
-            names = sorted(os.listdir(path))
+            return sorted(os.listdir(path))
         except OSError as e:
             # Readable when probed (or the root): it changed since, and is in the bundle already.
             self._errors.report_unlisted(rel, e)
-            return
+            return []
+
+    def named_children(self, rel: bytes, names: list[bytes]) -> Iterator[SourceItem]:
+        """The children of the directory ``rel`` called ``names`` (sorted bytewise), as
+        ``children`` delivers them: excluded names left out, the others probed (and read ahead).
+        A caller that wants only some of a directory (one partition of the tree) probes only
+        those."""
         # Every name is checked before the first child is delivered, so what this reports comes
         # before anything the builder reports about the children.
         children = []
@@ -294,7 +312,8 @@ class DirectorySource:
 
     def _probes(self, children: list[tuple[bytes, bytes]]) -> Iterator[SourceItem | OSError]:
         """Probes of ``children`` in order, computed up to _READ_AHEAD_FILES ahead on the pool."""
-        args = ((os.path.join(self._root, rel), rel, name) for name, rel in children)
+        read_ahead = self._read_ahead
+        args = ((os.path.join(self._root, rel), rel, name, read_ahead) for name, rel in children)
         if self._pool is None:
             yield from (_probe(*a) for a in args)
             return
