@@ -190,6 +190,26 @@ def sample_bundle_path(sample_tree: Path, tmp_path_factory: pytest.TempPathFacto
     return dest
 
 
+@pytest.fixture(scope="session")
+def grafted_bundle_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A version-3 bundle of the committed bundles' tree whose shard table names shards of
+    version-1, version-2 and version-3 bundles, as a merge links them in
+    (``legacy_trees.graft_legacy_shards``). Read-only: copy it before damaging it."""
+    from tests.legacy_trees import (
+        SOURCE_DATE_EPOCH,
+        V1_PACK_OPTIONS,
+        build_v1_tree,
+        graft_legacy_shards,
+    )
+
+    base = tmp_path_factory.mktemp("grafted")
+    dest = base / "grafted.bundle"
+    options = PackOptions(**V1_PACK_OPTIONS, created_ns=SOURCE_DATE_EPOCH * 10**9)
+    pack(str(build_v1_tree(base / "src")), str(dest), options)
+    graft_legacy_shards(dest)
+    return dest
+
+
 @pytest.fixture
 def sample_bundle(sample_bundle_path: Path) -> Iterator[Bundle]:
     """A freshly opened Bundle on the sample bundle, closed after the test."""

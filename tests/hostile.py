@@ -120,23 +120,34 @@ def forge(
     reseal(bundle)
 
 
+def version_of(bundle: str | os.PathLike) -> int:
+    """The format version ``COMPLETE`` says the bundle has: how its values are laid out."""
+    with open(os.path.join(bundle, fmt.MARKER_NAME), "rb") as f:
+        return fmt.decode_marker(f.read(), crc32c).format_version
+
+
 def entry_of(bundle: str | os.PathLike, ino: int) -> fmt.Entry:
-    return fmt.decode_entry(ino, read_values(bundle, fmt.DB_ENTRIES)[fmt.entry_key(ino)])
+    value = read_values(bundle, fmt.DB_ENTRIES)[fmt.entry_key(ino)]
+    return fmt.decode_entry(ino, value, version_of(bundle))
 
 
 def find_entry(bundle: str | os.PathLike, predicate: Callable[[fmt.Entry], bool]) -> fmt.Entry:
     """The first entry (by inode number) that satisfies ``predicate``."""
+    version = version_of(bundle)
     for key, value in sorted(read_values(bundle, fmt.DB_ENTRIES).items()):
-        entry = fmt.decode_entry(fmt.decode_entry_key(key), value)
+        entry = fmt.decode_entry(fmt.decode_entry_key(key), value, version)
         if predicate(entry):
             return entry
     raise LookupError("no such entry in the bundle")
 
 
-def entry_put(entry: fmt.Entry, **changes) -> dict[tuple[bytes, bytes], bytes]:
-    """A ``forge`` put replacing ``entry`` with ``changes`` applied (fields of ``fmt.Entry``)."""
+def entry_put(
+    entry: fmt.Entry, *, version: int = fmt.FORMAT_VERSION, **changes
+) -> dict[tuple[bytes, bytes], bytes]:
+    """A ``forge`` put replacing ``entry`` with ``changes`` applied (fields of ``fmt.Entry``),
+    encoded in ``version``'s layout: the bundle's (``version_of``)."""
     forged = dataclasses.replace(entry, **changes)
-    return {(fmt.DB_ENTRIES, fmt.entry_key(entry.ino)): fmt.encode_entry(forged)}
+    return {(fmt.DB_ENTRIES, fmt.entry_key(entry.ino)): fmt.encode_entry(forged, version)}
 
 
 def raw_entry_put(ino: int, value: bytes) -> dict[tuple[bytes, bytes], bytes]:
@@ -147,6 +158,33 @@ def patch(value: bytes, offset: int, data: bytes) -> bytes:
     return value[:offset] + data + value[offset + len(data) :]
 
 
+def optional_parts_at(entry: fmt.Entry, version: int) -> int:
+    """Where the optional parts (NLINK, CONTENT_TYPE, USER_DATA) begin in ``entry``'s value:
+    after its header and its kind's fixed part (docs/format.md §3.3)."""
+    bare = dataclasses.replace(
+        entry,
+        name=b"",
+        flags=entry.flags & fmt.FLAG_LINK,
+        content_type=fmt.NO_CONTENT_TYPE,
+        user_data=b"",
+    )
+    return len(fmt.encode_entry(bare, version))
+
+
+def entry_with_size(value: bytes, size: int, version: int, width: int | None = None) -> bytes:
+    """An entry value whose size field says ``size``, nothing else changed: the u64 at offset 14
+    in versions 1 and 2; in version 3 a field of ``width`` bytes (default: the narrowest that
+    holds ``size``) and the layout byte saying so (§3.3.1)."""
+    if version < 3:
+        return patch(value, 14, struct.pack(">Q", size))
+    widths = (1, 2, 4, 8)
+    old = widths[value[3] & fmt.LAYOUT_SIZE_WIDTH]
+    if width is None:
+        width = next(w for w in widths if size < 2 ** (8 * w))
+    layout = value[3] & ~fmt.LAYOUT_SIZE_WIDTH | widths.index(width)
+    return value[:3] + bytes([layout]) + size.to_bytes(width, "big") + value[4 + old :]
+
+
 def config_of(bundle: str | os.PathLike) -> fmt.Config:
     return fmt.decode_config(read_values(bundle, fmt.DB_CONFIG)[fmt.CONFIG_KEY])
 
@@ -155,12 +193,29 @@ def config_put(value: bytes) -> dict[tuple[bytes, bytes], bytes]:
     return {(fmt.DB_CONFIG, fmt.CONFIG_KEY): value}
 
 
+def shard_info_of(bundle: str | os.PathLike, shard: int) -> fmt.ShardInfo:
+    """Shard ``shard``'s descriptor, as the bundle's version lays it out."""
+    value = read_values(bundle, fmt.DB_SHARDS)[fmt.shard_key(shard)]
+    return fmt.decode_shard_info(value, version_of(bundle), shard, config_of(bundle))
+
+
+def shard_put(bundle: str | os.PathLike, shard: int, **changes) -> dict[tuple[bytes, bytes], bytes]:
+    """A ``forge`` put replacing shard ``shard``'s descriptor with ``changes`` applied (fields of
+    ``fmt.ShardInfo``), in the bundle's version's layout."""
+    forged = dataclasses.replace(shard_info_of(bundle, shard), **changes)
+    value = fmt.encode_shard_info(forged, version_of(bundle), shard)
+    return {(fmt.DB_SHARDS, fmt.shard_key(shard)): value}
+
+
 def records_of(bundle: str | os.PathLike) -> list[fmt.Record]:
     config = config_of(bundle)
+    codecs: dict[int, int] = {}
     out = []
     for key, value in sorted(read_values(bundle, fmt.DB_RECORDS).items()):
         shard, offset = fmt.decode_record_key(key)
-        out.append(fmt.decode_record(shard, offset, value, config))
+        if shard not in codecs:
+            codecs[shard] = shard_info_of(bundle, shard).codec
+        out.append(fmt.decode_record(shard, offset, value, config, codecs[shard]))
     return out
 
 

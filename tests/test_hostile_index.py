@@ -35,13 +35,17 @@ from tests.hostile import (
     config_of,
     config_put,
     entry_put,
+    entry_with_size,
     find_entry,
     forge,
+    optional_parts_at,
     patch,
     raw_entry_put,
     read_values,
     record_put,
     report_line,
+    shard_put,
+    version_of,
 )
 
 EXAMPLES = int(os.environ.get("BUNDLEFS_FUZZ_EXAMPLES", "12"))
@@ -108,6 +112,40 @@ def _raw(name: bytes, edit: Callable[[bytes], bytes]) -> Forgery:
         return _f(raw_entry_put(entry.ino, edit(entry_value(b, entry))))
 
     return forgery
+
+
+def _optional_parts(name: bytes, flags: int, parts: bytes) -> Forgery:
+    """Entry ``name`` with the flags byte ``flags`` and ``parts`` inserted where its optional
+    parts begin, right after its kind's fixed part (§3.3)."""
+
+    def forgery(b: Path) -> tuple[dict, list]:
+        entry = by_name(b, name)
+        value = patch(entry_value(b, entry), 2, bytes([flags]))
+        at = optional_parts_at(entry, version_of(b))
+        return _f(raw_entry_put(entry.ino, value[:at] + parts + value[at:]))
+
+    return forgery
+
+
+def _size_field(name: bytes, size: int, width: int | None = None) -> Forgery:
+    """Entry ``name`` with its size field saying ``size`` (version 3: ``width`` bytes wide)."""
+
+    def forgery(b: Path) -> tuple[dict, list]:
+        entry = by_name(b, name)
+        value = entry_with_size(entry_value(b, entry), size, version_of(b), width)
+        return _f(raw_entry_put(entry.ino, value))
+
+    return forgery
+
+
+def _layout(name: bytes, bits: int) -> Forgery:
+    """Entry ``name`` with ``bits`` set in its layout byte (version 3, §3.3.1)."""
+    return _raw(name, lambda v: patch(v, 3, bytes([v[3] | bits])))
+
+
+def _shard(shard: int = 0, **changes) -> Forgery:
+    """Shard ``shard``'s descriptor (the shard table, §3.5) with ``changes``."""
+    return lambda b: _f(shard_put(b, shard, **changes))
 
 
 def _dir(who: bytes = b"dir", /, **changes) -> Forgery:
@@ -199,7 +237,7 @@ CASES: dict[str, tuple[Forgery, str, str]] = {
     "file size zero with content": (_file(size=0), "invalid", "whole"),
     "file checksum wrong": (_file(crc32c=0), "invalid", "whole"),
     "file nlink flag with nlink 0": (
-        _raw(b"hello.txt", lambda v: patch(v, 2, b"\x04")[:34] + b"\0\0\0\0" + v[34:]),
+        _optional_parts(b"hello.txt", fmt.FLAG_NLINK, b"\0\0\0\0"),
         "invalid",
         "whole",
     ),
@@ -220,13 +258,35 @@ CASES: dict[str, tuple[Forgery, str, str]] = {
     ),
     "entry naming an owner that does not exist": (_file(owner=999), "invalid", "whole"),
     "entry with user data longer than the value": (
-        _raw(b"hello.txt", lambda v: patch(v, 2, b"\x02")[:34] + b"\xff\xff" + v[34:]),
+        _optional_parts(b"hello.txt", fmt.FLAG_USER_DATA, b"\xff\xff"),
         "invalid",
         "whole",
     ),
     "entry truncated to 10 bytes": (_raw(b"hello.txt", lambda v: v[:10]), "invalid", "whole"),
     "entry value empty": (_raw(b"hello.txt", lambda v: b""), "invalid", "whole"),
     "mtime at the i64 extremes": (_file(mtime_ns=-(2**63)), "valid", "whole"),
+    # the compact entry's layout byte (version 3)
+    "entry layout with an unknown bit": (_layout(b"hello.txt", 0x40), "invalid", "whole"),
+    "directory layout with a wide shard": (
+        _layout(b"dir", fmt.LAYOUT_WIDE_SHARD),
+        "invalid",
+        "whole",
+    ),
+    "symlink layout with a wide offset": (
+        _layout(b"link", fmt.LAYOUT_WIDE_OFFSET),
+        "invalid",
+        "whole",
+    ),
+    "hard link layout with a wide shard": (
+        _layout(b"hard2", fmt.LAYOUT_WIDE_SHARD),
+        "invalid",
+        "whole",
+    ),
+    "file size written wider than it needs": (
+        _size_field(b"big.bin", len(SAMPLE_FILES["big.bin"]), width=8),
+        "valid",  # a reader accepts any width that holds the value
+        "whole",
+    ),
     # names
     "name with a slash": (_file(b"hello.txt", name=b"a/b"), "invalid", "none"),
     "name with NUL": (_file(b"hello.txt", name=b"a\0b"), "invalid", "none"),
@@ -281,16 +341,8 @@ CASES: dict[str, tuple[Forgery, str, str]] = {
     "hard link past the entry count": (_link_target(None, HUGE), "invalid", "whole"),
     # symlinks
     "symlink target of 4096 bytes": (_symlink(b"x" * 4096), "invalid", "whole"),
-    "symlink target length beyond the value": (
-        _raw(b"link", lambda v: patch(v, 14, struct.pack(">Q", 4000))),
-        "invalid",
-        "whole",
-    ),
-    "symlink target length zero": (
-        _raw(b"link", lambda v: patch(v, 14, struct.pack(">Q", 0))),
-        "invalid",
-        "whole",
-    ),
+    "symlink target length beyond the value": (_size_field(b"link", 4000), "invalid", "whole"),
+    "symlink target length zero": (_size_field(b"link", 0), "invalid", "whole"),
     "symlink target with NUL": (_symlink(b"hello\0.txt"), "invalid", "whole"),
     "absolute symlink": (_symlink(b"/etc/passwd"), "valid", "whole"),
     "symlink climbing out of the root": (_symlink(b"../../../../../etc/passwd"), "valid", "whole"),
@@ -351,16 +403,62 @@ CASES: dict[str, tuple[Forgery, str, str]] = {
         "valid",  # no reader ever looks at it
         "whole",
     ),
-    # shard descriptors
+    # shard descriptors: the shard table
     "shard file size wrong": (
-        lambda b: _f(
-            {(fmt.DB_SHARDS, fmt.shard_key(0)): fmt.encode_shard_info(fmt.ShardInfo(1, 2, 3))}
-        ),
+        _shard(0, file_size=1, uncompressed_size=2, record_count=3),
         "invalid",
         "whole",
     ),
     "shard stream size past 2^48": (
-        lambda b: _f({(fmt.DB_SHARDS, fmt.shard_key(0)): struct.pack(">QQI", 1, 2**60, 3)}),
+        _shard(0, file_size=1, uncompressed_size=2**60, record_count=3),
+        "invalid",
+        "whole",
+    ),
+    "shard descriptor of version 2's 20 bytes": (
+        lambda b: _f(
+            {
+                (fmt.DB_SHARDS, fmt.shard_key(0)): read_values(b, fmt.DB_SHARDS)[fmt.shard_key(0)][
+                    :20
+                ]
+            }
+        ),
+        "invalid",
+        "whole",
+    ),
+    "shard table codec unknown": (_shard(0, codec=7), "invalid", "whole"),
+    "shard table codec none for compressed records": (
+        _shard(0, codec=fmt.COMPRESSION_NONE),
+        "invalid",
+        "whole",
+    ),
+    "shard table codec zstd for lz4 records": (
+        _shard(0, codec=fmt.COMPRESSION_ZSTD),
+        "invalid",
+        "whole",
+    ),
+    "shard table naming another bundle's header": (
+        _shard(0, header_id=b"\xab" * 16),
+        "invalid",
+        "whole",
+    ),
+    "shard table naming another bundle's shard 5": (
+        _shard(0, header_id=b"\xab" * 16, header_index=5),
+        "invalid",
+        "whole",
+    ),
+    "shard table header version past the bundle's": (
+        _shard(0, header_version=4, header_id=b"\xab" * 16),
+        "invalid",
+        "whole",
+    ),
+    "shard table own shard with version 2's header": (
+        _shard(0, header_version=2),
+        "invalid",
+        "whole",
+    ),
+    "shard table own shard with another index": (_shard(0, header_index=1), "invalid", "whole"),
+    "shard table version-1 shard that is not lz4": (
+        _shard(0, header_version=1, codec=fmt.COMPRESSION_NONE, header_id=b"\xab" * 16),
         "invalid",
         "whole",
     ),
@@ -371,8 +469,9 @@ CASES: dict[str, tuple[Forgery, str, str]] = {
     ),
     # config and owners
     "config with the wrong magic": (_config_raw(0, b"NOTMAGIC"), "invalid", "whole"),
-    "config version 3": (_config_raw(8, b"\0\x03"), "invalid", "whole"),
-    "config version 1 in a version-2 bundle": (_config_raw(8, b"\0\x01"), "invalid", "whole"),
+    "config version 4": (_config_raw(8, b"\0\x04"), "invalid", "whole"),
+    "config version 1 in a version-3 bundle": (_config_raw(8, b"\0\x01"), "invalid", "whole"),
+    "config version 2 in a version-3 bundle": (_config_raw(8, b"\0\x02"), "invalid", "whole"),
     "config with an unknown incompatible feature": (
         _config_raw(12, U32.pack(1)),
         "invalid",
@@ -442,7 +541,7 @@ _FIELDS = st.one_of(
         st.just("record"), st.integers(0, 40), st.integers(0, 20), st.binary(min_size=1, max_size=8)
     ),
     st.tuples(st.just("config"), st.just(0), st.integers(0, 95), st.binary(min_size=1, max_size=8)),
-    st.tuples(st.just("shard"), st.just(0), st.integers(0, 19), st.binary(min_size=1, max_size=8)),
+    st.tuples(st.just("shard"), st.just(0), st.integers(0, 43), st.binary(min_size=1, max_size=8)),
 )
 
 
@@ -570,6 +669,7 @@ def test_a_mounted_forged_bundle_answers_eio_and_keeps_serving(
 
 def test_forged_cases_cover_every_kind_of_value():
     kinds = " ".join(CASES)
-    for word in ("file", "name", "directory", "hard link", "symlink", "record", "shard", "config"):
+    words = ("file", "name", "directory", "hard link", "symlink", "record", "shard", "config")
+    for word in (*words, "layout", "shard table"):
         assert word in kinds
     assert len(CASES) >= 80

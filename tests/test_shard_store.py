@@ -53,7 +53,7 @@ def memory_reader(sample_bundle_path: Path):
     index = IndexReader(str(sample_bundle_path))
     names = [fmt.shard_filename(i) for i in range(index.config.shard_count)]
     store = MemoryShardStore({n: (sample_bundle_path / n).read_bytes() for n in names})
-    shards = ShardSet(store, index.marker)
+    shards = ShardSet(store, index.marker, index.shard_info)
     reader = ContentReader(
         index, shards, RecordCache(1 << 20), bundle_path="memory", path_of=lambda ino: f"#{ino}"
     )
@@ -126,7 +126,7 @@ def test_prefetch_never_waits_on_a_store_whose_reads_may_stall(sample_bundle_pat
     index = IndexReader(str(sample_bundle_path))
     names = [fmt.shard_filename(i) for i in range(index.config.shard_count)]
     store = NetworkLikeStore({n: (sample_bundle_path / n).read_bytes() for n in names})
-    shards = ShardSet(store, index.marker)
+    shards = ShardSet(store, index.marker, index.shard_info)
     try:
         assert shards.reads_may_stall and not shards.partial_reads_cheap
         shards.prefetch(0, 4096, 65536)

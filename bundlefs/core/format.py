@@ -555,7 +555,7 @@ def decode_entry(ino: int, data: bytes, version: int = FORMAT_VERSION) -> Entry:
     try:
         if version >= 3:
             return _decode_entry_v3(ino, data)
-        return _decode_entry_v2(ino, data)
+        return _decode_entry_v2(ino, data, version)
     except struct.error:
         raise FormatError(f"entry {ino} is truncated") from None
 
@@ -583,8 +583,10 @@ def _part(ino: int, mode: int, flags: int) -> int:
     return part
 
 
-def _decode_entry_v2(ino: int, data: bytes) -> Entry:
+def _decode_entry_v2(ino: int, data: bytes, version: int) -> Entry:
     mode, flags, owner, mtime_ns, size = _HEADER.unpack_from(data)
+    if version == 1 and flags & FLAG_CONTENT_TYPE:
+        raise FormatError(f"entry {ino} has a content type, which version 1 does not define")
     part = _part(ino, mode, flags)
     pos = _HEADER.size
     fixed: tuple[int, ...] = ()
@@ -674,7 +676,8 @@ def _decode_rest(
 
 # -- version 3: the compact entry (docs/format.md §3.3) ------------------------------------------
 # Mode, flags and a layout byte, then each field only as wide as its value needs: a small file's
-# fixed part is 15 bytes, not the 34 of versions 1 and 2 (index bytes per file: docs/scale.md).
+# entry is 19 bytes before its name, not the 34 of versions 1 and 2 (index bytes per file:
+# docs/scale.md).
 
 LAYOUT_SIZE_WIDTH = 0x03  # size: u8, u16, u32 or u64
 LAYOUT_MTIME_NS = 0x04  # mtime: i64 nanoseconds; clear: u32 whole seconds since the epoch
@@ -946,7 +949,8 @@ def check_shard_header(data: bytes, index: int, bundle_id: bytes, info: ShardInf
         raise FormatError(f"shard {index} has the wrong magic")
     if got_version != info.header_version:
         raise UnsupportedVersionError(
-            f"shard {index} has format version {got_version}, the bundle {info.header_version}"
+            f"shard {index}'s header says format version {got_version}, the index "
+            f"{info.header_version}"
         )
     want_index = index if info.header_index is None else info.header_index
     want_id = bundle_id if info.header_id == OWN_BUNDLE_ID else info.header_id
