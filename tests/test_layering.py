@@ -140,6 +140,37 @@ def test_only_storage_and_integrations_import_fsspec_or_its_back_ends():
             assert top not in ("fsspec", "s3fs", "botocore", "aiobotocore"), f"{path}: {module}"
 
 
+def test_only_the_integrations_import_dask_or_distributed():
+    # Distributed packing is an optional extra: the packer's partitions (packing/partition.py)
+    # know nothing of Dask; integrations/dask.py runs them on a cluster.
+    for path in _modules():
+        if _package_of(path) == "integrations":
+            continue
+        for module, _ in _imports(path):
+            assert module.split(".")[0] not in ("dask", "distributed"), f"{path}: {module}"
+
+
+_BLOCK_DASK = """
+import sys
+class _Blocker:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("dask", "distributed"):
+            raise ImportError(f"{name} is blocked in this test")
+        return None
+sys.meta_path.insert(0, _Blocker())
+"""
+
+
+@pytest.mark.parametrize(
+    "module", ["bundlefs.packing.partition", "bundlefs.packing.merge", "bundlefs.cli"]
+)
+def test_the_packer_and_the_cli_import_without_dask(module):
+    result = subprocess.run(
+        [sys.executable, "-c", _BLOCK_DASK + f"import {module}\n"], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+
+
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_every_module_says_what_it_owns_and_what_it_may_import(path):
     docstring = ast.get_docstring(ast.parse(path.read_text()))

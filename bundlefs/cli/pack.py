@@ -21,7 +21,9 @@ from bundlefs.core.units import format_size
 from bundlefs.errors import PackError
 
 if TYPE_CHECKING:
-    from bundlefs.packing.packer import PackProgress
+    from collections.abc import Callable
+
+    from bundlefs.packing.packer import PackOptions, PackProgress, PackSummary
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -104,10 +106,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--staging",
         metavar="DIR",
         help="where a bundle for a URL is built before the upload (default: the temporary "
-        "directory); it needs room for the whole bundle and is removed afterwards",
+        "directory), and with --dask where the partitions are packed (default: beside DEST); "
+        "it needs room for the whole bundle and is removed afterwards",
     )
     p.add_argument(
         "--skip-errors", action="store_true", help="skip unreadable files, and list them"
+    )
+    p.add_argument(
+        "--dask",
+        metavar="ADDRESS|local:N",
+        help="pack in partitions on a Dask cluster: a running scheduler's address, or local:N "
+        "for N worker processes on this machine (needs bundlefs[dask]; SRC, DEST's directory "
+        "and --staging must be paths every worker sees)",
+    )
+    p.add_argument(
+        "--partitions",
+        type=int,
+        metavar="N",
+        help="with --dask: how many tasks the pack is split into (default: 4 per worker)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary")
     p.add_argument("--json", action="store_true", help="the summary as one JSON object")
@@ -198,6 +214,25 @@ def _iso(text: str) -> int:
     return (since.days * 86400 + since.seconds) * 10**9 + since.microseconds * 1000
 
 
+def _pack_on_dask(
+    args: argparse.Namespace,
+    source: str | list[str],
+    options: PackOptions,
+    progress: Callable[[PackProgress], None] | None,
+) -> PackSummary:
+    """``--dask``: the pack split into partitions on a cluster (bundlefs.integrations.dask)."""
+    try:
+        from bundlefs.integrations import dask as on_dask
+    except ImportError as e:
+        if (e.name or "").split(".")[0] not in ("dask", "distributed"):
+            raise
+        raise PackError("--dask needs dask.distributed: pip install 'bundlefs[dask]'") from None
+    with on_dask.connect(args.dask) as client:
+        return on_dask.pack_with_dask(
+            source, args.dest, client, options, partitions=args.partitions, progress=progress
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     from bundlefs.packing.packer import PackOptions, pack
     from bundlefs.packing.user_data import UserDataFile
@@ -239,7 +274,12 @@ def run(args: argparse.Namespace) -> int:
             line += f", {percent}%, ETA {left:.0f} s"
         status.show(line)
 
-    summary = pack(source, args.dest, options, None if args.quiet else progress)
+    if args.dask is not None:
+        summary = _pack_on_dask(args, source, options, None if args.quiet else progress)
+    elif args.partitions is not None:
+        raise PackError("--partitions splits a pack for --dask; give --dask too")
+    else:
+        summary = pack(source, args.dest, options, None if args.quiet else progress)
     status.clear()
     if user_data is not None and user_data.unused():
         unused = user_data.unused()

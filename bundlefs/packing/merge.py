@@ -358,7 +358,9 @@ class MergedSource:
             st_gid=gid,
             st_mtime_ns=entry.mtime_ns,
             st_size=entry.size,
-            st_nlink=entry.nlink,
+            # A file the input's packer saw with several links carries NLINK even when its
+            # other names were not packed (nlink 1): kept, so the merge writes what a pack would.
+            st_nlink=max(entry.nlink, 2) if entry.flags & fmt.FLAG_NLINK else entry.nlink,
             st_dev=number,
             st_ino=entry.ino,
             symlink=entry.symlink,
