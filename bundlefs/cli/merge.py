@@ -9,7 +9,7 @@ import argparse
 
 from bundlefs.cli.options import storage_options
 from bundlefs.cli.output import EXIT_OK, out, out_json, warn
-from bundlefs.cli.pack import _pairs, parse_time
+from bundlefs.cli.pack import key_value_pairs, parse_time
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         at=tuple(args.at) if args.at else None,
         on_clash=args.on_clash,
         force=args.force,
-        meta=_pairs(args.meta, "--meta"),
+        meta=key_value_pairs(args.meta, "--meta"),
         created_ns=parse_time(args.created) if args.created else None,
         storage_options=storage_options(args) or None,
         staging=args.staging,

@@ -184,7 +184,7 @@ def expand_sources(sources: list[str]) -> list[str]:
     return out
 
 
-def _pairs(items: list[str], option: str) -> tuple[tuple[str, str], ...]:
+def key_value_pairs(items: list[str], option: str) -> tuple[tuple[str, str], ...]:
     pairs = []
     for item in items:
         key, sep, value = item.partition("=")
@@ -249,8 +249,8 @@ def run(args: argparse.Namespace) -> int:
         skip_errors=args.skip_errors,
         jobs=max(1, args.jobs),
         user_data=user_data,
-        meta=_pairs(args.meta, "--meta"),
-        content_types=_pairs(args.content_type, "--content-type"),
+        meta=key_value_pairs(args.meta, "--meta"),
+        content_types=key_value_pairs(args.content_type, "--content-type"),
         detect_content_types=not args.no_content_types,
         created_ns=parse_time(args.created) if args.created else None,
         storage_options=storage_options(args) or None,

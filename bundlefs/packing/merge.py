@@ -37,7 +37,7 @@ from bundlefs.packing.builder import EntryBuilder
 from bundlefs.packing.content import ContentWriter
 from bundlefs.packing.packer import (
     PackProgress,
-    _check_places,
+    check_places,
     creation_time,
     publish_built,
 )
@@ -131,7 +131,7 @@ def merge(
             remote.check(options.force)
         else:
             for path in paths:
-                _check_places(path, location.path, options.force)
+                check_places(path, location.path, options.force)
         merger = _Merger(readers, paths, prefixes, options, created_ns, progress)
         summary, where = publish_built(
             location,

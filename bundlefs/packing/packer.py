@@ -194,7 +194,7 @@ def _check_sources(paths: list[str]) -> None:
             raise PackError(f"source {path} is neither a directory nor an archive file")
 
 
-def _check_places(source: str, dest: str, force: bool) -> None:
+def check_places(source: str, dest: str, force: bool) -> None:
     """Refuse a DEST that overlaps the source (either way, through any symlink) or is not ours."""
     parent, name = os.path.split(os.path.abspath(dest))
     if not os.path.isdir(parent):
@@ -260,7 +260,7 @@ def check_destination(
     else:
         for path in paths if paths is not None else [os.devnull]:
             if path != STDIN:
-                _check_places(path, location.path, options.force)
+                check_places(path, location.path, options.force)
     return location, remote
 
 
