@@ -267,3 +267,78 @@ def test_the_cli_refuses_to_replace_a_bundle_without_force(pack_tree, tmp_path) 
     assert run_cli("merge", a, tmp_path / "out", "--force").returncode == 0
     with Bundle(tmp_path / "out") as m:
         assert list(m) == ["f"]
+
+
+# --- found by the second read ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("rule", "winner"), [("first", b"from a"), ("last", b"from b")])
+def test_the_clash_rule_ranks_by_input_when_prefixes_nest(pack_tree, tmp_path, rule, winner):
+    a = pack_tree({"f": b"from a"}, name="a")  # placed at a/, so its f is a/f
+    b = pack_tree({"a": {"f": b"from b"}}, name="b")  # at the root, with its own a/f
+    merge([a, b], str(tmp_path / "out"), MergeOptions(at=("a", "."), on_clash=rule))
+    with Bundle(tmp_path / "out") as m:
+        assert m.read("a/f") == winner
+
+
+def test_a_merged_directory_takes_the_last_inputs_attributes(pack_tree, tmp_path) -> None:
+    a = pack_tree({"d": {"x": b"x"}}, name="a")
+    b = pack_tree({"d": {"y": b"y"}}, name="b")
+    os.chmod(a.parent / "a.src" / "d", 0o700)
+    pack(str(a.parent / "a.src"), str(a), PackOptions(force=True))
+    merge([a, b], str(tmp_path / "out"))
+    with Bundle(tmp_path / "out") as m, Bundle(b) as last:
+        assert m.stat("d").st_mode == last.stat("d").st_mode
+
+
+def test_an_input_replaced_during_the_merge_fails_it(pack_tree, tmp_path, monkeypatch) -> None:
+    from bundlefs.packing import merge as merging
+
+    a = pack_tree({"f": b"old"}, name="a")
+    link = merging._Merger._link_shards
+
+    def replace_first(self, work):  # a pack --force over the input, after its index was read
+        pack(str(a.parent / "a.src"), str(a), PackOptions(force=True, created_ns=1))
+        return link(self, work)
+
+    monkeypatch.setattr(merging._Merger, "_link_shards", replace_first)
+    with pytest.raises(PackError, match="is not the shard its bundle's index describes"):
+        merge([a], str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_input_whose_hard_link_names_a_directory_is_refused(pack_tree, tmp_path) -> None:
+    from tests.hostile import entry_put, find_entry, forge
+
+    a = pack_tree({"f": b"x"}, name="a")
+    os.link(a.parent / "a.src" / "f", a.parent / "a.src" / "g")
+    pack(str(a.parent / "a.src"), str(a), PackOptions(force=True))
+    link = find_entry(a, lambda e: e.is_link)
+    forge(a, puts=entry_put(link, target=fmt.ROOT_INO))
+    with pytest.raises(PackError, match="g is a hard link to entry 1, not to a file"):
+        merge([a], str(tmp_path / "out"))
+
+
+def test_a_file_url_input_is_a_local_bundle(pack_tree, tmp_path) -> None:
+    a = pack_tree({"f": b"x"}, name="a")
+    merge([f"file://{a}"], str(tmp_path / "out"))
+    with Bundle(tmp_path / "out") as m:
+        assert m.read("f") == b"x"
+
+
+def test_a_merge_with_a_zstd_shard_says_zstd(pack_tree, tmp_path) -> None:
+    a = pack_tree({"f": b"x" * 5000}, name="a")
+    b = pack_tree({"g": b"y" * 5000}, name="b", compression="zstd")
+    merge([a, b], str(tmp_path / "out"))
+    with Bundle(tmp_path / "out") as m:
+        assert m.config.compression == fmt.COMPRESSION_ZSTD
+        assert (m.read("f"), m.read("g")) == (b"x" * 5000, b"y" * 5000)
+
+
+def test_sealing_never_stamps_a_shard_file_with_other_names(pack_tree, tmp_path) -> None:
+    from bundlefs.storage.shards import write_shard_header
+
+    a = pack_tree({"f": b"x"}, name="a")
+    os.link(a / fmt.shard_filename(0), tmp_path / "other-name")
+    with pytest.raises(OSError, match="other names"):
+        write_shard_header(str(tmp_path / "other-name"), 0, bytes(16))

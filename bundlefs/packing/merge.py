@@ -111,9 +111,9 @@ def merge(
     nothing behind then; an existing DEST is replaced only with ``force``.
     """
     started = time.monotonic()
-    paths = [os.fspath(p) for p in inputs]
-    if not paths:
+    if not inputs:
         raise PackError("nothing to merge: no input bundle given")
+    paths = _local_paths([os.fspath(p) for p in inputs])
     if options.on_clash not in CLASH_RULES:
         raise PackError(f"unknown clash rule {options.on_clash!r} (choose error, last or first)")
     prefixes = _prefixes(options.at, len(paths))
@@ -165,14 +165,24 @@ def _prefixes(at: tuple[str, ...] | None, count: int) -> list[tuple[bytes, ...]]
     return out
 
 
+def _local_paths(paths: list[str]) -> list[str]:
+    """The inputs as local directories (``file://`` URLs too); ``PackError`` for a remote one."""
+    out = []
+    for path in paths:
+        try:
+            location = parse_location(path)
+        except BundleError as e:
+            raise PackError(str(e)) from None
+        if not location.is_local:
+            raise PackError(f"{path}: merge links shard files, so its inputs must be local bundles")
+        out.append(location.path)
+    return out
+
+
 def _open_inputs(paths: list[str]) -> list[IndexReader]:
     readers: list[IndexReader] = []
     try:
         for path in paths:
-            if "://" in path and not path.startswith("file://"):
-                raise PackError(
-                    f"{path}: merge links shard files, so its inputs must be local bundles"
-                )
             if not os.path.isdir(path):
                 raise PackError(f"{path} is not a bundle (no such directory)")
             try:
@@ -313,8 +323,9 @@ class MergedSource:
     def _resolve(self, rel: bytes, found: list[tuple[int, Any]]) -> list[_Layer] | tuple:
         """What a name present in ``found`` layers becomes: a merged directory (its layers) or
         one input's entry, by the clash rule."""
-        is_dir = [_is_dir(what) for _order, what in found]
-        if all(is_dir):
+        # By input: a prefix's directory ranks as the first (or last) input placed in it.
+        found = sorted(found, key=lambda f: self._rank(f[1]))
+        if all(_is_dir(what) for _order, what in found):
             return [_as_layer(what) for _order, what in found]
         if self.on_clash == "error" and len(found) > 1:
             raise PackError(
@@ -334,6 +345,14 @@ class MergedSource:
             layers.reverse()
         return [_as_layer(what) for _order, what in layers]
 
+    def _rank(self, what: Any) -> int:
+        """Which input a candidate counts as: its own, or for a prefix's directory the first
+        (with "first") or last input placed at or below it."""
+        if not isinstance(what, _PrefixNode):
+            return what[0]
+        below = _inputs_below(what)
+        return min(below) if self.on_clash == "first" else max(below)
+
     # -- items --
 
     def _dir_stat(self, layers: list[_Layer]) -> _MergedStat:
@@ -344,7 +363,8 @@ class MergedSource:
             if isinstance(layer, _PrefixNode):
                 inputs += [(number, fmt.ROOT_INO) for number in layer.roots]
         if inputs:
-            number, ino = inputs[0] if self.on_clash == "first" else inputs[-1]
+            pick = min if self.on_clash == "first" else max
+            number, ino = pick(inputs, key=lambda layer: layer[0])
         else:
             number, ino = 0, fmt.ROOT_INO
         entry = self.readers[number].entry(ino)
@@ -371,7 +391,12 @@ class MergedSource:
         number, entry = chosen
         reader = self.readers[number]
         if entry.is_link:  # a later name of a hard-linked file: the file it names, whose
-            entry = reader.entry(entry.target)  # attributes and user data it shares
+            target = reader.entry(entry.target)  # attributes and user data it shares
+            if not target.is_file or target.is_link:
+                raise fmt.FormatError(
+                    f"{os.fsdecode(rel)} is a hard link to entry {entry.target}, not to a file"
+                )
+            entry = target
         st = self._stat(number, entry)
         stored = None
         if entry.is_file:
@@ -385,6 +410,14 @@ class MergedSource:
                 content_type=reader.content_type(entry),
             )
         return SourceItem(rel, name, st, stored=stored)
+
+
+def _inputs_below(node: _PrefixNode) -> list[int]:
+    """The inputs placed at ``node`` or below it."""
+    out = list(node.roots)
+    for child in node.children.values():
+        out += _inputs_below(child)
+    return out
 
 
 def _is_dir(what: Any) -> bool:
@@ -427,11 +460,15 @@ class _Merger:
     def run(self, work: str, work_id: tuple[int, int]) -> MergeSummary:
         ways = self._link_shards(work)
         first = self.readers[0].config
+        codecs = {r.shard_info(i).codec for r in self.readers for i in range(r.config.shard_count)}
+        zstd = fmt.COMPRESSION_ZSTD in codecs
         config = fmt.Config(
             block_size=first.block_size,
             record_size=max(r.config.record_size for r in self.readers),
             large_file_threshold=first.large_file_threshold,
-            compression=first.record_codec,
+            # What a reader needs: zstd if any linked shard is (a bundle is refused at open
+            # where zstd is missing, not at its first read of such a shard).
+            compression=fmt.COMPRESSION_ZSTD if zstd else first.record_codec,
             created_ns=self.created_ns,
         )
         errors = SourceErrors(False)
@@ -513,10 +550,25 @@ class _Merger:
                 src = os.path.join(self.paths[number], fmt.shard_filename(shard, version))
                 dst = os.path.join(work, fmt.shard_filename(self.shard_base[number] + shard))
                 ways.append(link_or_copy(src, dst))
+                self._check_linked(reader, shard, src, dst)
                 self.progress.bytes_read += os.path.getsize(dst)
                 if self.report is not None:
                     self.report(self.progress)
         return ways
+
+    @staticmethod
+    def _check_linked(reader: IndexReader, shard: int, src: str, dst: str) -> None:
+        """The file linked is the one the input's index describes: an input replaced since
+        its index was read (a pack --force) would otherwise give a bundle that cannot read."""
+        info = reader.shard_info(shard)
+        with open(dst, "rb") as f:
+            header, size = f.read(fmt.SHARD_HEADER_SIZE), os.fstat(f.fileno()).st_size
+        try:
+            fmt.check_shard_header(header, shard, reader.marker.bundle_id, info)
+            if size != info.file_size:
+                raise fmt.FormatError(f"it is {size} bytes, its index says {info.file_size}")
+        except BundleError as e:
+            raise PackError(f"{src} is not the shard its bundle's index describes: {e}") from None
 
 
 def link_or_copy(src: str, dst: str) -> str:
@@ -533,6 +585,7 @@ def link_or_copy(src: str, dst: str) -> str:
     with open(src, "rb") as source, open(dst, "xb") as target:
         try:
             fcntl.ioctl(target.fileno(), _FICLONE, source.fileno())
+            os.fsync(target.fileno())  # the clone's extents, durable before COMPLETE is
             return "reflink"
         except OSError:
             pass  # not a copy-on-write file system, or not the same one

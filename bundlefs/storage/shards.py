@@ -10,6 +10,7 @@ May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.store``.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import threading
 from collections import deque
@@ -173,7 +174,9 @@ class ShardWriter:
         self._config = config
         self._level = level  # the compressor's level (zstd); not part of the format
         self._pool = pool
-        self._file = open(path, "wb")  # noqa: SIM115 - closed in finish()/abort()
+        # "x": a new file, never one already there (a merged bundle's shards are links of
+        # other bundles' files, which nothing may truncate).
+        self._file = open(path, "xb")  # noqa: SIM115 - closed in finish()/abort()
         self._file.write(bytes(config.block_size))  # header block, filled in by write_header()
         self._file_size = config.block_size
         self._written_back = 0  # file offset up to which writeback has been started
@@ -265,6 +268,8 @@ class ShardWriter:
 def write_shard_header(path: str, index: int, bundle_id: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     try:
+        if os.fstat(fd).st_nlink > 1:  # a shard linked from another bundle keeps its header
+            raise OSError(errno.EMLINK, "refusing to stamp a shard file with other names", path)
         os.pwrite(fd, fmt.encode_shard_header(index, bundle_id, fmt.FORMAT_VERSION), 0)
         os.fsync(fd)
     finally:
