@@ -93,8 +93,10 @@ def _run(
     counts = PackProgress()
     futures: dict[Future, PartTask] = {}
     try:
-        # Once per worker, not once per task: the options carry the user data, which may be big.
-        options = client.scatter(job.part_options, broadcast=True, hash=False)
+        # In every task, not scattered once: scattered data dies with the worker holding it
+        # (a killed worker lost it and failed the pack, in about one run of five), while a
+        # task's own arguments travel with its retry.
+        options = job.part_options
         for task in tasks:
             key = f"bundlefs-pack-{job.token}-{task.partition.index:05d}"
             futures[client.submit(pack_partition, task, options, key=key, pure=False)] = task
