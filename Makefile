@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # An unpatched pyfuse3 beside the venv: the tests run the daemon on it to cover the fallback path.
 STOCK_PYFUSE3 := build/stock-pyfuse3
 
-.PHONY: install system-deps test lint demo bench bench-quick fuzz soak clean
+.PHONY: install system-deps test lint demo bench bench-quick bench-scale fuzz soak clean
 
 install: $(STAMP)
 
@@ -56,6 +56,12 @@ bench: install
 
 bench-quick: install
 	$(BIN)/python -m bench.run --quick
+
+# Issue 13 (docs/scale.md): bench.scale packs 100,000 and 10,000,000 generated files (~15 min,
+# ~3.5 GB of disk).
+bench-scale: install
+	$(BIN)/python -m bench.scale
+	$(BIN)/python -m bench.dask_pack
 
 fuzz: install
 	BUNDLEFS_FUZZ_EXAMPLES=2000 $(BIN)/python -m pytest -q tests/test_fuzz.py tests/test_hostile_index.py
