@@ -58,7 +58,9 @@ def pack_with_dask(
     """Pack ``source`` into the bundle ``dest`` on the cluster ``client`` is connected to.
 
     ``source`` is a directory or a list of archives (tar shards), on storage every worker sees
-    under the same path; ``dest`` a local path or a URL. ``partitions``: how many tasks (default
+    under the same path, or an object-store prefix (``s3://bucket/prefix/``: listed once here,
+    each task fetching its share with ``options.storage_options``); ``dest`` a local path or a
+    URL. ``partitions``: how many tasks (default
     ``default_partitions`` of the workers there are now). The staging area is beside a local
     DEST, or in ``options.staging`` (required to be shared storage when workers run on other
     machines; the tasks check it and say so). ``progress`` is called as partitions finish

@@ -28,10 +28,12 @@ from bundlefs.errors import BundleError, IndexWriteError, PackError
 from bundlefs.packing.archive import STDIN, ArchiveSource
 from bundlefs.packing.builder import EntryBuilder, UserData
 from bundlefs.packing.content import ContentWriter
+from bundlefs.packing.objects import ObjectSource
 from bundlefs.packing.sources import DirectorySource, EntrySource, SourceErrors
 from bundlefs.storage import publish
 from bundlefs.storage.index import IndexWriter
 from bundlefs.storage.location import Location, parse_location
+from bundlefs.storage.objects import is_remote_prefix
 from bundlefs.storage.publish_remote import RemotePublisher, staging_path
 from bundlefs.storage.shards import zstd_module
 
@@ -48,7 +50,8 @@ class StreamingSource(Protocol):
 
 
 # What ``pack`` packs: a directory; an archive file (tar, compressed or not, or zip) or "-" (a
-# tar on stdin); several archives (tar shards) into one tree; or any ``EntrySource``.
+# tar on stdin); several archives (tar shards) into one tree; an object-store prefix
+# (``s3://bucket/prefix/``); or any ``EntrySource``.
 PackSource = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | EntrySource
 
 
@@ -77,9 +80,9 @@ class PackOptions:
     # When the bundle was made, in ns since the epoch: None takes SOURCE_DATE_EPOCH when set
     # (reproducible builds), else the clock. Two packs are byte-identical only when it is fixed.
     created_ns: int | None = None
-    # A DEST that is a URL (s3://bucket/x.bundle): the store's options (credentials, endpoint;
-    # docs/storage.md), and the local directory the bundle is built in before it is uploaded
-    # (None: the temporary directory).
+    # A DEST that is a URL (s3://bucket/x.bundle) or a SRC that is a prefix (s3://bucket/raw/):
+    # the store's options (credentials, endpoint; docs/storage.md); and the local directory the
+    # bundle for a URL DEST is built in before it is uploaded (None: the temporary directory).
     storage_options: dict[str, Any] | None = None
     staging: str | None = None
 
@@ -179,10 +182,26 @@ def _describe(source: PackSource) -> str:
     return " ".join("stdin" if p == STDIN else p for p in paths)
 
 
+def object_prefix(paths: list[str] | None, options: PackOptions) -> Location | None:
+    """The store location when the source is an object-store prefix (one URL), else None; its
+    storage options are the pack's (the same as a URL DEST's)."""
+    if paths is None or not any(is_remote_prefix(p) for p in paths):
+        return None
+    if len(paths) > 1:
+        raise PackError("an object-store prefix must be the only source")
+    try:
+        return parse_location(paths[0], options.storage_options)
+    except BundleError as e:  # a URL without a bucket, a malformed BUNDLEFS_STORAGE_OPTIONS
+        raise PackError(str(e)) from None
+
+
 def _check_sources(paths: list[str]) -> None:
-    """One directory, or archives (regular files, or "-" once): one sentence if not."""
+    """One directory, an object-store prefix, or archives (regular files, or "-" once): one
+    sentence if not."""
     if len(paths) == 1 and paths[0] != STDIN and os.path.isdir(paths[0]):
         return
+    if len(paths) == 1 and is_remote_prefix(paths[0]):
+        return  # listed when the pack starts: an unreachable store fails then
     for path in paths:
         if path == STDIN:
             continue
@@ -253,12 +272,18 @@ def check_destination(
     except BundleError as e:  # a URL without a bucket, a malformed BUNDLEFS_STORAGE_OPTIONS
         raise PackError(str(e)) from None
     remote = None if location.is_local else RemotePublisher(location)
+    prefix = object_prefix(paths, options)
     if paths is not None:
         _check_sources(paths)
+    if prefix is not None and not location.is_local:
+        source_root = f"{prefix.protocol}://{prefix.path.strip('/')}/"
+        if f"{location.protocol}://{location.path.strip('/')}/".startswith(source_root):
+            raise PackError("the bundle cannot be written inside the prefix being packed")
     if remote is not None:
         remote.check(options.force)  # a bad URL or credentials fail now, not after packing
     else:
-        for path in paths if paths is not None else [os.devnull]:
+        local = [os.devnull] if paths is None or prefix is not None else paths
+        for path in local:
             if path != STDIN:
                 check_places(path, location.path, options.force)
     return location, remote
@@ -274,9 +299,10 @@ def pack(
     (``s3://bucket/x.bundle``: built locally, then uploaded, ``bundlefs.storage.publish_remote``).
 
     ``source`` is a directory, an archive (tar, plain or gzip/bzip2/xz/zstd compressed, or zip;
-    "-" is a tar on stdin), a list of archives (tar shards: read in order into one tree), or an
-    ``EntrySource`` (a ``StreamingSource`` is loaded first). docs/archives.md says how archive
-    members map to entries.
+    "-" is a tar on stdin), a list of archives (tar shards: read in order into one tree), an
+    object-store prefix (``s3://bucket/prefix/``, reached with ``options.storage_options``), or
+    an ``EntrySource`` (a ``StreamingSource`` is loaded first). docs/archives.md says how archive
+    members map to entries, docs/storage.md how objects do.
 
     Raises ``PackError`` for every failure: a bad option, an unreadable source (unless
     ``skip_errors``), a DEST that overlaps the source or (with ``force``) is not a bundle, a full
@@ -437,10 +463,20 @@ class _Packer:
         return own if isinstance(own, SourceErrors) else SourceErrors(self.options.skip_errors)
 
     def _entry_source(self, errors: SourceErrors, pool) -> EntrySource:
-        """A directory walk, an archive reader, or the caller's own ``EntrySource``."""
+        """A directory walk, an archive reader, an object listing, or the caller's own
+        ``EntrySource``."""
         paths = _source_paths(self.source)
         if paths is None:
             return self.source  # type: ignore[return-value]  # an EntrySource by elimination
+        prefix = object_prefix(paths, self.options)
+        if prefix is not None:
+            return ObjectSource(
+                prefix,
+                errors,
+                created_ns=self.config.created_ns,
+                excludes=self.options.excludes,
+                pool=pool,
+            )
         if len(paths) == 1 and paths[0] != STDIN and os.path.isdir(paths[0]):
             return DirectorySource(
                 paths[0], errors, excludes=self.options.excludes, pool=pool, skip=self.work_id

@@ -8,7 +8,11 @@ It owns:
   bytes and entries, half each), each cut placed at the shallowest directory boundary near its
   ideal place, so directories stay whole where they fit in a share and a big one is split by
   name ranges. All names of a hard-linked file are packed by one partition. Tar shards are cut
-  into runs of whole shards of about equal bytes, in order;
+  into runs of whole shards of about equal bytes, in order. An object-store prefix
+  (``plan_objects``) is listed once, in the driver, by the packer's own ``ObjectSource`` (same
+  refusals and excludes), and the tree its keys imply is cut exactly as a directory's is; each
+  partition carries its share of the listing (its objects' keys, sizes and mtimes), so the tasks
+  pack what the driver listed without listing again;
 - *the partition source* (``PartitionSource``): a ``DirectorySource`` that delivers only its range
   of the tree plus the directories above it (with their real attributes), so each partition
   packs to a complete, valid partial bundle;
@@ -47,6 +51,7 @@ from typing import Any
 from bundlefs.errors import PackError
 from bundlefs.packing import merge as merging
 from bundlefs.packing.archive import STDIN
+from bundlefs.packing.objects import ObjectSource
 from bundlefs.packing.packer import (
     PackOptions,
     PackProgress,
@@ -54,12 +59,14 @@ from bundlefs.packing.packer import (
     PackSummary,
     check_destination,
     check_options,
+    object_prefix,
     pack,
 )
 from bundlefs.packing.sources import Content, DirectorySource, SourceErrors, SourceItem
 from bundlefs.packing.user_data import UserDataFile
 from bundlefs.storage import publish
-from bundlefs.storage.location import parse_location
+from bundlefs.storage.location import Location, parse_location
+from bundlefs.storage.objects import ObjectInfo
 from bundlefs.storage.publish_remote import RemotePublisher, staging_path
 
 # Partitions per worker when the caller gives no count: a few per worker, so a slow or
@@ -94,7 +101,9 @@ class Partition:
     A directory source: the entries from ``start`` (included; None: the first) to ``end``
     (excluded; None: past the last) in depth-first name order, paths as components; minus
     ``moved_out`` and plus ``moved_in``, names of hard-linked files whose first name another
-    partition packs (relative paths). Tar shards: ``archives``, in order.
+    partition packs (relative paths). Tar shards: ``archives``, in order. An object-store
+    prefix: the range as for a directory, and ``objects``, the listing's objects in it (~100
+    bytes each on the wire; not in the repr).
     ``entries`` and ``data_bytes`` are what the plan expected it to hold.
     """
 
@@ -106,6 +115,7 @@ class Partition:
     archives: tuple[str, ...] = ()
     entries: int = 0
     data_bytes: int = 0
+    objects: tuple[ObjectInfo, ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True)
@@ -349,6 +359,78 @@ def _partitions(
     )
 
 
+def plan_objects(
+    location: Location,
+    count: int,
+    *,
+    created_ns: int,
+    excludes: tuple[str, ...] = (),
+    skip_errors: bool = False,
+) -> Plan:
+    """List the objects below ``location`` once and cut the tree their keys imply into at most
+    ``count`` partitions, as ``plan_directory`` cuts a directory tree (by bytes and entries,
+    "directories" — key prefixes — whole where they fit, keys in order).
+
+    A key a bundle cannot hold is a ``PackError`` (or, with ``skip_errors``, skipped and listed)
+    here, once, as the pack itself would say it; the partitions hold only what is packed.
+    Memory: the listing's tree (~200 bytes plus the name per object) and each partition's share
+    of it. Same listing, same ``count``: same partitions.
+    """
+    if count < 1:
+        raise PackError(f"the partition count must be at least 1, not {count}")
+    started = time.monotonic()
+    errors = SourceErrors(skip_errors)
+    source = ObjectSource(location, errors, created_ns=created_ns, excludes=excludes)
+    source.root()  # the listing: an unreachable store or a refused key fails here
+    top = _Dir()
+    order: list[tuple[_Dir, _Dir | None]] = [(top, None)]
+    stack: list[tuple[_Dir, bytes]] = [(top, b"")]
+    while stack:
+        node, rel = stack.pop()
+        names: list[bytes] = []
+        below: list[tuple[_Dir, bytes]] = []
+        for name, size, _mtime, _marked in source.listing(rel):
+            if size < 0:
+                child = _Dir()
+                node.subdirs[len(names)] = child
+                order.append((child, node))
+                below.append((child, rel + b"/" + name if rel else name))
+            else:
+                node.bytes += size
+            names.append(name)
+            node.sizes.append(size)
+        node.names = b"/".join(names)
+        node.entries = len(names)
+        stack.extend(reversed(below))
+    for node, parent in reversed(order):  # children before their parents: totals bottom up
+        if parent is not None:
+            parent.entries += node.entries
+            parent.bytes += node.bytes
+    cuts = _cuts(top, count)
+    keys = [key for key, _ in cuts]
+    shares: list[list[ObjectInfo]] = [[] for _ in range(len(cuts) + 1)]
+    pending = [b""]
+    while pending:
+        rel = pending.pop()
+        for name, size, mtime_ns, marked in source.listing(rel):
+            child_rel = rel + b"/" + name if rel else name
+            key = child_rel.decode("utf-8", "surrogateescape")
+            share = shares[bisect.bisect_right(keys, _key(child_rel))]
+            if size >= 0:
+                share.append(ObjectInfo(key, size, mtime_ns))
+                continue
+            pending.append(child_rel)
+            if marked:  # it may be empty, there by its marker only: the marker goes with its place
+                share.append(ObjectInfo(key + "/", 0, 0))
+    partitions = tuple(
+        dataclasses.replace(p, objects=tuple(share))
+        for p, share in zip(_partitions(cuts, top, {}), shares, strict=True)
+    )
+    return Plan(
+        partitions, top.entries, top.bytes, tuple(errors.skipped), time.monotonic() - started
+    )
+
+
 def plan_archives(paths: Sequence[str], count: int) -> Plan:
     """Tar shards (or any archives) cut into at most ``count`` runs of whole archives, in order,
     of about equal bytes: each cut at the archive boundary nearest its ideal place."""
@@ -473,12 +555,16 @@ class PartitionSource:
 
 @dataclass(frozen=True)
 class PartTask:
-    """What one task packs (``source``: the directory, or None for archives) and where to."""
+    """What one task packs (``source``: the directory, or None for archives and objects) and
+    where to. ``prefix``: the object store's location (its storage options travel with it, out
+    of the repr), and ``owner`` the driver's uid and gid, which every object is given."""
 
     partition: Partition
     source: str | None
     area: str  # the staging area (shared storage: the driver and every worker see it)
     token: str  # what the driver wrote in the area's TOKEN file
+    prefix: Location | None = None
+    owner: tuple[int, int] | None = None
 
     @property
     def dest(self) -> str:
@@ -545,7 +631,20 @@ def pack_partition(task: PartTask, options: PackOptions) -> PartResult:
     errors = SourceErrors(options.skip_errors)
     pool = None
     source: PackSource
-    if task.source is not None:
+    if task.prefix is not None:
+        # The objects' fetchers: small objects are fetched ahead as in a single-machine pack.
+        pool = ThreadPoolExecutor(options.jobs) if options.jobs > 1 else None
+        assert options.created_ns is not None  # fixed by the driver
+        source = ObjectSource(
+            task.prefix,
+            errors,
+            created_ns=options.created_ns,
+            excludes=options.excludes,
+            pool=pool,
+            owner=task.owner,
+            objects=task.partition.objects,
+        )
+    elif task.source is not None:
         # The source's own readers (pack() makes its pool for the source only when it walks
         # a directory itself): reads overlap as in a single-machine pack.
         pool = ThreadPoolExecutor(options.jobs) if options.jobs > 1 else None
@@ -587,7 +686,7 @@ class DistributedPack:
     before reading, so a bad DEST fails before any task runs), then ``staging`` (the area),
     ``plan``, ``tasks``, the executor's runs of ``pack_partition``, and ``merge``."""
 
-    source: str | tuple[str, ...]  # a directory, or archives
+    source: str | tuple[str, ...]  # a directory (or an object-store prefix's URL), or archives
     dest: str
     options: PackOptions  # checked, the creation time fixed
     local: bool  # DEST is a local path (else a URL)
@@ -595,6 +694,7 @@ class DistributedPack:
     phases: dict[str, float] = field(default_factory=dict)
     token: str = field(default_factory=lambda: secrets.token_hex(8))
     _area_id: tuple[int, int] | None = None
+    prefix: Location | None = None  # the source is the objects below it
 
     @classmethod
     def prepare(cls, source: PackSource, dest: str, options: PackOptions) -> DistributedPack:
@@ -612,6 +712,15 @@ class DistributedPack:
                 "a tar on stdin cannot be packed in partitions: give the archive's path"
             )
         location, _remote = check_destination(paths, dest, options)
+        prefix = object_prefix(paths, options)
+        if prefix is not None:
+            return cls(
+                source=paths[0],
+                dest=location.path if location.is_local else dest,
+                options=options,
+                local=location.is_local,
+                prefix=prefix,
+            )
         directory = len(paths) == 1 and os.path.isdir(paths[0])
         if options.staging is not None:
             staging = os.path.abspath(options.staging)
@@ -660,7 +769,16 @@ class DistributedPack:
                 remove_area(area)
 
     def plan(self, count: int) -> Plan:
-        if isinstance(self.source, str):
+        if self.prefix is not None:
+            assert self.options.created_ns is not None  # fixed by check_options
+            plan = plan_objects(
+                self.prefix,
+                count,
+                created_ns=self.options.created_ns,
+                excludes=self.options.excludes,
+                skip_errors=self.options.skip_errors,
+            )
+        elif isinstance(self.source, str):
             plan = plan_directory(
                 self.source,
                 count,
@@ -675,6 +793,12 @@ class DistributedPack:
         return plan
 
     def tasks(self, plan: Plan, area: str) -> list[PartTask]:
+        if self.prefix is not None:
+            owner = (os.getuid(), os.getgid())
+            return [
+                PartTask(p, None, area, self.token, prefix=self.prefix, owner=owner)
+                for p in plan.partitions
+            ]
         directory = self.source if isinstance(self.source, str) else None
         return [PartTask(p, directory, area, self.token) for p in plan.partitions]
 
@@ -684,9 +808,10 @@ class DistributedPack:
         results = sorted(results, key=lambda r: r.index)
         directory = isinstance(self.source, str)
         # A directory's partitions never share a file (their ranges are disjoint): a clash is a
-        # tree that changed while it was packed. Tar shards share directories (the root at
-        # least), whose attributes a single-machine pack takes from the first member below them
-        # unless a directory member describes them: the first partition's, as "first" keeps.
+        # tree that changed while it was packed; an object prefix's neither (one listing). Tar
+        # shards share directories (the root at least), whose attributes a single-machine pack
+        # takes from the first member below them unless a directory member describes them: the
+        # first partition's, as "first" keeps.
         options = merging.MergeOptions(
             on_clash="error" if directory else "first",
             meta=self.options.meta,
