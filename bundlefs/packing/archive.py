@@ -31,7 +31,6 @@ from __future__ import annotations
 import bz2
 import dataclasses
 import errno
-import fnmatch
 import gzip
 import io
 import logging
@@ -49,7 +48,14 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from bundlefs.core import format as fmt
 from bundlefs.errors import PackError
-from bundlefs.packing.sources import READ_CHUNK, Content, SourceErrors, SourceItem, StoredContent
+from bundlefs.packing.sources import (
+    READ_CHUNK,
+    Content,
+    SourceErrors,
+    SourceItem,
+    StoredContent,
+    excluded_below,
+)
 
 if TYPE_CHECKING:
     from bundlefs.packing.content import ContentWriter
@@ -281,7 +287,7 @@ class ArchiveSource:
             if len(part) > fmt.MAX_NAME:
                 self._refuse(rel, f"a name in it is longer than {fmt.MAX_NAME} bytes")
                 return None
-        if self._excludes and self._excluded(parts):
+        if self._excludes and excluded_below(parts, self._excludes):
             return None
         return parts
 
@@ -306,16 +312,6 @@ class ArchiveSource:
             self._refuse(b"/".join(parts), "it would replace a directory that has children")
             return False
         return True
-
-    def _excluded(self, parts: list[bytes]) -> bool:
-        # A member below an excluded directory is excluded too (a directory walk never gets
-        # there): every prefix is matched, as its relative path and as its name.
-        for i, part in enumerate(parts):
-            rel_s, name_s = os.fsdecode(b"/".join(parts[: i + 1])), os.fsdecode(part)
-            for pattern in self._excludes:
-                if fnmatch.fnmatchcase(rel_s, pattern) or fnmatch.fnmatchcase(name_s, pattern):
-                    return True
-        return False
 
     def _parent(self, parts: list[bytes], st: ArchiveStat) -> _Dir | None:
         """The directory to hold ``parts[-1]``, implicit directories created; None if refused."""

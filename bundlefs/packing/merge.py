@@ -475,8 +475,7 @@ class _Merger:
         source = MergedSource(
             self.readers, self.shard_base, self.prefixes, self.options.on_clash, errors
         )
-        index: IndexWriter | None = IndexWriter(os.path.join(work, fmt.INDEX_DIR))
-        assert index is not None
+        index = IndexWriter(os.path.join(work, fmt.INDEX_DIR))
         try:
             # Never given a file to store (every file arrives stored): it writes no shard.
             content = ContentWriter(work, config, index, errors, self.progress, shard_size=1)
@@ -495,13 +494,11 @@ class _Merger:
             shard_count = self.shard_base[-1]
             config = builder.config(config, shard_count)
             index.put_config(config)
-            closing, index = index, None
-            closing.close()
         except BaseException:
-            if index is not None:
-                with contextlib.suppress(BundleError):
-                    index.abort()
+            with contextlib.suppress(BundleError):
+                index.abort()
             raise
+        index.close()  # a close that fails is not followed by an abort
         marker = publish.seal(work, shard_count, own_shards=())
         return MergeSummary(
             dest="",

@@ -29,7 +29,6 @@ May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``, ``bund
 from __future__ import annotations
 
 import errno
-import fnmatch
 import logging
 import os
 import stat as statmod
@@ -40,7 +39,7 @@ from concurrent.futures import Executor
 from bundlefs.core import format as fmt
 from bundlefs.errors import PackError
 from bundlefs.packing.archive import ArchiveStat
-from bundlefs.packing.sources import Content, SourceErrors, SourceItem, Stat
+from bundlefs.packing.sources import Content, SourceErrors, SourceItem, Stat, excluded_below
 from bundlefs.storage.location import Location
 from bundlefs.storage.objects import ObjectInfo, ObjectReader, ObjectStore
 
@@ -117,7 +116,7 @@ class ObjectSource:
         if why is not None:
             self._refuse(raw, why)
             return
-        if self._excludes and self._excluded(parts):
+        if self._excludes and excluded_below(parts, self._excludes):
             return
         directory = root
         for i, part in enumerate(parts if marker else parts[:-1]):
@@ -145,16 +144,6 @@ class ObjectSource:
             raise PackError(f"refusing the object {shown!r} under {self.url}: {why}")
         log.warning("skipping the object %r: %s", shown, why)
         self.errors.skipped.append(shown)
-
-    def _excluded(self, parts: list[bytes]) -> bool:
-        # An object below an excluded "directory" is excluded too: every prefix is matched, as
-        # its relative path and as its name (as a directory walk never gets below one).
-        for i, part in enumerate(parts):
-            rel_s, name_s = os.fsdecode(b"/".join(parts[: i + 1])), os.fsdecode(part)
-            for pattern in self._excludes:
-                if fnmatch.fnmatchcase(rel_s, pattern) or fnmatch.fnmatchcase(name_s, pattern):
-                    return True
-        return False
 
     def _dir(self, rel: bytes) -> _Dir:
         directory = self._load()

@@ -332,9 +332,16 @@ class DirectorySource:
         return _OpenFile(os.path.join(self._root, item.rel))
 
     def _excluded(self, rel: bytes, name: bytes) -> bool:
-        if not self._excludes:
-            return False
-        rel_s, name_s = os.fsdecode(rel), os.fsdecode(name)
-        return any(
-            fnmatch.fnmatchcase(rel_s, p) or fnmatch.fnmatchcase(name_s, p) for p in self._excludes
-        )
+        return bool(self._excludes) and excluded(rel, name, self._excludes)
+
+
+def excluded(rel: bytes, name: bytes, patterns: tuple[str, ...]) -> bool:
+    """Whether ``--exclude`` patterns match an entry, as its relative path or as its name."""
+    rel_s, name_s = os.fsdecode(rel), os.fsdecode(name)
+    return any(fnmatch.fnmatchcase(rel_s, p) or fnmatch.fnmatchcase(name_s, p) for p in patterns)
+
+
+def excluded_below(parts: list[bytes], patterns: tuple[str, ...]) -> bool:
+    """Whether ``patterns`` exclude the path ``parts`` or a directory above it: for a source
+    that meets paths whole (an archive, an object listing) rather than walking down to them."""
+    return any(excluded(b"/".join(parts[: i + 1]), part, patterns) for i, part in enumerate(parts))

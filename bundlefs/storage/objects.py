@@ -31,10 +31,10 @@ from bundlefs.storage.remote import (
     ATTEMPTS,
     BACKOFF,
     BACKOFF_MAX,
-    _denied,
-    _fatal,
-    _Fetcher,
-    _reason,
+    Fetcher,
+    error_reason,
+    is_denied,
+    is_fatal,
     remote_filesystem,
 )
 
@@ -83,7 +83,7 @@ class ObjectStore:
         self.url = location.url
         self.root = location.path.strip("/")
         # No outage warnings: a failed GET is the pack's own sentence (or a skipped object).
-        self._fetcher = _Fetcher(
+        self._fetcher = Fetcher(
             lambda: remote_filesystem(location), location.url, log_outages=False
         )
 
@@ -145,22 +145,23 @@ class ObjectStore:
             try:
                 return call()
             except Exception as e:  # noqa: BLE001 - back-ends raise their own types
-                if _denied(e):
+                if is_denied(e):
                     raise PackError(
-                        f"access to {self.url} was denied while listing it ({_reason(e)}); check "
-                        "the credentials (the environment, a profile or --storage-option)"
+                        f"access to {self.url} was denied while listing it "
+                        f"({error_reason(e)}); check the credentials (the environment, a "
+                        "profile or --storage-option)"
                     ) from None
                 if isinstance(e, FileNotFoundError):
                     bucket = self.root.split("/", 1)[0]
                     raise PackError(
                         f"cannot list {self.url}: the bucket {bucket} does not exist"
                     ) from None
-                if _fatal(e):
-                    raise PackError(f"cannot list {self.url}: {_reason(e)}") from None
+                if is_fatal(e):
+                    raise PackError(f"cannot list {self.url}: {error_reason(e)}") from None
                 last = e
         assert last is not None
         raise PackError(
-            f"cannot list {self.url} after {ATTEMPTS} attempts: {_reason(last)}"
+            f"cannot list {self.url} after {ATTEMPTS} attempts: {error_reason(last)}"
         ) from None
 
     # -- reading -----------------------------------------------------------------------------------
@@ -180,7 +181,7 @@ class ObjectReader:
     GET comes back short, so an object that grew since it was listed is read whole (and the
     packer says it changed); one that shrank simply ends sooner."""
 
-    def __init__(self, fetcher: _Fetcher, path: str) -> None:
+    def __init__(self, fetcher: Fetcher, path: str) -> None:
         self._fetcher = fetcher
         self._path = path
         self._pos = 0  # of the next GET

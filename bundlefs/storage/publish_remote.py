@@ -42,6 +42,7 @@ from bundlefs.core import format as fmt
 from bundlefs.errors import BundleError, PackError
 from bundlefs.storage.location import Location
 from bundlefs.storage.publish import not_a_bundle, read_marker
+from bundlefs.storage.remote import error_reason
 
 log = logging.getLogger(__name__)
 
@@ -110,12 +111,6 @@ def _filesystem(location: Location, read_timeout: int) -> Any:
     return fs
 
 
-def _reason(error: BaseException) -> str:
-    """The back-end's message on one line (botocore's can span several)."""
-    text = " ".join(str(error).split())
-    return text or type(error).__name__
-
-
 class RemotePublisher:
     """Uploads a sealed bundle to ``location`` (a remote ``Location``)."""
 
@@ -150,13 +145,14 @@ class RemotePublisher:
             raise
         except PermissionError as e:
             raise PackError(
-                f"access to {self.url} was denied while {doing} ({_reason(e)}); check the "
+                f"access to {self.url} was denied while {doing} ({error_reason(e)}); check the "
                 "credentials (the environment, a profile or --storage-option)"
             ) from None
         except FileNotFoundError as e:
-            raise PackError(f"cannot publish to {self.url}: {_reason(e)}") from None
+            raise PackError(f"cannot publish to {self.url}: {error_reason(e)}") from None
         except Exception as e:  # noqa: BLE001 - see the docstring
-            raise PackError(f"cannot publish to {self.url} while {doing}: {_reason(e)}") from None
+            reason = error_reason(e)
+            raise PackError(f"cannot publish to {self.url} while {doing}: {reason}") from None
 
     # -- what is there ---------------------------------------------------------------------------
 
@@ -311,7 +307,7 @@ class RemotePublisher:
                 "removed: %s",
                 self.url,
                 len(names),
-                _reason(e),
+                error_reason(e),
             )
         else:
             log.debug("removed %d objects of the replaced bundle at %s", len(names), self.url)

@@ -103,7 +103,7 @@ def remote_filesystem(location: Location) -> Any:
     """A private fsspec file system for ``location`` with bounded network waits.
 
     Private (not fsspec's shared instance): its retry settings are ours, and a writer in the same
-    process keeps its own. For S3 the back-end's retries are turned off and ours (``_Fetcher``)
+    process keeps its own. For S3 the back-end's retries are turned off and ours (``Fetcher``)
     are the only ones, so the bound is one number; the user's own settings win where given.
     """
     options = dict(location.storage_options)
@@ -120,12 +120,13 @@ def remote_filesystem(location: Location) -> Any:
     return fs
 
 
-def _reason(e: BaseException) -> str:
+def error_reason(e: BaseException) -> str:
+    """A back-end's error on one line (botocore's can span several), at most 200 characters."""
     text = " ".join(str(e).split()) or type(e).__name__
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def _fatal(e: Exception) -> bool:
+def is_fatal(e: Exception) -> bool:
     """Errors no retry can fix: missing objects, refusals, our own bugs, and our own sentences
     (the file system could not be made: an unknown protocol, a back-end not installed)."""
     if isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)):
@@ -137,11 +138,11 @@ def _fatal(e: Exception) -> bool:
     return isinstance(e, (TypeError, ValueError, AttributeError)) and not isinstance(e, OSError)
 
 
-def _denied(e: Exception) -> bool:
+def is_denied(e: Exception) -> bool:
     return isinstance(e, PermissionError) or type(e).__name__ in _NO_CREDENTIALS
 
 
-class _Fetcher:
+class Fetcher:
     """Ranged GETs with retries and backoff, counters, and one log line per outage."""
 
     def __init__(
@@ -195,13 +196,13 @@ class _Fetcher:
                 if e.errno == errno.EINVAL and start is not None and "range" in str(e).lower():
                     self._recovered()
                     return b""  # the range starts past the end: the object is shorter
-                if _fatal(e):
+                if is_fatal(e):
                     raise
                 last = e
             except Exception as e:
-                if _denied(e):
-                    raise PermissionError(errno.EACCES, _reason(e)) from None
-                if _fatal(e):
+                if is_denied(e):
+                    raise PermissionError(errno.EACCES, error_reason(e)) from None
+                if is_fatal(e):
                     raise
                 last = e
             else:
@@ -213,7 +214,7 @@ class _Fetcher:
         where = f"bytes {start}-{end} of {url}" if start is not None else url
         raise OSError(
             errno.EIO,
-            f"cannot fetch {where} after {attempts} attempt(s): {_reason(last)}",
+            f"cannot fetch {where} after {attempts} attempt(s): {error_reason(last)}",
         )
 
     def _count(self, key: str, n: int = 1) -> None:
@@ -234,7 +235,7 @@ class _Fetcher:
             "%s: the object store is unreachable (%s); reads of records not cached fail with "
             "EIO until it is back",
             self.label,
-            _reason(e),
+            error_reason(e),
         )
 
     def _recovered(self) -> None:
@@ -256,12 +257,12 @@ def _open_error(location: Location, fs: Any, e: Exception) -> BundleError:
     """The one sentence for an open that failed on ``COMPLETE``."""
     if isinstance(e, FileNotFoundError):
         return _missing_marker(location, fs)
-    if _denied(e):
+    if is_denied(e):
         return StorageError(
-            f"{location.url}: access denied ({_reason(e)}); check the credentials "
+            f"{location.url}: access denied ({error_reason(e)}); check the credentials "
             "(--storage-option key=… secret=…, the environment or a profile)"
         )
-    return StorageError(f"cannot read {location.url}: {_reason(e)}")
+    return StorageError(f"cannot read {location.url}: {error_reason(e)}")
 
 
 def _missing_marker(location: Location, fs: Any) -> NotABundleError:
@@ -283,7 +284,7 @@ def _missing_marker(location: Location, fs: Any) -> NotABundleError:
     return NotABundleError(f"{location.url} does not exist")
 
 
-def _fetch_marker(location: Location, fetcher: _Fetcher) -> bytes:
+def _fetch_marker(location: Location, fetcher: Fetcher) -> bytes:
     try:
         return fetcher.get(location.child(fmt.MARKER_NAME))
     except BundleError:
@@ -318,7 +319,7 @@ def _remove_tree(path: str) -> None:
 
 
 def _download_index(
-    location: Location, fetcher: _Fetcher, marker: fmt.Marker, tmp_index: str
+    location: Location, fetcher: Fetcher, marker: fmt.Marker, tmp_index: str
 ) -> bool:
     """Stream the remote index into ``tmp_index``; whether it matches the marker's size and CRC."""
     url = location.child(f"{fmt.INDEX_DIR}/{fmt.INDEX_FILE}")
@@ -349,7 +350,7 @@ def fetch_index(
     cache_dir: str | os.PathLike[str] | None = None,
     *,
     check: bool = True,
-    fetcher: _Fetcher | None = None,
+    fetcher: Fetcher | None = None,
 ) -> str:
     """The local directory holding ``location``'s marker and index, fetched if not cached.
 
@@ -359,7 +360,7 @@ def fetch_index(
     index does not match its marker: it was changed or damaged; it is refused).
     """
     if fetcher is None:
-        fetcher = _Fetcher(lambda: remote_filesystem(location), location.url, log_outages=False)
+        fetcher = Fetcher(lambda: remote_filesystem(location), location.url, log_outages=False)
     cache = os.fspath(cache_dir) if cache_dir else default_cache_dir()
     root = os.path.join(cache, "index")
     for attempt in range(2):
@@ -874,7 +875,7 @@ class RemoteShardStore:
         self._sizes = dict(shard_sizes or {})
         self._coalesce = max(0, coalesce)
         self._attempts, self._backoff = attempts, backoff
-        self._fetcher = _Fetcher(
+        self._fetcher = Fetcher(
             (lambda: filesystem) if filesystem is not None else self._new_filesystem,
             location.url,
             attempts=attempts,
@@ -959,7 +960,7 @@ class RemoteShardStore:
         self._lock = threading.Lock()
         self._inflight = {}
         self._pool = None
-        self._fetcher = _Fetcher(
+        self._fetcher = Fetcher(
             self._new_filesystem,
             self.location.url,
             attempts=self._attempts,
@@ -999,7 +1000,7 @@ class RemoteShardStore:
         except OSError:
             raise
         except Exception as e:
-            raise OSError(errno.EIO, _reason(e)) from None
+            raise OSError(errno.EIO, error_reason(e)) from None
         return size, header
 
     # -- facts -------------------------------------------------------------------------------------
