@@ -23,7 +23,7 @@ system-deps:
 
 # pyfuse3 is built from its pinned sdist with our opt-in no-open patch (third_party/pyfuse3) before
 # the package's own dependencies, so pip sees it satisfied and never builds the stock one as well.
-$(STAMP): pyproject.toml third_party/pyfuse3/install.sh third_party/pyfuse3/no-open.patch | system-deps
+$(STAMP): pyproject.toml third_party/pyfuse3/install.sh $(wildcard third_party/pyfuse3/*.patch) | system-deps
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	third_party/pyfuse3/install.sh $(BIN)/pip
