@@ -40,7 +40,7 @@ _TEXT_OPTIONS = (
     "cache_size", "owner", "log_file", "open_mode", "index_resident", "disk_cache",
     "disk_cache_size",
 )  # fmt: skip
-_NUMBER_OPTIONS = ("uid", "gid", "read_ahead_kb")
+_NUMBER_OPTIONS = ("uid", "gid", "read_ahead_kb", "workers")
 _OPEN_MODES = ("auto", "no-open", "open")
 _SYSLOG_SOCKET = "/dev/log"
 
@@ -79,6 +79,13 @@ def add_mount_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="kernel read-ahead for the mount in KiB (root only; default 1024)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="processes serving the mount (default: one per CPU, at most 8); one where the "
+        "FUSE binding or the open path cannot share a mount; -o workers=N",
     )
     p.add_argument(
         "--threads",
@@ -194,6 +201,7 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
         index_resident=args.index_resident,
         disk_cache=args.disk_cache,
         disk_cache_size=args.disk_cache_size,
+        workers=args.workers,
     )
     mount_options = parse_mount_options(args.options)
     from_o = mount_options.pop("storage_option", [])
@@ -236,6 +244,7 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
         storage_options=dict(location.storage_options) or None,
         disk_cache=_absolute_or_none(disk_cache),
         disk_cache_size=_size_or_none(values["disk_cache_size"]),
+        workers=_int_or_none(values["workers"]),
     )
 
 
