@@ -90,8 +90,9 @@ def add_mount_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--threads",
         type=int,
-        default=4,
-        help="record loads in parallel (%(default)s); 0 loads inline",
+        default=None,
+        help="record loads in parallel off each process's event loop (default: 4 in one "
+        "process, 0 (inline) with several workers, 4 for a bundle at a URL)",
     )
     p.add_argument(
         "--open-mode",
@@ -231,7 +232,7 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
         uid=uid,
         gid=gid,
         read_ahead_kb=DEFAULT_READ_AHEAD_KB if read_ahead is None else read_ahead,
-        load_threads=max(0, args.threads),
+        load_threads=None if args.threads is None else max(0, args.threads),
         open_mode=_text_or_none(values["open_mode"]) or "auto",
         index_resident=DEFAULT_INDEX_RESIDENT if resident is None else resident,
         prefetch=not args.no_prefetch,
