@@ -247,3 +247,12 @@ def test_workers_below_one_is_one_sentence(many_files, tmp_path):
     assert "--workers must be at least 1" in result.stderr
     assert "Traceback" not in result.stderr
     assert not os.path.ismount(mnt)
+
+
+@pytest.mark.parametrize("option", ["io_uring", "clone_fd", "max_threads=8"])
+def test_a_libfuse_transport_the_workers_do_not_use_is_refused(option):
+    from bundlefs.cli.mount import parse_mount_options
+    from bundlefs.errors import MountError
+
+    with pytest.raises(MountError, match="is not supported: bundlefs serves /dev/fuse"):
+        parse_mount_options([f"ro,{option}"])

@@ -40,6 +40,8 @@ _TEXT_OPTIONS = (
     "cache_size", "owner", "log_file", "open_mode", "index_resident", "disk_cache",
     "disk_cache_size",
 )  # fmt: skip
+# libfuse transports and loop options that the worker processes do not use.
+_UNSUPPORTED_TRANSPORTS = {"io_uring", "clone_fd", "max_threads", "max_idle_threads"}
 _NUMBER_OPTIONS = ("uid", "gid", "read_ahead_kb", "workers")
 _OPEN_MODES = ("auto", "no-open", "open")
 _SYSLOG_SOCKET = "/dev/log"
@@ -154,6 +156,11 @@ def parse_mount_options(groups: list[str]) -> dict[str, object]:
                 assert isinstance(pairs, list)
                 pairs.append(value)
                 continue
+            if key in _UNSUPPORTED_TRANSPORTS:
+                raise MountError(
+                    f"mount option {name!r} is not supported: bundlefs serves /dev/fuse with "
+                    "its own worker processes (--workers), each on a cloned descriptor"
+                )
             if name in _IGNORED_OPTIONS or name.startswith(("x-systemd.", "x-")):
                 continue
             if key in ("allow_other", "foreground"):
