@@ -12,8 +12,9 @@ The supervisor itself runs no event loop, starts no thread and reads nothing of 
 the fork (a fork of a threaded process could inherit a held lock): it waits for signals. It
 replaces a worker that dies (the kernel ends the requests that worker had read with
 ECONNABORTED, so no reader hangs), fans a stop signal out to every worker, and performs the one
-unmount. Workers die with it (``PR_SET_PDEATHSIG``), so none outlives the mount. Counters are in
-shared memory (``stats.MountCounters``), so any worker answers the stats attribute for all.
+unmount. Workers stop with it (``PR_SET_PDEATHSIG``) and unmount, so none outlives the mount.
+Counters are in shared memory (``stats.MountCounters``), so any worker answers the stats
+attribute for all.
 
 It is libfuse's ``fuse_loop_mt.c`` role (with ``clone_fd``), in processes rather than threads.
 
@@ -183,7 +184,11 @@ class Supervisor:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C: the supervisor decides
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        set_parent_death_signal(signal.SIGKILL)
+        # SIGTERM, not SIGKILL: a worker whose supervisor was killed unmounts (below) instead of
+        # leaving it to fusermount3's auto_unmount helper, which decides from whether the mount
+        # is dead when the last daemon process's socket closes, and that races the kernel's
+        # release of the other FUSE descriptors (seen: 1 kill in 6 left the mount, 2 cores busy).
+        set_parent_death_signal(signal.SIGTERM)
         if os.getppid() != supervisor:
             return 1  # the supervisor died before the line above: nobody to serve for
         worker.clone_session(self.pyfuse3.get_session_fd())
@@ -194,6 +199,10 @@ class Supervisor:
         counters.publish_cache(self.ops.bundle.cache)
         if self.worker_setup is not None:
             self.worker_setup(slot)
-        return worker.serve(
+        ended = worker.serve(
             self.ops, self.pyfuse3, stop_signals=(signal.SIGTERM,), stats_signal=None
         )
+        if os.getppid() != supervisor:
+            log.warning("worker %d: the supervisor died; unmounting", slot)
+            self.pyfuse3.close(unmount=True)  # lazy for root, fusermount3 -u -z otherwise
+        return ended
