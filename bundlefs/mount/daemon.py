@@ -313,6 +313,7 @@ def mount(options: MountOptions, log_setup: LogSetup | None = None) -> int:
             workers,
             cache_size=options.cache_size,
             worker_setup=lambda slot: hold_index() if slot == 0 else None,
+            auto_unmount=options.auto_unmount,
         )
         return supervisor.run(signal_ready)
 

@@ -68,6 +68,7 @@ class Supervisor:
         *,
         cache_size: int,
         worker_setup: Callable[[int], None] | None = None,
+        auto_unmount: bool = True,
     ) -> None:
         self.ops = ops
         self.pyfuse3 = pyfuse3
@@ -77,6 +78,7 @@ class Supervisor:
         ops.workers = workers
         self.cache_size = cache_size
         self.worker_setup = worker_setup
+        self.auto_unmount = auto_unmount  # False: leave a dead supervisor's mount (debugging)
         self._children: dict[int, int] = {}  # pid -> slot
         self._deaths: collections.deque[float] = collections.deque()
         self._stopping = False
@@ -202,7 +204,7 @@ class Supervisor:
         ended = worker.serve(
             self.ops, self.pyfuse3, stop_signals=(signal.SIGTERM,), stats_signal=None
         )
-        if os.getppid() != supervisor:
+        if os.getppid() != supervisor and self.auto_unmount:
             log.warning("worker %d: the supervisor died; unmounting", slot)
             self.pyfuse3.close(unmount=True)  # lazy for root, fusermount3 -u -z otherwise
         return ended
