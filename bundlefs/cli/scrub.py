@@ -145,7 +145,7 @@ def reexec_without_storage_options(
     if (
         after is None
         or has_storage_options(after)
-        or flag_pairs != list(args.storage_option)
+        or flag_pairs != list(getattr(args, "storage_option", None) or [])
         or o_pairs != _o_pairs(args)
         or not _same_command(args, after)
     ):
