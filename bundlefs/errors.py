@@ -137,6 +137,11 @@ class MountError(BundleError):
     """The file system could not be mounted or unmounted; the message says why in one sentence."""
 
 
+class StorageOptionsError(BundleError):
+    """Storage options that cannot be used: a malformed pair, or an options file that is
+    unreadable, malformed, or readable by others (it holds credentials)."""
+
+
 class SizeError(BundleError, ValueError):
     """A size that cannot be parsed."""
 

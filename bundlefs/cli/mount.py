@@ -43,6 +43,7 @@ _TEXT_OPTIONS = (
 # libfuse transports and loop options that the worker processes do not use.
 _UNSUPPORTED_TRANSPORTS = {"io_uring", "clone_fd", "max_threads", "max_idle_threads"}
 _NUMBER_OPTIONS = ("uid", "gid", "read_ahead_kb", "workers")
+_LIST_OPTIONS = ("storage_option", "storage_options_file")  # repeatable, in order
 _OPEN_MODES = ("auto", "no-open", "open")
 _SYSLOG_SOCKET = "/dev/log"
 
@@ -151,10 +152,10 @@ def parse_mount_options(groups: list[str]) -> dict[str, object]:
             if key in _TEXT_OPTIONS and value:
                 values[key] = value  # before the generic ones: mount(8)'s flag "owner" has none
                 continue
-            if key == "storage_option" and value:  # fstab: -o storage_option=KEY=VALUE, repeated
-                pairs = values.setdefault("storage_option", [])
-                assert isinstance(pairs, list)
-                pairs.append(value)
+            if key in _LIST_OPTIONS and value:  # fstab: -o storage_option=KEY=VALUE, repeated
+                items = values.setdefault(key, [])
+                assert isinstance(items, list)
+                items.append(value)
                 continue
             if key in _UNSUPPORTED_TRANSPORTS:
                 raise MountError(
@@ -193,7 +194,7 @@ def _text_or_none(value: object) -> str | None:
 def options_from_args(args: argparse.Namespace) -> MountOptions:
     """Merge the flags and ``-o`` options (the later wins) into one ``MountOptions``."""
     from bundlefs.mount.daemon import DEFAULT_INDEX_RESIDENT, DEFAULT_READ_AHEAD_KB, MountOptions
-    from bundlefs.storage.location import parse_location, parse_storage_options
+    from bundlefs.storage.location import merged_storage_options, parse_location
 
     values: dict[str, object] = dict(
         foreground=args.foreground,
@@ -212,9 +213,11 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
         workers=args.workers,
     )
     mount_options = parse_mount_options(args.options)
-    from_o = mount_options.pop("storage_option", [])
-    assert isinstance(from_o, list)  # parse_mount_options collects them in a list
-    option_pairs = [*args.storage_option, *from_o]
+    pairs_o = mount_options.pop("storage_option", [])
+    files_o = mount_options.pop("storage_options_file", [])
+    assert isinstance(pairs_o, list) and isinstance(files_o, list)  # parse_mount_options made them
+    option_pairs = [*args.storage_option, *pairs_o]
+    option_files = [*args.storage_options_file, *files_o]
     values.update(mount_options)
     if values["owner"] not in ("stored", "mounter"):
         raise MountError("owner= takes 'stored' or 'mounter'")
@@ -228,7 +231,7 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
     read_ahead = _int_or_none(values["read_ahead_kb"])
     # A URL stays a URL (the mount point is local); its options go to the daemon in memory, not
     # on its command line or in the mount table (they may hold credentials).
-    location = parse_location(args.bundle, parse_storage_options(option_pairs))
+    location = parse_location(args.bundle, merged_storage_options(option_files, option_pairs))
     disk_cache = _text_or_none(values["disk_cache"])
     return MountOptions(
         bundle=os.path.abspath(location.path) if location.is_local else location.url,
