@@ -50,6 +50,7 @@ demo: install
 # The peers' tables, then the sections other modules own (docs/benchmarks.md keeps them).
 bench: install
 	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.workers
 	$(BIN)/python -m bench.codecs
 	$(BIN)/python -m bench.torch_epoch
 	$(BIN)/python -m bench.object_store
