@@ -110,6 +110,29 @@ def test_every_patch_applies_to_the_pinned_sdist_in_name_order(tmp_path: Path) -
         prepare.apply(broken, source)
 
 
+def test_without_libfuse3_the_install_skips_the_binding_and_still_succeeds(
+    sdist: Path, tmp_path: Path
+) -> None:
+    # pkg-config searching an empty directory stands in for a machine without libfuse3-dev.
+    with tarfile.open(sdist) as tar:
+        tar.extractall(tmp_path / "src", filter="data")
+    (clone,) = (tmp_path / "src").iterdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PKG_CONFIG_LIBDIR"] = str(tmp_path / "no-pkgconfig")
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(tmp_path), "."],
+        cwd=clone, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "not building bundlefs._fuse3, the patched pyfuse3 (pkg-config finds no" in (
+        result.stdout + result.stderr
+    )
+    (wheel,) = tmp_path.glob("bundlefs-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "bundlefs/mount/bindings.py" in names
+    assert not [n for n in names if n.startswith("bundlefs/_fuse3/")]
+
+
 def _has_libfuse3() -> bool:
     found = subprocess.run(["pkg-config", "--exists", "fuse3"], capture_output=True)
     return found.returncode == 0 and shutil.which("cc") is not None
