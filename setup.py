@@ -11,17 +11,30 @@ compiler it is skipped and the core install (Bundle, pack, the CLI) still works.
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
-import sys
 from pathlib import Path
+from types import ModuleType
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / "third_party" / "pyfuse3"))
-import prepare  # noqa: E402 - third_party/pyfuse3/prepare.py, found through the line above
+
+
+def _load_prepare() -> ModuleType:
+    """third_party/pyfuse3/prepare.py, by path (its name must not meet another ``prepare``)."""
+    spec = importlib.util.spec_from_file_location(
+        "bundlefs_pyfuse3_prepare", HERE / "third_party" / "pyfuse3" / "prepare.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+prepare = _load_prepare()
 
 FUSE3 = "bundlefs._fuse3"
 # pyfuse3's pure-Python half and its type information, installed beside the compiled module.

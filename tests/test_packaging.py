@@ -4,6 +4,7 @@ contact"). Built as a wheel from this checkout, without network access or the ve
 from __future__ import annotations
 
 import configparser
+import importlib.util
 import os
 import re
 import shutil
@@ -92,11 +93,10 @@ def test_the_sdist_carries_the_pinned_pyfuse3_every_patch_and_the_build(sdist: P
 
 
 def test_every_patch_applies_to_the_pinned_sdist_in_name_order(tmp_path: Path) -> None:
-    sys.path.insert(0, str(PYFUSE3_DIR))
-    try:
-        import prepare
-    finally:
-        sys.path.remove(str(PYFUSE3_DIR))
+    spec = importlib.util.spec_from_file_location("prepare", PYFUSE3_DIR / "prepare.py")
+    assert spec is not None and spec.loader is not None
+    prepare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prepare)
     assert [p.name for p in prepare.patches()] == sorted(
         p.name for p in PYFUSE3_DIR.glob("*.patch")
     )
