@@ -84,8 +84,8 @@ def stock_reason() -> str | None:
     if binding() == PATCHED:
         return None
     return (
-        "this pyfuse3 is the stock build, which lacks the no-open patch: every open is a round "
-        "trip to this daemon, so warm reads are about 5 times slower; with "
+        "stock pyfuse3, which lacks the no-open patch: every open is a round trip to this "
+        "daemon, so warm reads are about 5 times slower; with "
         f"{_BUILD_NEEDS} installed, {fix_command()} builds the patched one"
     )
 

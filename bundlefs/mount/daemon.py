@@ -35,6 +35,7 @@ from bundlefs.core.libc import set_mmap_threshold
 from bundlefs.errors import BundleError, MountError
 from bundlefs.mount import worker
 from bundlefs.mount.bindings import load as load_fuse_bindings
+from bundlefs.mount.bindings import stock_reason
 from bundlefs.mount.supervisor import Supervisor
 from bundlefs.mount.table import is_mountpoint, mount_info, resolved_mount_path
 from bundlefs.read.bundle import DEFAULT_CACHE_SIZE, Bundle
@@ -336,13 +337,12 @@ def _choose_workers(options: MountOptions, pyfuse3: ModuleType) -> tuple[int, st
     wanted = options.workers if options.workers is not None else default_workers()
     if options.workers == 1:
         return 1, ""
+    if not hasattr(pyfuse3, "get_session_fd"):
+        # The daemon's first log line: on a stock binding, what it costs and the fix (bindings).
+        why = stock_reason() or "the patched build can: make install; third_party/pyfuse3"
+        return 1, f"this pyfuse3 cannot share a mount between processes ({why})"
     if wanted == 1:
         return 1, "this machine has one CPU"
-    if not hasattr(pyfuse3, "get_session_fd"):
-        return 1, (
-            "this pyfuse3 cannot share a mount between processes "
-            "(the patched build can: make install; third_party/pyfuse3)"
-        )
     if options.open_mode == "open":
         return 1, "--open-mode open"
     return wanted, ""
