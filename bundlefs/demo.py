@@ -162,7 +162,7 @@ def step_mount(d: Demo) -> None:
         # The daemon's side: its binding and open path, and the requests the reads above cost it.
         run("bundlefs", "info", d.mountpoint)
         print(
-            "(daemon binding: 'patched' is pyfuse3 with our no-open patch, which make install and "
+            "(daemon binding: 'patched' is pyfuse3 with our patches, which make install and "
             "pip install '.[mount]' both build; on 'stock' every open is a round trip to the "
             "daemon and warm reads are about 5x slower, and the daemon's first log line says how "
             "to fix it)"
