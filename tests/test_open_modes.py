@@ -271,6 +271,16 @@ def test_stock_pyfuse3_falls_back_to_the_open_path(mount_bundle, tools_bundle, t
     assert stats(m.mountpoint)["requests"]["open"] > 0
 
 
+def test_a_stock_pyfuse3_mount_says_so_its_cost_and_the_fix_first(mount_bundle, tools_bundle,
+                                                                  stock_pyfuse3):  # fmt: skip
+    m = mount_bundle(tools_bundle, python_path=(stock_pyfuse3,))
+    assert stats(m.mountpoint)["binding"] == "stock"
+    first = m.log_text().splitlines()[0]
+    assert "stock" in first and "lacks the no-open patch" in first
+    assert "about 5 times slower" in first and "every open is a round trip" in first
+    assert "make -C" in first or "pip install" in first  # the one command that fixes it
+
+
 def test_stock_pyfuse3_refuses_a_required_no_open(tools_bundle, tmp_path, stock_pyfuse3):
     from tests.mounting import _daemon_env
 

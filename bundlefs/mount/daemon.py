@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 from bundlefs.core.libc import set_mmap_threshold
 from bundlefs.errors import BundleError, MountError
 from bundlefs.mount import worker
+from bundlefs.mount.bindings import load as load_fuse_bindings
+from bundlefs.mount.bindings import stock_reason
 from bundlefs.mount.supervisor import Supervisor
 from bundlefs.mount.table import is_mountpoint, mount_info, resolved_mount_path
 from bundlefs.read.bundle import DEFAULT_CACHE_SIZE, Bundle
@@ -111,16 +113,8 @@ _FUSE_DEVICE_NUMBER = os.makedev(10, 229)  # the misc device the kernel's fuse m
 
 
 def _fuse_bindings() -> ModuleType:
-    """pyfuse3, or a ``MountError`` naming the extra that installs it (never a traceback)."""
-    try:
-        import pyfuse3  # imported here: only the mount needs the FUSE bindings
-    except ImportError as e:
-        missing = f"{e.name} is not installed" if e.name else f"they cannot be loaded ({e})"
-        raise MountError(
-            f"bundlefs mount needs the FUSE bindings and {missing}: "
-            f"pip install 'bundlefs[mount]' ({_WITHOUT_FUSE})"
-        ) from None
-    return pyfuse3
+    """The FUSE binding (``bindings``: patched, else stock), or a one-sentence ``MountError``."""
+    return load_fuse_bindings()
 
 
 def _check_mountpoint(path: str, *, allow_nonempty: bool = False) -> None:
@@ -344,13 +338,12 @@ def _choose_workers(options: MountOptions, pyfuse3: ModuleType) -> tuple[int, st
     wanted = options.workers if options.workers is not None else default_workers()
     if options.workers == 1:
         return 1, ""
+    if not hasattr(pyfuse3, "get_session_fd"):
+        # The daemon's first log line: on a stock binding, what it costs and the fix (bindings).
+        why = stock_reason() or "the patched build can: make install; third_party/pyfuse3"
+        return 1, f"this pyfuse3 cannot share a mount between processes ({why})"
     if wanted == 1:
         return 1, "this machine has one CPU"
-    if not hasattr(pyfuse3, "get_session_fd"):
-        return 1, (
-            "this pyfuse3 cannot share a mount between processes "
-            "(the patched build can: make install; third_party/pyfuse3)"
-        )
     if options.open_mode == "open":
         return 1, "--open-mode open"
     return wanted, ""

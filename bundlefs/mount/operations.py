@@ -14,8 +14,8 @@ answered with ``keep_cache``. Both paths serve the same bytes; the stats xattr s
 This module holds the only errno table (``_errno_for``); every handler goes through ``_handler`` so
 no exception can escape into pyfuse3's main loop (which would end the file system).
 
-May import: pyfuse3, ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.read``,
-``bundlefs.mount.offload``, ``bundlefs.mount.stats``.
+May import: pyfuse3 (from ``bundlefs.mount.bindings``), ``bundlefs.core``, ``bundlefs.errors``,
+``bundlefs.read``, ``bundlefs.mount.offload``, ``bundlefs.mount.stats``.
 """
 
 from __future__ import annotations
@@ -31,8 +31,6 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar
 
-import pyfuse3
-
 from bundlefs.core import format as fmt
 from bundlefs.errors import (
     BundleError,
@@ -44,6 +42,7 @@ from bundlefs.errors import (
     WouldBlock,
 )
 from bundlefs.mount import stats as counters
+from bundlefs.mount.bindings import binding, pyfuse3, stock_reason
 from bundlefs.mount.offload import ThreadOffload
 from bundlefs.read.bundle import Bundle
 
@@ -69,9 +68,7 @@ class MountSettings:
 
 def no_open_unavailable() -> str | None:
     """Why this pyfuse3 cannot serve the no-open path, or None when it can."""
-    if not hasattr(pyfuse3.Operations, "enable_no_open"):
-        return "this pyfuse3 lacks the no-open patch (make install builds it; third_party/pyfuse3)"
-    return None
+    return stock_reason()
 
 
 def _poll_fuse_device() -> select.poll | None:
@@ -244,6 +241,7 @@ class BundleOperations(pyfuse3.Operations):
         figures.update(
             open_mode=self.open_mode,
             open_mode_reason=self.open_mode_reason,
+            binding=binding(),  # "patched" or "stock" (bindings.py)
             workers=self.workers,
             single_process_reason=self.single_process_reason,
         )
