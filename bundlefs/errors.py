@@ -9,6 +9,9 @@ May import: the standard library only: every other module imports this one.
 from __future__ import annotations
 
 import errno
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 class BundleError(Exception):
@@ -133,11 +136,21 @@ class ExportError(BundleError):
     """An export cannot proceed: OUT is in the way, or is a terminal."""
 
 
+class UsageError(BundleError):
+    """A command line that cannot be parsed: an unknown option (a flag or a ``-o`` option) or a
+    malformed value (a size, a number, a choice, a ``KEY=VALUE``, a time). The CLI exits 2 for
+    it, as argparse does for the flags it checks itself (docs/cli.md)."""
+
+
 class MountError(BundleError):
     """The file system could not be mounted or unmounted; the message says why in one sentence."""
 
 
-class SizeError(BundleError, ValueError):
+class MountOptionError(MountError, UsageError):
+    """A mount option (``-o``) that is unknown or whose value is malformed."""
+
+
+class SizeError(UsageError, ValueError):
     """A size that cannot be parsed."""
 
 
@@ -159,3 +172,15 @@ class StorageError(BundleError):
     """An object store could not be reached, or refused us (credentials, permissions): the
     message says which store and why in one sentence. Raised where a bundle is opened; a record
     that cannot be fetched later is a ``CorruptDataError`` of the files it holds instead."""
+
+
+@contextmanager
+def naming(path: str | bytes | os.PathLike) -> Iterator[None]:
+    """An ``OSError`` raised inside without a file name (a ``write`` on a descriptor: ENOSPC,
+    EIO, EDQUOT) gets ``path`` as its ``filename``, so the sentence that reports it says where."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is None and e.errno is not None:
+            e.filename = os.fsdecode(path)
+        raise

@@ -5,8 +5,9 @@ library call (``pack``, ``Bundle``, ``verify``, ``extract``, the mount daemon), 
 family — ``pack``, ``browse`` (info, ls, cat), ``extract``, ``verify``, ``mount`` (mount,
 umount) — and they all write through ``output``. Policy, in one place (``main``):
 - every ``BundleError``, and every ``OSError`` on a user's path, becomes ONE sentence on stderr
-  (``bundlefs: error: …``) and exit status 1; usage errors (a bad size included, wherever it is
-  given) exit 2; Ctrl-C exits 130; never a traceback;
+  (``bundlefs: error: …``) and exit status 1; usage errors exit 2 — argparse's, and every
+  ``UsageError`` (a malformed size, number, choice, ``KEY=VALUE`` or time, an unknown ``-o``
+  option, wherever it is given); Ctrl-C exits 130; never a traceback;
 - log warnings (the packer's skipped and changed files) appear as ``bundlefs: warning: …``;
 - progress lines go to stderr, only when it is a terminal, and never with ``--quiet``.
 
@@ -37,7 +38,7 @@ from bundlefs.cli.output import (
     setup_logging,
     status,
 )
-from bundlefs.errors import BundleError, SizeError
+from bundlefs.errors import BundleError, UsageError
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
-    except SizeError as e:  # a size given as a mount option (argparse checks the flags)
+    except UsageError as e:  # what argparse cannot check: -o options, KEY=VALUE forms, times
         error(str(e))
         return EXIT_USAGE
     except BundleError as e:

@@ -14,16 +14,16 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from bundlefs.cli.options import open_bundle
+from bundlefs.cli.options import BUNDLE_HELP, open_bundle
 from bundlefs.cli.output import EXIT_OK, files_progress, out, status
-from bundlefs.errors import ExportError
+from bundlefs.errors import ExportError, naming
 
 if TYPE_CHECKING:
     from bundlefs.read.export import ExportSummary
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("bundle")
+    p.add_argument("bundle", metavar="BUNDLE", help=BUNDLE_HELP)
     p.add_argument("out", metavar="OUT", help="the tar to write, or - for stdout")
     p.add_argument("--force", action="store_true", help="replace an existing OUT")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary")
@@ -67,7 +67,8 @@ def _export_file(bundle, path: str, progress) -> ExportSummary:
     parent, name = os.path.split(os.path.abspath(path))
     temporary = os.path.join(parent, f".{name}.partial-{os.getpid()}")
     try:
-        with open(temporary, "wb", buffering=1024 * 1024) as f:
+        # A full disk is said with OUT's name (the temporary one would puzzle the user).
+        with naming(path), open(temporary, "wb", buffering=1024 * 1024) as f:
             summary = export_tar(bundle, f, progress=progress)
             f.flush()
             os.fsync(f.fileno())

@@ -16,9 +16,10 @@ import time
 from typing import TYPE_CHECKING
 
 from bundlefs.cli.options import storage_options
-from bundlefs.cli.output import EXIT_OK, out, out_json, rate, size, status, warn
+from bundlefs.cli.output import EXIT_OK, count, out, out_json, rate, ratio, size, status, warn
+from bundlefs.core import format as fmt
 from bundlefs.core.units import format_size
-from bundlefs.errors import PackError
+from bundlefs.errors import PackError, UsageError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -37,25 +38,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "dest",
+        metavar="DEST",
         help="the bundle to create: a directory, or a URL (s3://BUCKET/KEY: built in --staging, "
         "then uploaded, its completion marker last)",
     )
     p.add_argument(
-        "--record-size", type=size, default=None, metavar="SIZE", help="uncompressed record size"
+        "--record-size",
+        type=size,
+        default=None,
+        metavar="SIZE",
+        help=f"uncompressed record size (default: {fmt.DEFAULT_RECORD_SIZE >> 10}KiB)",
     )
-    p.add_argument("--block-size", type=size, default=None, metavar="SIZE", help="shard block size")
+    p.add_argument(
+        "--block-size",
+        type=size,
+        default=None,
+        metavar="SIZE",
+        help=f"shard block size (default: {fmt.DEFAULT_BLOCK_SIZE >> 10}KiB)",
+    )
     p.add_argument(
         "--compression",
         default="lz4",
         metavar="CODEC",
-        help="lz4 (default: fastest to read), zstd[:LEVEL] (smaller; needs bundlefs[zstd]), none",
+        help="lz4 (default: fastest to read), zstd[:LEVEL] (smaller; LEVEL from -7 to 22, "
+        "default 3; needs bundlefs[zstd]), none",
     )
     p.add_argument(
         "--shard-size",
         type=size,
         default=None,
         metavar="SIZE",
-        help="start a new shard once one holds this much file data (4GiB)",
+        help="start a new shard once one holds this much file data (default: 4GiB)",
     )
     p.add_argument(
         "--exclude",
@@ -75,7 +88,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--user-data",
         metavar="FILE.jsonl",
         help="per-file metadata: JSON lines naming a file by 'file_name' (or 'path'); the rest "
-        "of each object is stored with that file",
+        "of each object is stored with that file (default: none)",
     )
     p.add_argument(
         "--meta",
@@ -117,7 +130,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="ADDRESS|local:N",
         help="pack in partitions on a Dask cluster: a running scheduler's address, or local:N "
         "for N worker processes on this machine (needs bundlefs[dask]; SRC, DEST's directory "
-        "and --staging must be paths every worker sees)",
+        "and --staging must be paths every worker sees; default: no Dask, one process)",
     )
     p.add_argument(
         "--partitions",
@@ -125,8 +138,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="with --dask: how many tasks the pack is split into (default: 4 per worker)",
     )
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary")
-    p.add_argument("--json", action="store_true", help="the summary as one JSON object")
+    p.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress and no summary (but --json's)"
+    )
+    p.add_argument(
+        "--json", action="store_true", help="the summary as one JSON object (even with -q)"
+    )
 
 
 class _SourceTotals:
@@ -189,7 +206,7 @@ def key_value_pairs(items: list[str], option: str) -> tuple[tuple[str, str], ...
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise PackError(f"{option} {item!r}: expected {option[2:].upper()}=VALUE")
+            raise UsageError(f"{option} {item!r}: expected {option[2:].upper()}=VALUE")
         pairs.append((key, value))
     return tuple(pairs)
 
@@ -199,7 +216,7 @@ def parse_time(text: str) -> int:
     try:
         return round(float(text) * 10**9) if re.fullmatch(r"-?\d+(\.\d+)?", text) else _iso(text)
     except ValueError:
-        raise PackError(
+        raise UsageError(
             f"--created {text!r} is neither seconds since the epoch nor an ISO 8601 time"
         ) from None
 
@@ -284,25 +301,27 @@ def run(args: argparse.Namespace) -> int:
     if user_data is not None and user_data.unused():
         unused = user_data.unused()
         warn(
-            f"{len(unused)} path(s) in {args.user_data} are not files of the bundle, e.g. "
+            f"{count(len(unused), 'path')} in {args.user_data} "
+            f"{'is' if len(unused) == 1 else 'are'} not files of the bundle, e.g. "
             f"{unused[0]!r}"
         )
-    if args.quiet:
-        return EXIT_OK
-    if args.json:
+    if args.json:  # --json always prints its object: -q quiets the human text only
         out_json(summary.to_dict())
         return EXIT_OK
+    if args.quiet:
+        return EXIT_OK
     c = summary.config
-    ratio = c.data_bytes / summary.stored_bytes if summary.stored_bytes else 0.0
     notes = []
     if summary.skipped:
-        notes.append(f"{len(summary.skipped)} skipped")
+        notes.append(f"{len(summary.skipped):,} skipped")
     if summary.changed:
-        notes.append(f"{len(summary.changed)} changed while packing")
+        notes.append(f"{len(summary.changed):,} changed while packing")
     note = f" ({', '.join(notes)}: see the warnings above)" if notes else ""
     out(
-        f"packed {c.file_count:,} files, {c.dir_count:,} dirs, {c.data_bytes:,} bytes into "
-        f"{summary.stored_bytes:,} stored bytes (ratio {ratio:.2f}) in {summary.seconds:.2f} s "
+        f"packed {count(c.file_count, 'file')}, {count(c.dir_count, 'dir')}, "
+        f"{count(c.symlink_count, 'symlink')}, {count(c.hardlink_count, 'hard link')}, "
+        f"{count(c.data_bytes, 'byte')} into {count(summary.stored_bytes, 'stored byte')} "
+        f"(ratio {ratio(c.data_bytes, summary.stored_bytes)}) in {summary.seconds:.2f} s "
         f"({rate(c.data_bytes, summary.seconds)}): {summary.dest}{note}"
     )
     return EXIT_OK

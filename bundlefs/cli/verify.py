@@ -9,7 +9,7 @@ import argparse
 import time
 from typing import TYPE_CHECKING
 
-from bundlefs.cli.options import bundle_options
+from bundlefs.cli.options import BUNDLE_HELP, bundle_options
 from bundlefs.cli.output import EXIT_FAILURE, EXIT_OK, error, out, out_json, rate, status
 from bundlefs.core.units import format_size
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("bundle")
+    p.add_argument("bundle", metavar="BUNDLE", help=BUNDLE_HELP)
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress")
 

@@ -32,6 +32,7 @@ from bundlefs.errors import (
     EntryNotFound,
     ExtractError,
     NotADirectory,
+    naming,
 )
 from bundlefs.read.bundle import Bundle
 
@@ -268,8 +269,10 @@ class _Writer:
             try:
                 for piece in self.bundle.content.iter_content(entry, path):
                     view = memoryview(piece)
-                    while view:
-                        view = view[os.write(fd, view) :]
+                    # a full disk is said with the file's name in DEST
+                    with naming(os.path.join(self.summary.dest, path)):
+                        while view:
+                            view = view[os.write(fd, view) :]
             except CorruptDataError:
                 os.unlink(name, dir_fd=dir_fd)
                 self.summary.damaged.append(path)
