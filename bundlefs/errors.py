@@ -85,29 +85,54 @@ class CorruptDataError(FormatError):
         )
 
 
-class EntryNotFound(BundleError, FileNotFoundError):
-    """No entry of that name."""
+class _PathError(BundleError, OSError):
+    """An error about one path that behaves like the ``OSError`` ``os`` raises for it: ``errno``,
+    ``strerror`` (the C library's text) and ``filename`` (the path asked for) are set, so code
+    written for files (``except OSError as e: e.errno == errno.ENOENT``) works on bundles.
+    ``str()`` is the one sentence the CLI prints."""
 
+    ERRNO = errno.EIO
 
-class NotADirectory(BundleError, NotADirectoryError):
-    """A path component that must be a directory is not one."""
-
-
-class IsADirectory(BundleError, IsADirectoryError):
-    """File content was asked of a directory."""
-
-
-class NotASymlink(BundleError, OSError):
-    """readlink of something that is not a symbolic link: ``EINVAL``, as ``os.readlink`` says."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(errno.EINVAL, message)
+    def __init__(self, message: str, filename: str | bytes | None = None) -> None:
+        super().__init__(self.ERRNO, os.strerror(self.ERRNO), filename)
+        self.message = message
 
     def __str__(self) -> str:
-        return str(self.strerror)  # the sentence alone, as the other errors print
+        return self.message
 
-    def __reduce__(self) -> tuple[type, tuple[str]]:  # picklable, for process pools
-        return type(self), (str(self.strerror),)
+    def __reduce__(self) -> tuple[type, tuple[str, str | bytes | None]]:  # picklable (pools)
+        return type(self), (self.message, self.filename)
+
+
+class EntryNotFound(_PathError, FileNotFoundError):
+    """No entry of that name (``ENOENT``)."""
+
+    ERRNO = errno.ENOENT
+
+
+class SymlinkLoop(EntryNotFound):
+    """Too many symbolic links on the way (``ELOOP``, as ``os.stat`` says); an ``EntryNotFound``
+    too, since nothing is found at the end."""
+
+    ERRNO = errno.ELOOP
+
+
+class NotADirectory(_PathError, NotADirectoryError):
+    """A path component that must be a directory is not one (``ENOTDIR``)."""
+
+    ERRNO = errno.ENOTDIR
+
+
+class IsADirectory(_PathError, IsADirectoryError):
+    """File content was asked of a directory (``EISDIR``)."""
+
+    ERRNO = errno.EISDIR
+
+
+class NotASymlink(_PathError):
+    """readlink of something that is not a symbolic link: ``EINVAL``, as ``os.readlink`` says."""
+
+    ERRNO = errno.EINVAL
 
 
 class PackError(BundleError):

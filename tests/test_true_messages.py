@@ -45,9 +45,11 @@ def test_pack_to_a_plain_file_says_it_is_a_file_not_a_bundle_even_with_force(src
 
 
 def test_zstd_level_out_of_range_says_the_level_is_out_of_range(src, tmp_path):
-    line = assert_one_line_error(run_cli("pack", src, tmp_path / "b", "--compression", "zstd:25"))
+    result = run_cli("pack", src, tmp_path / "b", "--compression", "zstd:25")
+    line = assert_one_line_error(result, status=2)  # a malformed value: a usage error
     assert "zstd level 25 is out of range (from -7 to 22)" in line
-    line = assert_one_line_error(run_cli("pack", src, tmp_path / "b", "--compression", "lz4:3"))
+    result = run_cli("pack", src, tmp_path / "b", "--compression", "lz4:3")
+    line = assert_one_line_error(result, status=2)
     assert "lz4 takes no level" in line
 
 

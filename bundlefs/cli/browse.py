@@ -429,7 +429,7 @@ def run_cat(args: argparse.Namespace) -> int:
             try:
                 entry = bundle.resolve(path)
                 if entry.is_dir:
-                    raise IsADirectory(f"{path!r} is a directory")
+                    raise IsADirectory(f"{path!r} is a directory", path)
                 for piece in bundle.content.iter_content(entry, path):
                     stdout.write(piece)
             except BundleError as e:

@@ -211,6 +211,25 @@ def key_value_pairs(items: list[str], option: str) -> tuple[tuple[str, str], ...
     return tuple(pairs)
 
 
+def check_values(
+    compression: str, meta: tuple[tuple[str, str], ...], types: tuple[tuple[str, str], ...]
+) -> None:
+    """The option values a command line gives that the library would refuse as malformed: a
+    usage error (exit 2), as argparse's own, rather than a failure of the pack (exit 1)."""
+    from bundlefs.packing.packer import parse_compression
+
+    try:
+        parse_compression(compression)
+        for key, value in meta:
+            fmt.meta_key(key)
+            fmt.encode_meta_value(value)
+        for _pattern, media_type in types:
+            if media_type:
+                fmt.encode_content_type(media_type)
+    except (PackError, fmt.FormatError) as e:
+        raise UsageError(str(e)) from None
+
+
 def parse_time(text: str) -> int:
     """Seconds since the epoch (``1700000000``, ``1700000000.5``) or ISO 8601 -> ns."""
     try:
@@ -254,6 +273,9 @@ def run(args: argparse.Namespace) -> int:
     from bundlefs.packing.packer import PackOptions, pack
     from bundlefs.packing.user_data import UserDataFile
 
+    meta = key_value_pairs(args.meta, "--meta")
+    content_types = key_value_pairs(args.content_type, "--content-type")
+    check_values(args.compression, meta, content_types)
     user_data = UserDataFile(args.user_data) if args.user_data else None
     defaults = PackOptions()
     options = PackOptions(
@@ -266,8 +288,8 @@ def run(args: argparse.Namespace) -> int:
         skip_errors=args.skip_errors,
         jobs=max(1, args.jobs),
         user_data=user_data,
-        meta=key_value_pairs(args.meta, "--meta"),
-        content_types=key_value_pairs(args.content_type, "--content-type"),
+        meta=meta,
+        content_types=content_types,
         detect_content_types=not args.no_content_types,
         created_ns=parse_time(args.created) if args.created else None,
         storage_options=storage_options(args) or None,
@@ -302,7 +324,7 @@ def run(args: argparse.Namespace) -> int:
         unused = user_data.unused()
         warn(
             f"{count(len(unused), 'path')} in {args.user_data} "
-            f"{'is' if len(unused) == 1 else 'are'} not files of the bundle, e.g. "
+            f"{'is not a file' if len(unused) == 1 else 'are not files'} of the bundle, e.g. "
             f"{unused[0]!r}"
         )
     if args.json:  # --json always prints its object: -q quiets the human text only

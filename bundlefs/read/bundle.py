@@ -65,9 +65,9 @@ class BundleStat:
     st_mtime_ns: int
     st_blocks: int
     # Beyond os.stat_result (format version 2): the file's media type and the user data
-    # attached at pack time (``pack --user-data`` stores a JSON object).
+    # attached at pack time (``pack --user-data`` stores a JSON object); None where there is none.
     content_type: str | None = None
-    user_data: bytes = b""
+    user_data: bytes | None = None
 
     @property
     def st_mtime(self) -> float:
@@ -149,6 +149,11 @@ class BundleInfo:
             facts["location"] = self.location
             facts["storage"] = dict(self.storage or {})
         return facts
+
+
+def _shown(path: Path) -> str | bytes:
+    """``path`` as an error's ``filename``: as the caller gave it, like ``os`` does."""
+    return os.fspath(path)
 
 
 def _as_bytes(path: Path) -> tuple[bytes, bool]:
@@ -364,7 +369,7 @@ class Bundle:
             entry.mtime_ns,
             entry.blocks,
             self.tree.content_type(entry),
-            entry.user_data,
+            entry.user_data or None,  # the format stores none rather than an empty one
         )
 
     # -- by path -----------------------------------------------------------------------------------
@@ -372,7 +377,16 @@ class Bundle:
     def resolve(self, path: Path, *, follow_symlinks: bool = True) -> fmt.Entry:
         """The entry at ``path`` (relative to the bundle root; a leading ``/`` is allowed)."""
         raw, _ = _as_bytes(path)
-        return self.tree.resolve(raw, follow_last=follow_symlinks)
+        return self._resolve(raw, path, follow_symlinks)
+
+    def _resolve(self, raw: bytes, path: Path, follow_last: bool = True) -> fmt.Entry:
+        """``tree.resolve``, its errors naming ``path`` as the caller gave it (str or bytes), as
+        ``os`` names it in ``filename``: not the symlink target it ended at."""
+        try:
+            return self.tree.resolve(raw, follow_last=follow_last)
+        except (EntryNotFound, NotADirectory) as e:
+            e.filename = os.fspath(path)
+            raise
 
     def stat(self, path: Path, *, follow_symlinks: bool = True) -> BundleStat:
         return self.stat_entry(self.resolve(path, follow_symlinks=follow_symlinks))
@@ -407,16 +421,16 @@ class Bundle:
 
     def readlink(self, path: Path) -> str | bytes:
         raw, text = _as_bytes(path)
-        entry = self.tree.resolve(raw, follow_last=False)
+        entry = self._resolve(raw, path, False)
         if not entry.is_symlink:
-            raise NotASymlink(f"{os.fsdecode(raw)!r} is not a symbolic link")
+            raise NotASymlink(f"{os.fsdecode(raw)!r} is not a symbolic link", _shown(path))
         return os.fsdecode(entry.symlink) if text else entry.symlink
 
     def scandir(self, path: Path = "") -> Iterator[BundleDirEntry]:
         raw, text = _as_bytes(path)
-        directory = self.tree.resolve(raw)
+        directory = self._resolve(raw, path)
         if not directory.is_dir:
-            raise NotADirectory(f"{os.fsdecode(raw)!r} is not a directory")
+            raise NotADirectory(f"{os.fsdecode(raw)!r} is not a directory", _shown(path))
         prefix = raw.rstrip(b"/")
         for name, entry in self.tree.children(directory):
             full = prefix + b"/" + name if prefix else name
@@ -551,7 +565,7 @@ class Bundle:
 
     def read(self, path: Path) -> bytes:
         raw, _ = _as_bytes(path)
-        entry = self.tree.resolve(raw)
+        entry = self._resolve(raw, path)
         return bytes(self.content.read_at(entry, 0, entry.size, path=os.fsdecode(raw)))
 
     @overload
@@ -601,9 +615,9 @@ class Bundle:
         if binary and (encoding is not None or errors is not None or newline is not None):
             raise ValueError("binary mode doesn't take an encoding, errors or newline argument")
         raw, _ = _as_bytes(path)
-        entry = self.tree.resolve(raw)
+        entry = self._resolve(raw, path)
         if entry.is_dir:
-            raise IsADirectory(f"{os.fsdecode(raw)!r} is a directory")
+            raise IsADirectory(f"{os.fsdecode(raw)!r} is a directory", _shown(path))
         file = BundleFile(self, entry, os.fsdecode(raw))
         if binary:
             return file

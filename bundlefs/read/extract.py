@@ -101,10 +101,14 @@ def _select(bundle: Bundle, paths: Sequence[str | bytes]) -> list[tuple[list[byt
                     "extract does not follow"
                 )
             if not entry.is_dir:
-                raise NotADirectory(f"{os.fsdecode(raw)!r}: a component is not a directory")
+                raise NotADirectory(
+                    f"{os.fsdecode(raw)!r}: a component is not a directory", os.fsdecode(raw)
+                )
             child = bundle.tree.lookup(entry, part)
             if child is None:
-                raise EntryNotFound(f"{os.fsdecode(raw)!r} does not exist in the bundle")
+                raise EntryNotFound(
+                    f"{os.fsdecode(raw)!r} does not exist in the bundle", os.fsdecode(raw)
+                )
             entry = child
         resolved[tuple(parts)] = entry
     keys = sorted(resolved)
