@@ -26,12 +26,13 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bundlefs.cli import browse, export, extract, gc, merge, mount, pack, verify
+from bundlefs.cli import browse, completion, export, extract, gc, merge, mount, pack, verify
 from bundlefs.cli.options import DISK_CACHE, PARENTS, STORAGE
 from bundlefs.cli.output import (
     EXIT_BROKEN_PIPE,
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
+    EXIT_OK,
     EXIT_USAGE,
     PROG,
     error,
@@ -53,6 +54,21 @@ class Command:
 
 
 _READS = (STORAGE, DISK_CACHE)
+
+
+def _add_completion_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "shell",
+        metavar="SHELL",
+        choices=completion.SHELLS,
+        help='bash, zsh or fish; e.g. eval "$(bundlefs completion bash)" in ~/.bashrc',
+    )
+
+
+def _run_completion(args: argparse.Namespace) -> int:
+    sys.stdout.write(completion.script(args.shell, build_parser()))
+    return EXIT_OK
+
 
 COMMANDS: list[Command] = [
     Command(
@@ -98,6 +114,12 @@ COMMANDS: list[Command] = [
     ),
     Command("umount", "unmount a bundle", mount.add_umount_arguments, mount.run_umount),
     Command("gc", "remove what killed packs left in a directory", gc.add_arguments, gc.run),
+    Command(
+        "completion",
+        "print a shell completion script (bash, zsh, fish)",
+        _add_completion_arguments,
+        _run_completion,
+    ),
 ]
 
 
