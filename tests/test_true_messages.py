@@ -151,6 +151,16 @@ def test_a_tiny_bundles_ratio_does_not_read_as_nothing_stored(tmp_path):
     assert "(ratio 0.00)" not in summary
 
 
+def test_verify_reports_the_byte_figures_info_prints(src, tmp_path):
+    run_cli("pack", src, tmp_path / "b")
+    facts = json.loads(run_cli("info", "--json", tmp_path / "b").stdout)
+    line = run_cli("verify", tmp_path / "b").stdout.decode().splitlines()[0]
+    assert line.startswith("checked 2 files, 2 dirs, 1 symlink, 0 hard links, 1 record in 1 shard")
+    assert f"{facts['bytes']:,} bytes of file data" in line
+    assert f"stored in {facts['stored_bytes']:,} bytes of shards" in line
+    assert f"a {facts['index_bytes']:,}-byte index" in line
+
+
 def test_ls_long_aligns_names_whatever_the_content_types_length(tmp_path):
     root = build_tree(tmp_path / "src", {"a.txt": b"a", "m.parquet": b"PAR1", "z": b"z"})
     pack(
