@@ -136,7 +136,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--partitions",
         type=int,
         metavar="N",
-        help="with --dask: how many tasks the pack is split into (default: 4 per worker)",
+        help="with --dask: how many tasks the pack is split into (default: 4 per worker, "
+        "fewer for a small tree: one per 256MiB or 20,000 entries)",
     )
     p.add_argument(
         "-q", "--quiet", action="store_true", help="no progress and no summary (but --json's)"
@@ -271,6 +272,7 @@ def _pack_on_dask(
 
 def run(args: argparse.Namespace) -> int:
     from bundlefs.packing.packer import PackOptions, pack
+    from bundlefs.packing.sources import SourceErrors
     from bundlefs.packing.user_data import UserDataFile
 
     meta = key_value_pairs(args.meta, "--meta")
@@ -335,7 +337,8 @@ def run(args: argparse.Namespace) -> int:
     c = summary.config
     notes = []
     if summary.skipped:
-        notes.append(f"{len(summary.skipped):,} skipped")
+        named = "" if len(summary.skipped) <= SourceErrors.NAMED else ", the first named"
+        notes.append(f"{len(summary.skipped):,} skipped{named}")
     if summary.changed:
         notes.append(f"{len(summary.changed):,} changed while packing")
     note = f" ({', '.join(notes)}: see the warnings above)" if notes else ""
