@@ -141,6 +141,14 @@ def test_merge_summary_says_one_shard_not_one_shards(src, tmp_path):
     assert "merged 1 bundle: 2 files, 2 dirs, " in line and " in 1 shard (" in line, line
 
 
+def test_extract_and_export_summaries_use_the_singular_for_one(src, tmp_path):
+    run_cli("pack", src, tmp_path / "b")
+    extracted = run_cli("extract", tmp_path / "b", tmp_path / "out").stdout.decode()
+    assert extracted.startswith("extracted 2 files, 2 dirs, 1 symlink, 0 hard links ("), extracted
+    exported = run_cli("export", tmp_path / "b", tmp_path / "t.tar").stdout.decode()
+    assert exported.startswith("exported 2 files, 2 dirs, 1 symlink, 0 hard links ("), exported
+
+
 def test_a_tiny_bundles_ratio_does_not_read_as_nothing_stored(tmp_path):
     src = build_tree(tmp_path / "src", {"a": b"hi\n"})  # 3 bytes in a 4 KiB-block shard
     summary = run_cli("pack", src, tmp_path / "b").stdout.decode()

@@ -15,7 +15,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from bundlefs.cli.options import BUNDLE_HELP, open_bundle
-from bundlefs.cli.output import EXIT_OK, files_progress, out, status
+from bundlefs.cli.output import EXIT_OK, count, files_progress, out, status
 from bundlefs.errors import ExportError, naming
 
 if TYPE_CHECKING:
@@ -50,8 +50,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         # The summary goes to stderr when the tar itself is on stdout.
         line = (
-            f"exported {summary.files:,} files, {summary.dirs:,} dirs, {summary.symlinks:,} "
-            f"symlinks, {summary.hardlinks:,} hard links ({summary.bytes:,} bytes) as a "
+            f"exported {count(summary.files, 'file')}, {count(summary.dirs, 'dir')}, "
+            f"{count(summary.symlinks, 'symlink')}, {count(summary.hardlinks, 'hard link')} "
+            f"({count(summary.bytes, 'byte')}) as a "
             f"{summary.tar_bytes:,}-byte tar: {'stdout' if to_stdout else args.out}"
         )
         if to_stdout:

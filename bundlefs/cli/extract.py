@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from bundlefs.cli.options import BUNDLE_HELP, open_bundle
-from bundlefs.cli.output import EXIT_FAILURE, EXIT_OK, error, files_progress, out, status
+from bundlefs.cli.output import EXIT_FAILURE, EXIT_OK, count, error, files_progress, out, status
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -58,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
         error(f"{path} was not extracted: its content is damaged")
     if not args.quiet:
         out(
-            f"extracted {summary.files:,} files, {summary.dirs:,} dirs, {summary.symlinks:,} "
-            f"symlinks, {summary.hardlinks:,} hard links ({summary.bytes:,} bytes) into "
-            f"{summary.dest}"
+            f"extracted {count(summary.files, 'file')}, {count(summary.dirs, 'dir')}, "
+            f"{count(summary.symlinks, 'symlink')}, {count(summary.hardlinks, 'hard link')} "
+            f"({count(summary.bytes, 'byte')}) into {summary.dest}"
         )
     return EXIT_OK if summary.ok else EXIT_FAILURE
