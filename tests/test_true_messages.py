@@ -44,6 +44,15 @@ def test_pack_to_a_plain_file_says_it_is_a_file_not_a_bundle_even_with_force(src
     assert dest.read_bytes() == b"keep me"
 
 
+def test_export_to_a_directory_says_out_is_the_tar_file_even_with_force(src, tmp_path):
+    run_cli("pack", src, tmp_path / "b")
+    (tmp_path / "adir").mkdir()
+    for extra in ((), ("--force",)):
+        line = assert_one_line_error(run_cli("export", tmp_path / "b", tmp_path / "adir", *extra))
+        assert f"{tmp_path / 'adir'} is a directory: OUT is the tar file to write" in line
+        assert "partial" not in line
+
+
 def test_zstd_level_out_of_range_says_the_level_is_out_of_range(src, tmp_path):
     result = run_cli("pack", src, tmp_path / "b", "--compression", "zstd:25")
     line = assert_one_line_error(result, status=2)  # a malformed value: a usage error

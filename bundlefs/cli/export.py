@@ -38,6 +38,9 @@ def run(args: argparse.Namespace) -> int:
     to_stdout = args.out == "-"
     if to_stdout and sys.stdout.isatty():
         raise ExportError("refusing to write a tar to a terminal (redirect stdout or give OUT)")
+    if not to_stdout and os.path.isdir(args.out):
+        # --force would not help: a tar replaces a file, never a directory.
+        raise ExportError(f"{args.out} is a directory: OUT is the tar file to write")
     if not to_stdout and os.path.lexists(args.out) and not args.force:
         raise ExportError(f"{args.out} already exists (use --force to replace it)")
     with open_bundle(args.bundle, args) as bundle:
