@@ -41,6 +41,8 @@ def _raised(call) -> OSError:
         (("stat", os.stat), "missing"),
         (("stat", os.stat), "dangling"),
         (("stat", os.stat), "f/below-a-file"),
+        (("stat", os.stat), "f/"),  # a trailing slash names a directory
+        (("stat", os.stat), "f/."),
         (("stat", os.stat), "loop1"),
         (("listdir", os.listdir), "f"),
         (("listdir", os.listdir), "missing"),

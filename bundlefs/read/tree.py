@@ -256,6 +256,9 @@ class TreeModel:
         Programs read the same paths again (training epochs, repeated lookups): a hit costs
         ~0.3 µs where resolving a two-level path costs 10-12 µs. Emptied when full.
         """
+        # As POSIX: a trailing "/" (or "/.") names a directory, through a final symlink too.
+        as_directory = raw.endswith((b"/", b"/.")) and raw.strip(b"/.") != b""
+        follow_last = follow_last or as_directory
         key = (raw, follow_last)
         entry = self._resolved.get(key)
         if entry is None:
@@ -270,6 +273,8 @@ class TreeModel:
             if len(self._resolved) >= _RESOLVED_PATHS:
                 self._resolved.clear()
             self._resolved[key] = entry
+        if as_directory and not entry.is_dir:
+            raise NotADirectory(f"{os.fsdecode(raw)!r} is not a directory", os.fsdecode(raw))
         return entry
 
     def _resolve(self, raw: bytes, follow_last: bool, hops: int) -> fmt.Entry:
