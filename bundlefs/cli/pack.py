@@ -264,6 +264,12 @@ def _pack_on_dask(
         if (e.name or "").split(".")[0] not in ("dask", "distributed"):
             raise
         raise PackError("--dask needs dask.distributed: pip install 'bundlefs[dask]'") from None
+    try:
+        on_dask.parse_spec(args.dask)
+    except PackError as e:  # a malformed value: a usage error
+        raise UsageError(str(e)) from None
+    if args.partitions is not None and args.partitions < 1:
+        raise UsageError(f"--partitions {args.partitions}: at least 1")
     with on_dask.connect(args.dask) as client:
         return on_dask.pack_with_dask(
             source, args.dest, client, options, partitions=args.partitions, progress=progress
@@ -318,7 +324,7 @@ def run(args: argparse.Namespace) -> int:
     if args.dask is not None:
         summary = _pack_on_dask(args, source, options, None if args.quiet else progress)
     elif args.partitions is not None:
-        raise PackError("--partitions splits a pack for --dask; give --dask too")
+        raise UsageError("--partitions splits a pack for --dask; give --dask too")
     else:
         summary = pack(source, args.dest, options, None if args.quiet else progress)
     status.clear()
