@@ -275,3 +275,18 @@ def test_a_bad_mount_option_is_a_usage_error_like_a_bad_flag(tmp_path, option):
 )
 def test_a_malformed_pack_value_is_a_usage_error(src, tmp_path, args):
     assert_one_line_error(run_cli("pack", src, tmp_path / "b", *args), status=2)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("info", "{bundle}", "--storage-option", "no-equals-sign"),
+        ("mount", "{bundle}", "{mnt}", "-o", "storage_option=no-equals-sign"),
+    ],
+)
+def test_a_malformed_storage_option_is_a_usage_error(src, tmp_path, args):
+    pack(str(src), str(tmp_path / "b"))
+    (tmp_path / "mnt").mkdir()
+    filled = [a.format(bundle=tmp_path / "b", mnt=tmp_path / "mnt") for a in args]
+    line = assert_one_line_error(run_cli(*filled), status=2)
+    assert "expected KEY=VALUE" in line

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from bundlefs.errors import BundleError
+from bundlefs.errors import BundleError, UsageError
 
 ENV_STORAGE_OPTIONS = "BUNDLEFS_STORAGE_OPTIONS"
 # Which extra installs the fsspec back-end of a protocol, for the error when it is missing.
@@ -95,7 +95,7 @@ def parse_storage_options(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            raise BundleError(f"--storage-option {item!r}: expected KEY=VALUE")
+            raise UsageError(f"--storage-option {item!r}: expected KEY=VALUE")
         try:
             value: Any = json.loads(raw)
         except ValueError:
