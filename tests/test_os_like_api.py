@@ -110,6 +110,12 @@ def test_a_text_pth_is_a_path_file_and_a_binary_one_a_checkpoint(tmp_path):
         assert b.stat("legacy.pth").content_type == "application/x-pytorch"
 
 
+def test_a_ts_file_is_typescript_or_an_mpeg_transport_stream_by_content():
+    assert detect(b"app.ts", b"export const x: number = 1;\n") == "text/x-typescript"
+    packet = b"\x47\x40\x00\x10" + bytes(184)  # MPEG-TS: 188-byte packets, sync byte 0x47
+    assert detect(b"clip.ts", packet * 2) == "video/mp2t"
+
+
 def _elf_head(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read(264)  # what the packer reads of a file's start (sources.HEAD_SIZE)

@@ -110,9 +110,13 @@ BY_EXTENSION: dict[str, str] = {
     # script, text, is not one).
 }
 
-# Extensions two kinds of file share: the content decides. A ``.pth`` is a PyTorch checkpoint (a
-# zip, or a pickle: binary) or a site-packages path file (lines of text).
-_AMBIGUOUS: dict[str, tuple[str, str]] = {"pth": ("text/plain", "application/x-pytorch")}
+# Extensions two kinds of file share: (if text, if binary), the content decides. A ``.pth`` is a
+# PyTorch checkpoint (a zip, or a pickle) or a site-packages path file (lines of text); a ``.ts``
+# TypeScript or an MPEG transport stream (video).
+_AMBIGUOUS: dict[str, tuple[str, str]] = {
+    "pth": ("text/plain", "application/x-pytorch"),
+    "ts": ("text/x-typescript", "video/mp2t"),
+}
 
 # ELF files by e_type (bytes 16–17, in the byte order byte 5 says), as file(1) names them.
 _ELF = b"\x7fELF"
