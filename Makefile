@@ -21,9 +21,12 @@ system-deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 
-# pyfuse3 is built from its pinned sdist with our opt-in no-open patch (third_party/pyfuse3) before
+# pyfuse3 is built from its pinned sdist with our opt-in patches (third_party/pyfuse3/*.patch) before
 # the package's own dependencies, so pip sees it satisfied and never builds the stock one as well.
-$(STAMP): pyproject.toml third_party/pyfuse3/install.sh third_party/pyfuse3/no-open.patch | system-deps
+# (An editable install skips setup.py's bundlefs._fuse3: here the patched build is this pyfuse3.)
+PYFUSE3_INPUTS := $(wildcard third_party/pyfuse3/*.patch) third_party/pyfuse3/install.sh \
+  third_party/pyfuse3/prepare.py third_party/pyfuse3/pyfuse3-3.5.0.tar.gz
+$(STAMP): pyproject.toml setup.py $(PYFUSE3_INPUTS) | system-deps
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	third_party/pyfuse3/install.sh $(BIN)/pip
@@ -40,8 +43,8 @@ test: install $(STOCK_PYFUSE3)/.installed
 	BUNDLEFS_STOCK_PYFUSE3=$(CURDIR)/$(STOCK_PYFUSE3) $(BIN)/python -m pytest -q tests
 
 lint: install
-	$(BIN)/ruff check bundlefs tests bench
-	$(BIN)/ruff format --check bundlefs tests bench
+	$(BIN)/ruff check bundlefs tests bench setup.py third_party
+	$(BIN)/ruff format --check bundlefs tests bench setup.py third_party
 	$(BIN)/mypy
 
 demo: install
@@ -50,6 +53,7 @@ demo: install
 # The peers' tables, then the sections other modules own (docs/benchmarks.md keeps them).
 bench: install
 	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.workers
 	$(BIN)/python -m bench.codecs
 	$(BIN)/python -m bench.torch_epoch
 	$(BIN)/python -m bench.object_store

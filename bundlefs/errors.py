@@ -175,6 +175,16 @@ class MountOptionError(MountError, UsageError):
     """A mount option (``-o``) that is unknown or whose value is malformed."""
 
 
+class StorageOptionsError(BundleError):
+    """Storage options that cannot be used: a malformed pair, or an options file that is
+    unreadable, malformed, or readable by others (it holds credentials)."""
+
+
+class StorageOptionSyntaxError(StorageOptionsError, UsageError):
+    """A ``--storage-option`` (or ``-o storage_option=``) that is not ``KEY=VALUE``: a usage
+    error (exit 2)."""
+
+
 class SizeError(UsageError, ValueError):
     """A size that cannot be parsed."""
 

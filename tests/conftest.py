@@ -336,11 +336,20 @@ def mount_bundle(tmp_path: Path) -> Iterator[Callable[..., Mount]]:
         yield _mount
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["1", "4"], ids=["1-worker", "4-workers"])
 def sample_mount(
-    sample_bundle_path: Path, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    sample_bundle_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Mount]:
-    """The sample bundle mounted once per test module. Tests must not damage it."""
+    """The sample bundle mounted once per test module, served by one process and by four worker
+    processes (each test runs on both). Tests must not damage it."""
     work = tmp_path_factory.mktemp("sample-mount")
-    with mounted(sample_bundle_path, work / "mnt", log_path=work / "daemon.log") as m:
+    with mounted(
+        sample_bundle_path,
+        work / "mnt",
+        "--workers",
+        request.param,
+        log_path=work / "daemon.log",
+    ) as m:
         yield m

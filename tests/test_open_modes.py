@@ -14,6 +14,7 @@ import errno
 import json
 import mmap
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -264,8 +265,20 @@ def test_stock_pyfuse3_falls_back_to_the_open_path(mount_bundle, tools_bundle, t
     served = stats(m.mountpoint)
     assert served["open_mode"] == "open"
     assert "lacks the no-open patch" in served["open_mode_reason"]
+    assert served["workers"] == 1  # and said why: stock pyfuse3 cannot share the mount
+    assert "cannot share a mount between processes" in served["single_process_reason"]
     assert check("diff", "-r", "--no-dereference", str(tools_tree), str(m.mountpoint)) == ""
     assert stats(m.mountpoint)["requests"]["open"] > 0
+
+
+def test_a_stock_pyfuse3_mount_says_so_its_cost_and_the_fix_first(mount_bundle, tools_bundle,
+                                                                  stock_pyfuse3):  # fmt: skip
+    m = mount_bundle(tools_bundle, python_path=(stock_pyfuse3,))
+    assert stats(m.mountpoint)["binding"] == "stock"
+    first = m.log_text().splitlines()[0]
+    assert "stock" in first and "lacks the no-open patch" in first
+    assert "about 5 times slower" in first and "every open is a round trip" in first
+    assert "make -C" in first or "pip install" in first  # the one command that fixes it
 
 
 def test_stock_pyfuse3_refuses_a_required_no_open(tools_bundle, tmp_path, stock_pyfuse3):
@@ -321,7 +334,9 @@ def test_the_index_is_held_in_memory_after_ready(mount_bundle, tools_bundle):
 
     m = mount_bundle(tools_bundle)
     assert wait_until(lambda: "index held in memory" in m.log_text())
-    assert _index_mappings(m.pid) == 2  # LMDB's own map, and the resident one
+    # The process that holds it: the daemon, or its first worker where several serve.
+    holder = int(re.search(r"\[(\d+)\] INFO .*index held in memory", m.log_text())[1])
+    assert _index_mappings(holder) == 2  # LMDB's own map, and the resident one
 
 
 def test_index_resident_zero_leaves_the_index_to_lmdb(mount_bundle, tools_bundle):

@@ -971,9 +971,12 @@ async def test_stats_xattr_on_the_root_is_json_of_the_adapters_counters(make_ops
     stats = json.loads(await ops.getxattr(ROOT, fmt.XATTR_STATS, None))
     assert set(stats) == {
         "cache_capacity", "cache_bytes", "cache_records", "cache_hits", "cache_misses",
-        "cache_evictions", "bytes_decompressed", "eio_count", "open_mode", "open_mode_reason",
-        "requests",
+        "cache_evictions", "bytes_decompressed", "eio_count", "damage_eio_count",
+        "outage_eio_count", "open_mode", "open_mode_reason", "binding", "requests", "workers",
+        "single_process_reason",
     }  # fmt: skip
+    assert stats["workers"] == 1
+    assert stats["binding"] == ("stock" if no_open_unavailable() else "patched")
     assert stats["cache_capacity"] == 4 * 1024 * 1024
     assert (stats["cache_bytes"], stats["cache_records"], stats["eio_count"]) == (0, 0, 0)
     assert (stats["open_mode"], stats["open_mode_reason"]) == (

@@ -160,31 +160,34 @@ class MountView:
         return out
 
 
-OPEN_MODES = [
-    pytest.param(
-        "no-open",
-        marks=pytest.mark.skipif(
-            no_open_unavailable() is not None, reason="pyfuse3 lacks the no-open patch"
-        ),
-    ),
-    "open",
+_NO_OPEN = pytest.mark.skipif(
+    no_open_unavailable() is not None, reason="pyfuse3 lacks the no-open patch"
+)
+# Each open path, and the no-open path served by one process and by four worker processes.
+SERVING = [
+    pytest.param(("no-open", "1"), marks=_NO_OPEN, id="no-open-1-worker"),
+    pytest.param(("no-open", "4"), marks=_NO_OPEN, id="no-open-4-workers"),
+    pytest.param(("open", "1"), id="open"),
 ]
 
 
 @pytest.mark.mount
 class TestMount(TreeContract):
-    @pytest.fixture(scope="class", params=OPEN_MODES)
+    @pytest.fixture(scope="class", params=SERVING)
     @classmethod
     def tree_view(
         cls, request, contract_bundle: Path, tmp_path_factory: pytest.TempPathFactory
     ) -> Iterator[MountView]:
-        # One mount per open path, unmounted (and its log checked) after the class's tests.
-        work = tmp_path_factory.mktemp(f"contract-mount-{request.param}")
+        # One mount per way of serving, unmounted (and its log checked) after the class's tests.
+        open_mode, workers = request.param
+        work = tmp_path_factory.mktemp(f"contract-mount-{open_mode}-{workers}")
         with mounted(
             contract_bundle,
             work / "mnt",
             "--open-mode",
-            request.param,
+            open_mode,
+            "--workers",
+            workers,
             log_path=work / "daemon.log",
         ) as m:
             yield MountView(m.mountpoint)

@@ -9,7 +9,9 @@ umount) — and they all write through ``output``. Policy, in one place (``main`
   ``UsageError`` (a malformed size, number, choice, ``KEY=VALUE`` or time, an unknown ``-o``
   option, wherever it is given); Ctrl-C exits 130; never a traceback;
 - log warnings (the packer's skipped and changed files) appear as ``bundlefs: warning: …``;
-- progress lines go to stderr, only when it is a terminal, and never with ``--quiet``.
+- progress lines go to stderr, only when it is a terminal, and never with ``--quiet``;
+- storage options on the process's own command line are moved off it before anything runs
+  (``scrub``: no credential stays in ``ps``).
 
 Heavy modules are imported inside the subcommands that use them: building the parser imports
 neither the packer nor the mount daemon, and nothing here imports pyfuse3 or trio. ``COMMANDS``
@@ -26,7 +28,18 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bundlefs.cli import browse, completion, export, extract, gc, merge, mount, pack, verify
+from bundlefs.cli import (
+    browse,
+    completion,
+    export,
+    extract,
+    gc,
+    merge,
+    mount,
+    pack,
+    scrub,
+    verify,
+)
 from bundlefs.cli.options import DISK_CACHE, PARENTS, STORAGE
 from bundlefs.cli.output import (
     EXIT_BROKEN_PIPE,
@@ -160,8 +173,12 @@ def _os_error(e: OSError) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status (the console script passes it to ``sys.exit``)."""
     try:
+        own_command_line = argv is None
         argv = _mount_helper_form(sys.argv[1:] if argv is None else list(argv))
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if own_command_line:  # credentials on it would stay in ps: re-executes without them
+            scrub.reexec_without_storage_options(argv, args, parser)
         command: Command = args._command
         setup_logging()
         status.enabled = sys.stderr.isatty() and not getattr(args, "quiet", False)

@@ -180,8 +180,7 @@ def _info_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
         replaced = f"replaced by {facts['replaced_on_disk_by']} since it was mounted"
         where = "on store" if facts.get("location") else "on disk"
         rows.append((where, replaced + " (remount to serve that)"))
-    for key, value in sorted(facts.get("daemon", {}).items()):
-        rows.append((f"daemon {key.replace('_', ' ')}", _daemon_value(value)))
+    rows += _daemon_rows(dict(facts.get("daemon", {})))
     leftovers = facts.get("stale_partials", [])
     if leftovers:
         where = os.path.dirname(leftovers[0]["path"])
@@ -191,6 +190,27 @@ def _info_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
                 "partials",
                 f"{len(leftovers)} left by killed packs in {where} ({size}): "
                 f"'bundlefs gc {where}' removes them",
+            )
+        )
+    return rows
+
+
+def _daemon_rows(daemon: dict[str, Any]) -> list[tuple[str, str]]:
+    """The serving daemon's figures (a mount point's ``info``): the whole mount's counters, how
+    many processes serve it (and why one, where that is so), then each worker process."""
+    workers = daemon.pop("worker_processes", [])
+    reason = daemon.pop("single_process_reason", "")
+    if "workers" in daemon:
+        count = daemon.pop("workers")
+        daemon["workers"] = f"{count} ({reason})" if reason else count
+    rows = [(f"daemon {k.replace('_', ' ')}", _daemon_value(v)) for k, v in sorted(daemon.items())]
+    for w in workers:
+        resident = "?" if w.get("rss_bytes") is None else format_size(w["rss_bytes"])
+        rows.append(
+            (
+                f"daemon worker {w['slot']}",
+                f"pid {w['pid']}, {resident} resident, {w['requests']:,} requests, "
+                f"{format_size(w['cache_bytes'])} cached, restarted {w['restarts']} times",
             )
         )
     return rows

@@ -41,7 +41,10 @@ _TEXT_OPTIONS = (
     "cache_size", "owner", "log_file", "open_mode", "index_resident", "disk_cache",
     "disk_cache_size",
 )  # fmt: skip
-_NUMBER_OPTIONS = ("uid", "gid", "read_ahead_kb")
+# libfuse transports and loop options that the worker processes do not use.
+_UNSUPPORTED_TRANSPORTS = {"io_uring", "clone_fd", "max_threads", "max_idle_threads"}
+_NUMBER_OPTIONS = ("uid", "gid", "read_ahead_kb", "workers")
+_LIST_OPTIONS = ("storage_option", "storage_options_file")  # repeatable, in order
 _OPEN_MODES = ("auto", "no-open", "open")
 _SYSLOG_SOCKET = "/dev/log"
 
@@ -88,11 +91,20 @@ def add_mount_arguments(p: argparse.ArgumentParser) -> None:
         help="kernel read-ahead for the mount in KiB (root only; default: 1024)",
     )
     p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="processes serving the mount (default: one per CPU, at most 8); one where the "
+        "FUSE binding or the open path cannot share a mount; -o workers=N",
+    )
+    p.add_argument(
         "--threads",
         type=int,
-        default=4,
+        default=None,
         metavar="N",
-        help="record loads in parallel (default: %(default)s); 0 loads inline",
+        help="record loads in parallel off each process's event loop (default: 4 in one "
+        "process, 0 (inline) with several workers, 4 for a bundle at a URL)",
     )
     p.add_argument(
         "--open-mode",
@@ -153,11 +165,16 @@ def parse_mount_options(groups: list[str]) -> dict[str, object]:
             if key in _TEXT_OPTIONS and value:
                 values[key] = value  # before the generic ones: mount(8)'s flag "owner" has none
                 continue
-            if key == "storage_option" and value:  # fstab: -o storage_option=KEY=VALUE, repeated
-                pairs = values.setdefault("storage_option", [])
-                assert isinstance(pairs, list)
-                pairs.append(value)
+            if key in _LIST_OPTIONS and value:  # fstab: -o storage_option=KEY=VALUE, repeated
+                items = values.setdefault(key, [])
+                assert isinstance(items, list)
+                items.append(value)
                 continue
+            if key in _UNSUPPORTED_TRANSPORTS:
+                raise MountError(
+                    f"mount option {name!r} is not supported: bundlefs serves /dev/fuse with "
+                    "its own worker processes (--workers), each on a cloned descriptor"
+                )
             if name in _IGNORED_OPTIONS or name.startswith(("x-systemd.", "x-")):
                 continue
             if key in ("allow_other", "foreground"):
@@ -192,7 +209,7 @@ def _text_or_none(value: object) -> str | None:
 def options_from_args(args: argparse.Namespace) -> MountOptions:
     """Merge the flags and ``-o`` options (the later wins) into one ``MountOptions``."""
     from bundlefs.mount.daemon import DEFAULT_INDEX_RESIDENT, DEFAULT_READ_AHEAD_KB, MountOptions
-    from bundlefs.storage.location import parse_location, parse_storage_options
+    from bundlefs.storage.location import merged_storage_options, parse_location
 
     values: dict[str, object] = dict(
         foreground=args.foreground,
@@ -208,11 +225,14 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
         index_resident=args.index_resident,
         disk_cache=args.disk_cache,
         disk_cache_size=args.disk_cache_size,
+        workers=args.workers,
     )
     mount_options = parse_mount_options(args.options)
-    from_o = mount_options.pop("storage_option", [])
-    assert isinstance(from_o, list)  # parse_mount_options collects them in a list
-    option_pairs = [*args.storage_option, *from_o]
+    pairs_o = mount_options.pop("storage_option", [])
+    files_o = mount_options.pop("storage_options_file", [])
+    assert isinstance(pairs_o, list) and isinstance(files_o, list)  # parse_mount_options made them
+    option_pairs = [*args.storage_option, *pairs_o]
+    option_files = [*args.storage_options_file, *files_o]
     values.update(mount_options)
     if values["owner"] not in ("stored", "mounter"):
         raise MountOptionError("owner= takes 'stored' or 'mounter'")
@@ -226,7 +246,7 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
     read_ahead = _int_or_none(values["read_ahead_kb"])
     # A URL stays a URL (the mount point is local); its options go to the daemon in memory, not
     # on its command line or in the mount table (they may hold credentials).
-    location = parse_location(args.bundle, parse_storage_options(option_pairs))
+    location = parse_location(args.bundle, merged_storage_options(option_files, option_pairs))
     disk_cache = _text_or_none(values["disk_cache"])
     return MountOptions(
         bundle=os.path.abspath(location.path) if location.is_local else location.url,
@@ -237,7 +257,7 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
         uid=uid,
         gid=gid,
         read_ahead_kb=DEFAULT_READ_AHEAD_KB if read_ahead is None else read_ahead,
-        load_threads=max(0, args.threads),
+        load_threads=None if args.threads is None else max(0, args.threads),
         open_mode=_text_or_none(values["open_mode"]) or "auto",
         index_resident=DEFAULT_INDEX_RESIDENT if resident is None else resident,
         prefetch=not args.no_prefetch,
@@ -250,6 +270,7 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
         storage_options=dict(location.storage_options) or None,
         disk_cache=_absolute_or_none(disk_cache),
         disk_cache_size=_size_or_none(values["disk_cache_size"]),
+        workers=_int_or_none(values["workers"]),
     )
 
 

@@ -1,8 +1,10 @@
 """Options several commands share: where a bundle lives and how a remote one is cached.
 
 Every command that names a bundle takes it as a local path or a URL (``s3://bucket/x.bundle``,
-docs/storage.md) and ``--storage-option KEY=VALUE`` (repeatable: credentials, endpoint, region;
-parsed by ``bundlefs.storage.location.parse_storage_options``); the commands that read one also
+docs/storage.md), ``--storage-option KEY=VALUE`` (repeatable: credentials, endpoint, region;
+parsed by ``bundlefs.storage.location.parse_storage_options``) and ``--storage-options-file FILE``
+(the same in a file only its owner can read; ``cli.scrub`` turns the pairs given on a command
+line into one of these, so no secret stays in ``ps``); the commands that read one also
 take ``--disk-cache DIR`` and ``--disk-cache-size SIZE``, the on-disk record cache of a remote
 bundle. ``cli.app`` adds them to a command as argparse parents (``PARENTS``), so each is defined
 once; ``bundle_options`` turns what was given into the keywords of ``Bundle`` and ``verify``.
@@ -16,7 +18,7 @@ import argparse
 from typing import Any
 
 from bundlefs.cli.output import size
-from bundlefs.storage.location import parse_storage_options
+from bundlefs.storage.location import merged_storage_options
 
 STORAGE = "storage"
 DISK_CACHE = "disk-cache"
@@ -34,6 +36,15 @@ def _storage_parent() -> argparse.ArgumentParser:
         help="an option of the store's fsspec back-end, e.g. endpoint_url=http://host:9000, "
         "key=…, secret=…, profile=…, client_kwargs.region_name=… (repeatable; also "
         "BUNDLEFS_STORAGE_OPTIONS, a JSON object)",
+    )
+    group.add_argument(
+        "--storage-options-file",
+        dest="storage_options_file",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="storage options from FILE: a JSON object or KEY=VALUE lines; refused unless "
+        "mode 0600 or stricter, owned by you or root (repeatable; --storage-option wins)",
     )
     return p
 
@@ -66,8 +77,16 @@ PARENTS: dict[str, argparse.ArgumentParser] = {
 
 
 def storage_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``--storage-option`` pairs as a dict ({} when none were given)."""
-    return parse_storage_options(getattr(args, "storage_option", None) or [])
+    """The ``--storage-options-file``s, then the ``--storage-option`` pairs, as one dict ({} when
+    none were given). Read once per command: a file may be a pipe (``cli.scrub``)."""
+    cached = getattr(args, "_storage_options", None)
+    if cached is None:
+        cached = merged_storage_options(
+            getattr(args, "storage_options_file", None) or [],
+            getattr(args, "storage_option", None) or [],
+        )
+        args._storage_options = cached
+    return dict(cached)
 
 
 def bundle_options(args: argparse.Namespace) -> dict[str, Any]:

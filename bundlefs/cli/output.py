@@ -7,6 +7,9 @@ Every command writes through here:
 - ``status`` is the self-overwriting progress line on stderr (only on a terminal, never with
   ``--quiet``);
 - ``setup_logging`` decides where log records go, for every command and for the mount daemon;
+  with stderr connected to journald (``JOURNAL_STREAM`` names it: a systemd service), lines carry
+  the sd-daemon priority prefix (``<3>`` for an error) and neither a timestamp nor a PID, which
+  the journal records itself, so ``journalctl -p err`` finds errors;
 - ``size`` is the argparse type of every size option; ``rate``, ``ratio`` and ``count`` (a number
   and its noun, singular or plural) format what the commands report;
 - ``EXIT_*`` are the exit statuses of docs/cli.md.
@@ -53,7 +56,7 @@ def out_json(facts: dict[str, object]) -> None:
 def error(message: str) -> None:
     """The one sentence of a failure, ``bundlefs: error: …`` on stderr."""
     status.clear()
-    sys.stderr.write(f"{PROG}: error: {message}\n")
+    sys.stderr.write(f"{journal_prefix(logging.ERROR)}{PROG}: error: {message}\n")
     sys.stderr.flush()
 
 
@@ -80,7 +83,7 @@ def files_progress(verb: str) -> Callable[[FilesProgress], None]:
 def warn(message: str) -> None:
     """Something the user should know that did not stop the command: one line on stderr."""
     status.clear()
-    sys.stderr.write(f"{PROG}: warning: {message}\n")
+    sys.stderr.write(f"{journal_prefix(logging.WARNING)}{PROG}: warning: {message}\n")
     sys.stderr.flush()
 
 
@@ -143,6 +146,53 @@ def rate(nbytes: int, seconds: float) -> str:
 
 # -- the log --------------------------------------------------------------------------------------
 
+# sd-daemon(3) priorities, from syslog's: what journald files a stderr line under.
+_JOURNAL_PRIORITY = {
+    logging.CRITICAL: 2,
+    logging.ERROR: 3,
+    logging.WARNING: 4,
+    logging.INFO: 6,
+    logging.DEBUG: 7,
+}
+
+
+def stderr_is_journal() -> bool:
+    """Whether stderr is the journald stream systemd connected (``JOURNAL_STREAM=DEV:INODE``
+    names it; a child whose stderr was redirected elsewhere inherits the variable, hence the
+    comparison)."""
+    value = os.environ.get("JOURNAL_STREAM", "")
+    device, _, inode = value.partition(":")
+    if not (device.isdigit() and inode.isdigit()):
+        return False
+    try:
+        st = os.fstat(sys.stderr.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (st.st_dev, st.st_ino) == (int(device), int(inode))
+
+
+def journal_prefix(level: int) -> str:
+    """``<N>`` (sd-daemon(3)) for a stderr line of ``level`` when stderr is the journal, else
+    nothing."""
+    if not stderr_is_journal():
+        return ""
+    for threshold in sorted(_JOURNAL_PRIORITY, reverse=True):
+        if level >= threshold:
+            return f"<{_JOURNAL_PRIORITY[threshold]}>"
+    return "<7>"
+
+
+class _JournalFormatter(logging.Formatter):
+    """A record as journald wants a stderr line: the priority prefix, no time, no PID."""
+
+    def __init__(self) -> None:
+        super().__init__("%(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        prefix = journal_prefix(record.levelno) or "<6>"
+        # One entry per line: a traceback's lines would otherwise each be a priority-6 entry.
+        return "\n".join(prefix + line for line in super().format(record).splitlines())
+
 
 class _TerminalHandler(logging.StreamHandler):
     """``bundlefs: warning: …`` on stderr, clearing a progress line first so they do not mix."""
@@ -154,7 +204,7 @@ class _TerminalHandler(logging.StreamHandler):
     def format(self, record: logging.LogRecord) -> str:
         record = logging.makeLogRecord(record.__dict__)
         record.levelname = record.levelname.lower()
-        return super().format(record)
+        return journal_prefix(record.levelno) + super().format(record)
 
     def emit(self, record: logging.LogRecord) -> None:
         status.clear()
@@ -172,7 +222,8 @@ def setup_logging(
     - ``terminal``: every command (and ``mount`` until it serves): bundlefs's warnings and errors
       as ``bundlefs: warning: …`` on stderr;
     - ``stderr``: a mount serving in the foreground: INFO and up (DEBUG with ``debug``) of every
-      logger, timestamped, to ``log_file`` if set, else to stderr;
+      logger, timestamped, to ``log_file`` if set, else to stderr (to journald under systemd:
+      priority-prefixed, without the time and PID the journal adds);
     - ``syslog``: the detached mount daemon: the same, to ``log_file`` if set, else to syslog
       (nowhere without ``/dev/log``).
     """
@@ -191,14 +242,25 @@ def setup_logging(
         handler: logging.Handler = logging.FileHandler(log_file)
     elif target == "stderr":
         handler = logging.StreamHandler(sys.stderr)
+        if stderr_is_journal():
+            handler.setFormatter(_JournalFormatter())
+            _install(handler, debug)
+            return
     elif os.path.exists("/dev/log"):
         from logging.handlers import SysLogHandler
 
+        # The syslog tag ("bundlefs[PID]:"), which journald parses into SYSLOG_IDENTIFIER and
+        # SYSLOG_PID; the handler sends each record's priority as <PRI>, and the time is the
+        # receiver's.
         handler = SysLogHandler("/dev/log")
         fmt = "bundlefs[%(process)d]: %(levelname)s %(name)s: %(message)s"
     else:
         handler = logging.NullHandler()
     handler.setFormatter(logging.Formatter(fmt))
+    _install(handler, debug)
+
+
+def _install(handler: logging.Handler, debug: bool) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if debug else logging.INFO)

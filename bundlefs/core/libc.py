@@ -135,3 +135,17 @@ def set_mmap_threshold(nbytes: int) -> None:
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
     mallopt(M_MMAP_THRESHOLD, nbytes)
+
+
+# -- prctl(2): a child that dies with its parent ------------------------------------------------
+
+_PR_SET_PDEATHSIG = 1
+
+
+def set_parent_death_signal(signum: int) -> None:
+    """Have the kernel send ``signum`` to this process when the thread that forked it exits.
+
+    Raises ``OSError`` if ``prctl`` refuses.
+    """
+    if _libc().prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:
+        raise _error("prctl(PR_SET_PDEATHSIG)")

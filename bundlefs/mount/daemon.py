@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import logging
 import os
 import shutil
@@ -32,6 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 from bundlefs.core.libc import set_mmap_threshold
 from bundlefs.errors import BundleError, MountError
+from bundlefs.mount import worker
+from bundlefs.mount.bindings import load as load_fuse_bindings
+from bundlefs.mount.bindings import stock_reason
+from bundlefs.mount.supervisor import Supervisor
 from bundlefs.mount.table import is_mountpoint, mount_info, resolved_mount_path
 from bundlefs.read.bundle import DEFAULT_CACHE_SIZE, Bundle
 
@@ -62,7 +67,7 @@ class MountOptions:
     uid: int | None = None
     gid: int | None = None
     read_ahead_kb: int = DEFAULT_READ_AHEAD_KB
-    load_threads: int = 4
+    load_threads: int | None = None  # None: load_threads_for(...)
     open_mode: str = "auto"
     index_resident: int = DEFAULT_INDEX_RESIDENT
     prefetch: bool = True
@@ -71,6 +76,7 @@ class MountOptions:
     debug: bool = False
     auto_unmount: bool = True
     allow_nonempty: bool = False
+    workers: int | None = None  # serving processes; None: default_workers()
     # A bundle at a URL (``bundle`` is then the URL): the store's options, which stay in this
     # process (the daemon forks from it, so they never appear on a command line or in the mount
     # table), and the on-disk record cache (docs/storage.md).
@@ -88,6 +94,15 @@ class MountOptions:
         return {k: v for k, v in given.items() if v is not None}
 
 
+def default_workers() -> int:
+    """Serving processes when ``--workers`` is not given: one per CPU, at most 8.
+
+    Cold reads scale with processes up to the cores (docs/performance.md); past 8 the kernel's
+    single request queue and the disk are the limit, and each worker holds its own cache share.
+    """
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
 # Where FUSE is out of reach, a user can still read a bundle: every such error says so.
 _WITHOUT_FUSE = "the Python API (bundlefs.Bundle) reads bundles without FUSE"
 _FUSE_DEVICE = "/dev/fuse"
@@ -98,16 +113,8 @@ _FUSE_DEVICE_NUMBER = os.makedev(10, 229)  # the misc device the kernel's fuse m
 
 
 def _fuse_bindings() -> ModuleType:
-    """pyfuse3, or a ``MountError`` naming the extra that installs it (never a traceback)."""
-    try:
-        import pyfuse3  # imported here: only the mount needs the FUSE bindings
-    except ImportError as e:
-        missing = f"{e.name} is not installed" if e.name else f"they cannot be loaded ({e})"
-        raise MountError(
-            f"bundlefs mount needs the FUSE bindings and {missing}: "
-            f"pip install 'bundlefs[mount]' ({_WITHOUT_FUSE})"
-        ) from None
-    return pyfuse3
+    """The FUSE binding (``bindings``: patched, else stock), or a one-sentence ``MountError``."""
+    return load_fuse_bindings()
 
 
 def _check_mountpoint(path: str, *, allow_nonempty: bool = False) -> None:
@@ -219,14 +226,11 @@ def mount(options: MountOptions, log_setup: LogSetup | None = None) -> int:
         bundle.close()
         raise MountError(f"--open-mode no-open is not available: {reason}")
 
+    workers, single_reason = _choose_workers(options, pyfuse3)
     ready_read, ready_write = (None, None) if options.foreground else os.pipe()
 
-    async def announce_ready() -> None:
+    def signal_ready() -> None:
         log.info("mounted %s on %s", options.bundle, options.mountpoint)
-        if 0 < bundle.info().index_bytes <= options.index_resident:
-            threading.Thread(
-                target=_hold_index_resident, args=(bundle,), name="bundlefs-index", daemon=True
-            ).start()
         try:
             if options.read_ahead_kb:
                 _set_read_ahead(options)  # before "ready": the first big read already gains
@@ -236,6 +240,16 @@ def mount(options: MountOptions, log_setup: LogSetup | None = None) -> int:
                     os.write(ready_write, b"1")
                 os.close(ready_write)
             notify_systemd(f"READY=1\nSTATUS=serving {options.bundle}")
+
+    def hold_index() -> None:
+        if 0 < bundle.info().index_bytes <= options.index_resident:
+            threading.Thread(
+                target=_hold_index_resident, args=(bundle,), name="bundlefs-index", daemon=True
+            ).start()
+
+    async def announce_ready() -> None:
+        hold_index()
+        signal_ready()
 
     def on_ready() -> None:
         # pyfuse3 calls this while handling FUSE_INIT, before it replies; the kernel applies the
@@ -248,11 +262,12 @@ def mount(options: MountOptions, log_setup: LogSetup | None = None) -> int:
     settings = MountSettings(
         uid=options.uid,
         gid=options.gid,
-        load_threads=options.load_threads,
+        load_threads=_load_threads(options, workers, bundle),
         open_mode=options.open_mode,
         prefetch=options.prefetch,
     )
-    ops = BundleOperations(bundle, settings, on_ready)
+    ops = BundleOperations(bundle, settings, on_ready if workers == 1 else None)
+    ops.single_process_reason = single_reason
     try:
         pyfuse3.init(ops, options.mountpoint, _fuse_options(options))
     except RuntimeError as e:
@@ -271,7 +286,67 @@ def mount(options: MountOptions, log_setup: LogSetup | None = None) -> int:
             log_setup(False)
     elif log_setup is not None:
         log_setup(True)
-    return _serve(ops, pyfuse3)
+    if workers == 1:
+        if single_reason:
+            log.info("serving in one process: %s", single_reason)
+        return _serve(ops, pyfuse3, lambda: _exit_code(worker.serve(ops, pyfuse3)))
+
+    def serve_workers() -> int:
+        if not worker.handshake(ops, pyfuse3):
+            log.info("the file system went away before the kernel handshake")
+            return 0
+        if ops.open_mode != "no-open":  # the kernel refused no_open: the open path
+            ops.single_process_reason = f"the open path ({ops.open_mode_reason})"
+            log.info("serving in one process: %s", ops.single_process_reason)
+            hold_index()
+            signal_ready()
+            return _exit_code(worker.serve(ops, pyfuse3))
+        supervisor = Supervisor(
+            ops,
+            pyfuse3,
+            workers,
+            cache_size=options.cache_size,
+            worker_setup=lambda slot: hold_index() if slot == 0 else None,
+            auto_unmount=options.auto_unmount,
+        )
+        return supervisor.run(signal_ready)
+
+    return _serve(ops, pyfuse3, serve_workers)
+
+
+def _load_threads(options: MountOptions, workers: int, bundle: Bundle) -> int:
+    """Threads for record loads in each serving process, unless ``--threads`` says.
+
+    One process: 4, so a disk read does not stall every other request. Several workers: 0, every
+    load inline: the other workers serve meanwhile, and the thread hop (60-70 µs a read here)
+    is saved. A bundle on an object store keeps its threads (a miss may wait on the network).
+    """
+    if options.load_threads is not None:
+        return options.load_threads
+    return 4 if workers == 1 or bundle.content.reads_may_stall else 0
+
+
+def _exit_code(ended: int) -> int:
+    """The daemon's exit code for how a serving loop ended: unmounted or stopped, both fine."""
+    return 0 if ended in (worker.ENDED_UNMOUNTED, worker.ENDED_BY_SIGNAL) else 1
+
+
+def _choose_workers(options: MountOptions, pyfuse3: ModuleType) -> tuple[int, str]:
+    """How many processes serve the mount, and why only one where that is so ("" if chosen)."""
+    if options.workers is not None and options.workers < 1:
+        raise MountError(f"--workers must be at least 1, not {options.workers}")
+    wanted = options.workers if options.workers is not None else default_workers()
+    if options.workers == 1:
+        return 1, ""
+    if not hasattr(pyfuse3, "get_session_fd"):
+        # The daemon's first log line: on a stock binding, what it costs and the fix (bindings).
+        why = stock_reason() or "the patched build can: make install; third_party/pyfuse3"
+        return 1, f"this pyfuse3 cannot share a mount between processes ({why})"
+    if wanted == 1:
+        return 1, "this machine has one CPU"
+    if options.open_mode == "open":
+        return 1, "--open-mode open"
+    return wanted, ""
 
 
 def _wait_for_child(ready_read: int, pid: int) -> int:
@@ -295,28 +370,11 @@ def _become_daemon() -> None:
     os.close(devnull)
 
 
-def _serve(ops: BundleOperations, pyfuse3: ModuleType) -> int:
-    import trio
-
-    async def watch_signals(scope: trio.CancelScope) -> None:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGUSR1) as signals:
-            async for signum in signals:
-                if signum == signal.SIGUSR1:
-                    log.info("stats %s", ops.stats())
-                    continue
-                log.info("received %s, unmounting", signal.Signals(signum).name)
-                pyfuse3.terminate()
-                return
-
-    async def serve() -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(watch_signals, nursery.cancel_scope)
-            await pyfuse3.main()
-            nursery.cancel_scope.cancel()
-
-    code = 0
+def _serve(ops: BundleOperations, pyfuse3: ModuleType, serve: Callable[[], int]) -> int:
+    """Run ``serve``, then unmount and close whatever way it ended; the exit code."""
+    code = 1
     try:
-        trio.run(serve)
+        code = serve()
     except BaseException:
         log.exception("the file system loop failed")
         code = 1
@@ -324,7 +382,7 @@ def _serve(ops: BundleOperations, pyfuse3: ModuleType) -> int:
         notify_systemd("STOPPING=1")
         pyfuse3.close(unmount=True)
         ops.close()
-    log.info("unmounted; stats %s", ops.stats())
+    log.info("unmounted; stats %s", json.dumps(ops.stats(), sort_keys=True))
     return code
 
 

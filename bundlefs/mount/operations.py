@@ -14,12 +14,13 @@ answered with ``keep_cache``. Both paths serve the same bytes; the stats xattr s
 This module holds the only errno table (``_errno_for``); every handler goes through ``_handler`` so
 no exception can escape into pyfuse3's main loop (which would end the file system).
 
-May import: pyfuse3, ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.read``,
-``bundlefs.mount.offload``.
+May import: pyfuse3 (from ``bundlefs.mount.bindings``), ``bundlefs.core``, ``bundlefs.errors``,
+``bundlefs.read``, ``bundlefs.mount.offload``, ``bundlefs.mount.stats``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import functools
 import json
@@ -29,8 +30,6 @@ import select
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar
-
-import pyfuse3
 
 from bundlefs.core import format as fmt
 from bundlefs.errors import (
@@ -42,6 +41,8 @@ from bundlefs.errors import (
     NotASymlink,
     WouldBlock,
 )
+from bundlefs.mount import stats as counters
+from bundlefs.mount.bindings import binding, pyfuse3, stock_reason
 from bundlefs.mount.offload import ThreadOffload
 from bundlefs.read.bundle import Bundle
 
@@ -67,9 +68,7 @@ class MountSettings:
 
 def no_open_unavailable() -> str | None:
     """Why this pyfuse3 cannot serve the no-open path, or None when it can."""
-    if not hasattr(pyfuse3.Operations, "enable_no_open"):
-        return "this pyfuse3 lacks the no-open patch (make install builds it; third_party/pyfuse3)"
-    return None
+    return stock_reason()
 
 
 def _poll_fuse_device() -> select.poll | None:
@@ -116,10 +115,11 @@ _Handler = Callable[Concatenate["BundleOperations", _P], Coroutine[Any, Any, _R]
 def _handler(fn: _Handler[_P, _R]) -> _Handler[_P, _R]:
     """Wrap a handler: count it, map errors to errno, log the unexpected, let none escape."""
     name = fn.__name__
+    counted = counters.REQUEST_INDEX[name]
 
     @functools.wraps(fn)
     async def wrapper(self: BundleOperations, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        self.requests[name] += 1
+        self.counters.values[counted] += 1
         try:
             return await fn(self, *args, **kwargs)
         except pyfuse3.FUSEError:
@@ -130,11 +130,11 @@ def _handler(fn: _Handler[_P, _R]) -> _Handler[_P, _R]:
         except (EntryNotFound, NotADirectory, IsADirectory, NotASymlink) as e:
             raise pyfuse3.FUSEError(_errno_for(e)) from None
         except BundleError as e:
-            self.eio_count += 1
+            self.counters.count(counters.EIO)
             log.error("%s: %s", fn.__name__, e)
             raise pyfuse3.FUSEError(errno.EIO) from None
         except Exception:
-            self.eio_count += 1
+            self.counters.count(counters.EIO)
             log.exception("unexpected error in %s", fn.__name__)
             raise pyfuse3.FUSEError(errno.EIO) from None
 
@@ -145,10 +145,11 @@ def _read_only() -> NoReturn:
     raise pyfuse3.FUSEError(errno.EROFS)
 
 
-_COUNTED_REQUESTS = (
-    "lookup", "getattr", "readlink", "opendir", "readdir", "releasedir", "open", "read",
-    "release", "statfs", "access", "listxattr", "getxattr",
-)  # fmt: skip
+# Extended-attribute namespaces a bundle never stores. ``ls -l`` asks every entry for
+# ``security.selinux`` and ``system.posix_acl_access`` (two requests per entry, each a trip through
+# the daemon, none cached by the kernel). Answered "not supported" rather than "no such
+# attribute", GNU ls remembers that per file system and stops asking after the first entry.
+_UNSUPPORTED_XATTR_NAMESPACES = (b"security.", b"system.", b"trusted.")
 
 
 class BundleOperations(pyfuse3.Operations):
@@ -168,16 +169,20 @@ class BundleOperations(pyfuse3.Operations):
         self._content = bundle.content
         self._entry_count = bundle.config.entry_count
         self.settings = settings
-        self._on_ready = on_ready
+        self.on_ready = on_ready  # called once the kernel handshake is done
         # load_threads == 0: load records inline on the event loop (no thread hop; blocks it).
         threads = settings.load_threads
         self._offload = ThreadOffload(threads) if threads else None
         self._prefetch = settings.prefetch
         self._loads_in_flight = 0
         self._fuse_poll: select.poll | None = None  # set in init(), where the session exists
-        self.eio_count = 0
         self._logged_damage: set[tuple[int | None, int | None, str | None]] = set()
-        self.requests: dict[str, int] = dict.fromkeys(_COUNTED_REQUESTS, 0)
+        # Counters of this process; a multi-worker mount points them into shared memory.
+        self.mount_counters = counters.MountCounters(1)
+        self.counters = self.mount_counters.slot(0)
+        self.counters.started(os.getpid(), 0)
+        self.workers = 1  # serving processes, as the supervisor decided
+        self.single_process_reason = ""  # why one process serves the mount, where that applies
         # The patched pyfuse3 reads enable_no_open at the kernel handshake and clears it when the
         # kernel lacks no_open/no_opendir; init() then sees what is in effect.
         unavailable = no_open_unavailable()
@@ -204,8 +209,24 @@ class BundleOperations(pyfuse3.Operations):
             f" ({self.open_mode_reason})" if self.open_mode_reason else "",
         )
         self._fuse_poll = _poll_fuse_device()
-        if self._on_ready is not None:
-            self._on_ready()
+        if self.on_ready is not None:
+            self.on_ready()
+
+    def use_counters(self, mount_counters: counters.MountCounters, slot: int) -> None:
+        """Count into ``slot`` of counters shared by every worker of the mount (after a fork)."""
+        self.mount_counters = mount_counters
+        self.counters = mount_counters.slot(slot)
+        self.workers = mount_counters.workers
+
+    @property
+    def eio_count(self) -> int:
+        """Requests this process answered with EIO."""
+        return self.counters.get("eio_count")
+
+    @property
+    def requests(self) -> dict[str, int]:
+        """Requests this process received, per operation."""
+        return self.counters.requests()
 
     def close(self) -> None:
         """Stop the load threads and close the bundle (after the loop has ended)."""
@@ -214,28 +235,31 @@ class BundleOperations(pyfuse3.Operations):
         self.bundle.close()
 
     def stats(self) -> dict[str, object]:
-        s = self.bundle.cache_stats()
-        return {
-            "cache_capacity": s.capacity,
-            "cache_bytes": s.size,
-            "cache_records": s.entries,
-            "cache_hits": s.hits,
-            "cache_misses": s.misses,
-            "cache_evictions": s.evictions,
-            "bytes_decompressed": s.bytes_loaded,
-            "eio_count": self.eio_count,
-            "open_mode": self.open_mode,
-            "open_mode_reason": self.open_mode_reason,
-            "requests": dict(self.requests),
-        }
+        """The whole mount's figures (every worker's), and how it is served."""
+        self.counters.publish_cache(self.bundle.cache)
+        figures = self.mount_counters.totals()
+        figures.update(
+            open_mode=self.open_mode,
+            open_mode_reason=self.open_mode_reason,
+            binding=binding(),  # "patched" or "stock" (bindings.py)
+            workers=self.workers,
+            single_process_reason=self.single_process_reason,
+        )
+        if self.workers > 1:
+            figures["worker_processes"] = [
+                dataclasses.asdict(w) for w in self.mount_counters.workers_view()
+            ]
+        return figures
 
     def _damaged(self, error: CorruptDataError) -> None:
-        self.eio_count += 1
+        self.counters.count(counters.EIO)
         if self._store_unreachable():
+            self.counters.count(counters.OUTAGE_EIO)
             # A bundle at a URL whose store is down: its records are not damaged, and the store
             # logged the outage once (and will log its end); a line per record would flood the
             # log for as long as it lasts.
             return
+        self.counters.count(counters.DAMAGE_EIO)
         key = (error.shard, error.record, error.path)
         if key in self._logged_damage:
             return
@@ -366,6 +390,12 @@ class BundleOperations(pyfuse3.Operations):
         self, fh: pyfuse3.FileHandleT, off: int, size: int
     ) -> bytes | bytearray:
         entry = self._entry(fh)
+        try:
+            return await self._read(entry, off, size)
+        finally:
+            self.counters.publish_cache(self._content.cache)
+
+    async def _read(self, entry: fmt.Entry, off: int, size: int) -> bytes | bytearray:
         if self._offload is None:
             return self._content.read_at(entry, off, size, as_buffer=True)
         try:
@@ -451,6 +481,8 @@ class BundleOperations(pyfuse3.Operations):
     async def getxattr(
         self, inode: pyfuse3.InodeT, name: pyfuse3.XAttrNameT, ctx: pyfuse3.RequestContext
     ) -> bytes:
+        if name.startswith(_UNSUPPORTED_XATTR_NAMESPACES):
+            raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
         value = self._xattrs(self._entry(inode)).get(name)
         if value is None:
             raise pyfuse3.FUSEError(pyfuse3.ENOATTR)

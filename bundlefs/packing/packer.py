@@ -34,7 +34,7 @@ from bundlefs.storage import publish
 from bundlefs.storage.index import IndexWriter
 from bundlefs.storage.location import Location, parse_location
 from bundlefs.storage.objects import is_remote_prefix
-from bundlefs.storage.publish_remote import RemotePublisher, staging_path
+from bundlefs.storage.publish_remote import RemotePublisher, UploadProgress, staging_path
 from bundlefs.storage.shards import zstd_module
 
 DEFAULT_SHARD_SIZE = 4 * 1024**3
@@ -131,6 +131,8 @@ class PackProgress:
     bytes_read: int = 0
     bytes_stored: int = 0
     started: float = field(default_factory=time.monotonic)
+    # Set once a pack to a URL is built and uploading (the counters above are then final).
+    upload: UploadProgress | None = None
 
 
 @dataclass
@@ -144,6 +146,10 @@ class PackSummary:
     changed: list[str] = field(default_factory=list)  # files that changed while being read
     # Seconds of each phase of a distributed pack (listing, packing, merge); empty otherwise.
     phases: dict[str, float] = field(default_factory=dict)
+    # A pack to a URL: ``seconds`` is the whole pack, these its two parts (None for a directory).
+    build_seconds: float | None = None
+    upload_seconds: float | None = None
+    uploaded_bytes: int = 0
 
     def to_dict(self) -> dict[str, object]:
         """The summary as JSON-ready facts (the counts of ``bundlefs pack``'s summary line)."""
@@ -164,6 +170,10 @@ class PackSummary:
         }
         if self.phases:
             facts["phases"] = {name: round(s, 3) for name, s in self.phases.items()}
+        if self.upload_seconds is not None and self.build_seconds is not None:
+            facts["build_seconds"] = round(self.build_seconds, 3)
+            facts["upload_seconds"] = round(self.upload_seconds, 3)
+            facts["uploaded_bytes"] = self.uploaded_bytes
         return facts
 
 
@@ -323,9 +333,17 @@ def pack(
     disk, a store that refuses the upload. Nothing is left behind then, and an existing DEST is
     untouched (but a URL replaced with ``force`` no longer opens: its old marker goes first).
     """
+    started = time.monotonic()
     options = check_options(options)
     paths = _source_paths(source)
     location, remote = check_destination(paths, dest, options)
+    uploading = None
+    if progress is not None:
+        report = progress
+
+        def uploading(upload: UploadProgress) -> None:
+            report(PackProgress(started=upload.started, upload=upload))
+
     summary, where = publish_built(
         location,
         remote,
@@ -333,8 +351,15 @@ def pack(
         force=options.force,
         staging=options.staging,
         what=f"cannot pack {_describe(source)}",
+        upload_progress=uploading,
     )
     summary.dest = where
+    if remote is not None and remote.uploaded is not None:
+        # The packer timed the build; the upload after it is the larger part on a slow link.
+        summary.build_seconds = summary.seconds
+        summary.upload_seconds = remote.uploaded.seconds
+        summary.uploaded_bytes = remote.uploaded.total_bytes
+        summary.seconds = time.monotonic() - started
     return summary
 
 
@@ -349,6 +374,7 @@ def publish_built(
     force: bool,
     staging: str | None,
     what: str,
+    upload_progress: Callable[[UploadProgress], None] | None = None,
 ) -> tuple[Built, str]:
     """Build a bundle with ``build(work, work_id)`` in a locked temporary directory, then move it
     to ``location`` (a directory) or upload it with ``remote`` (a URL): atomically either way,
@@ -367,7 +393,7 @@ def publish_built(
                 publish.publish(work, dest, force)
             else:
                 try:  # built and sealed locally, then uploaded with its marker last
-                    remote.publish(work, force)
+                    remote.publish(work, force, progress=upload_progress)
                 finally:
                     shutil.rmtree(work, ignore_errors=True)
     except IndexWriteError as e:

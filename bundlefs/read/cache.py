@@ -39,6 +39,25 @@ class RecordCache:
         self.evictions = 0
         self.bytes_loaded = 0
 
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def size(self) -> int:
+        """The bytes held now."""
+        return self._size
+
+    def resize(self, capacity: int) -> None:
+        """Bound the cache to ``capacity`` bytes from now on, evicting what no longer fits."""
+        if capacity < 0:
+            raise ValueError("cache capacity must not be negative")
+        with self._lock:
+            self.capacity = capacity
+            while self._size > capacity:
+                _, evicted = self._items.popitem(last=False)
+                self._size -= len(evicted)
+                self.evictions += 1
+
     def __contains__(self, key: Hashable) -> bool:
         """Whether ``key`` is held, without counting a hit or a miss or refreshing it."""
         return key in self._items

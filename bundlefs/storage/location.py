@@ -5,8 +5,9 @@ mount, fsspec's ``fo=``) parses it with ``parse_location``. A plain path, or ``f
 and handled as it always was; anything else with a ``scheme://`` is remote and goes through
 fsspec (s3fs for S3, which also serves S3-compatible stores through ``endpoint_url``).
 Credentials and endpoints come from where fsspec's back-ends look (environment, profiles) and from
-``storage_options`` (the CLI's ``--storage-option key=value``; ``BUNDLEFS_STORAGE_OPTIONS``, a JSON
-object, for programs that cannot pass them, such as a mount started by systemd).
+``storage_options`` (the CLI's ``--storage-option key=value``; ``--storage-options-file``, read
+by ``read_storage_options_file``, which refuses a file other users could read;
+``BUNDLEFS_STORAGE_OPTIONS``, a JSON object, for programs that cannot pass them).
 
 May import: the standard library, ``bundlefs.errors``; fsspec, lazily (it is an optional extra).
 """
@@ -18,11 +19,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from bundlefs.errors import BundleError, UsageError
+from bundlefs.errors import BundleError, StorageOptionsError, StorageOptionSyntaxError
 
 ENV_STORAGE_OPTIONS = "BUNDLEFS_STORAGE_OPTIONS"
 # Which extra installs the fsspec back-end of a protocol, for the error when it is missing.
 _EXTRA_OF = {"s3": "s3", "s3a": "s3"}
+_OPTIONS_FILE_LIMIT = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,7 @@ def parse_storage_options(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            raise UsageError(f"--storage-option {item!r}: expected KEY=VALUE")
+            raise StorageOptionSyntaxError(f"--storage-option {item!r}: expected KEY=VALUE")
         try:
             value: Any = json.loads(raw)
         except ValueError:
@@ -105,8 +107,85 @@ def parse_storage_options(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
         for part in parents:
             target = target.setdefault(part, {})
             if not isinstance(target, dict):
-                raise BundleError(f"--storage-option {item!r}: {part} is not an object")
+                raise StorageOptionsError(f"--storage-option {item!r}: {part} is not an object")
         target[leaf] = value
+    return options
+
+
+def read_storage_options_file(path: str | os.PathLike) -> dict[str, Any]:
+    """Storage options from a file: a JSON object, or ``KEY=VALUE`` lines as ``--storage-option``
+    takes them (blank lines and ``#`` comments skipped).
+
+    The file holds credentials, so it is refused unless only its owner can read it (mode 0600 or
+    stricter) and that owner is this process's user or root: a pipe (``/dev/fd/N``) and systemd's
+    ``LoadCredential=`` files (0400) pass. No message repeats a line of it. A ``/dev/fd/N``
+    (N > 2) is closed once read: a pipe handed over by ``bundlefs.cli.scrub`` or a shell, of no
+    use drained, and not to be inherited by a daemon.
+    """
+    name = os.fsdecode(os.fspath(path))
+    inherited = name.removeprefix("/dev/fd/")
+    try:
+        with open(path, "rb") as f:
+            if inherited.isdigit() and int(inherited) > 2:
+                os.close(int(inherited))
+            st = os.fstat(f.fileno())
+            if st.st_mode & 0o077:
+                raise StorageOptionsError(
+                    f"refusing the storage options file {name}: other users may read it "
+                    f"(mode {st.st_mode & 0o777:04o}); chmod 600 it"
+                )
+            if st.st_uid not in (os.geteuid(), 0):
+                raise StorageOptionsError(
+                    f"refusing the storage options file {name}: it is owned by uid {st.st_uid}, "
+                    "neither by you nor by root"
+                )
+            data = f.read(_OPTIONS_FILE_LIMIT + 1)
+    except OSError as e:
+        raise StorageOptionsError(
+            f"cannot read the storage options file {name}: {e.strerror}"
+        ) from None
+    if len(data) > _OPTIONS_FILE_LIMIT:
+        raise StorageOptionsError(f"the storage options file {name} is over 1 MiB")
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        raise StorageOptionsError(f"the storage options file {name} is not UTF-8 text") from None
+    if text.lstrip().startswith("{"):
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
+        if not isinstance(value, dict):
+            raise StorageOptionsError(f"the storage options file {name} is not a JSON object")
+        return value
+    pairs = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, _ = line.partition("=")
+        if not sep or not key.strip():
+            raise StorageOptionsError(
+                f"line {number} of the storage options file {name} is not KEY=VALUE"
+            )
+        pairs.append(f"{key.strip()}={line.partition('=')[2].strip()}")
+    try:
+        return parse_storage_options(pairs)
+    except StorageOptionsError:  # a nesting clash; its message would quote the line
+        raise StorageOptionsError(
+            f"the storage options file {name} nests a key below one that is not an object"
+        ) from None
+
+
+def merged_storage_options(
+    files: list[str] | tuple[str, ...], pairs: list[str] | tuple[str, ...]
+) -> dict[str, Any]:
+    """The options of ``--storage-options-file``s (in order), then of ``--storage-option``
+    pairs: a later one wins, key by key."""
+    options: dict[str, Any] = {}
+    for path in files:
+        options.update(read_storage_options_file(path))
+    options.update(parse_storage_options(pairs))
     return options
 
 

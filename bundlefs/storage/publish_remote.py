@@ -10,7 +10,8 @@ the packer builds and seals the bundle in a local staging directory as always, t
 2. with ``force``, delete the old ``COMPLETE`` first: from then on nothing opens the URL, so no
    reader can ever pair the old marker with new objects;
 3. upload the index and the shards in parallel (bounded; fsspec's ``put_file``, which s3fs turns
-   into a multipart upload for large objects);
+   into a multipart upload for large objects), counting bytes as the back-end reports them (s3fs:
+   per multipart part, or per object below two parts) for ``UploadProgress``;
 4. check what landed with cheap requests: every object's size (a HEAD each) and every shard's
    header (a 32-byte ranged GET: it names the bundle, so a concurrent pack to the same URL that
    overwrote a shard is caught here rather than by a reader);
@@ -33,6 +34,8 @@ import dataclasses
 import logging
 import os
 import re
+import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -69,6 +72,64 @@ _INDEX_OBJECT = f"{fmt.INDEX_DIR}/{fmt.INDEX_FILE}"
 _BUNDLE_OBJECT = re.compile(
     rf"{fmt.MARKER_NAME}|{fmt.INDEX_DIR}/(data|lock)\.mdb|{fmt.SHARD_PREFIX}[0-9a-f]{{8}}"
 )
+
+
+@dataclass
+class UploadProgress:
+    """An upload under way (and, once ``publish`` returns, done): ``RemotePublisher.uploaded``."""
+
+    total_bytes: int
+    objects: int
+    bytes_done: int = 0
+    objects_done: int = 0
+    started: float = dataclasses.field(default_factory=time.monotonic)
+    seconds: float = 0.0  # set when every object (the marker included) is in the store
+
+
+class _ByteCounter:
+    """fsspec's ``callback`` protocol (``set_size``, ``relative_update``, …) for one object,
+    adding what the back-end reports to the upload's shared count. Never more than the object's
+    size: a part sent again after a failure is not counted twice."""
+
+    def __init__(self, upload: _Upload, size: int) -> None:
+        self.upload, self.size, self.done = upload, size, 0
+
+    def set_size(self, size: int) -> None:
+        pass
+
+    def relative_update(self, inc: int = 1) -> None:
+        self.absolute_update(self.done + inc)
+
+    def absolute_update(self, value: int) -> None:
+        value = min(value, self.size)
+        self.upload.add(value - self.done)
+        self.done = max(self.done, value)
+
+    def branched(self, *args: Any, **kwargs: Any) -> None:
+        return None  # no callbacks for the parts of a directory copy: we upload files
+
+    def call(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _Upload:
+    """The shared count of one publish, reported to ``progress`` (from the upload threads)."""
+
+    def __init__(self, progress: UploadProgress, report: Callable[[UploadProgress], None] | None):
+        self.progress, self.report = progress, report
+        self._lock = threading.Lock()
+
+    def add(self, nbytes: int, objects: int = 0) -> None:
+        if nbytes <= 0 and not objects:
+            return
+        with self._lock:
+            self.progress.bytes_done += max(0, nbytes)
+            self.progress.objects_done += objects
+            if self.report is not None:
+                self.report(self.progress)
 
 
 @dataclass(frozen=True)
@@ -128,6 +189,8 @@ class RemotePublisher:
         except BundleError as e:  # fsspec or its back-end missing: the location names the extra
             raise PackError(str(e)) from None
         self.root = location.path.rstrip("/")
+        self.uploaded: UploadProgress | None = None  # the last publish's, once it ran
+        self._upload_count = _Upload(UploadProgress(0, 0), None)
 
     # -- errors ------------------------------------------------------------------------------------
 
@@ -195,17 +258,27 @@ class RemotePublisher:
     # -- publishing ------------------------------------------------------------------------------
 
     def publish(
-        self, work: str, force: bool, *, uploaded: Callable[[str, int], None] | None = None
-    ) -> None:
+        self,
+        work: str,
+        force: bool,
+        *,
+        uploaded: Callable[[str, int], None] | None = None,
+        progress: Callable[[UploadProgress], None] | None = None,
+    ) -> UploadProgress:
         """Upload the sealed bundle at ``work`` (a local directory) to the URL, marker last.
 
-        ``uploaded`` is called with each object's name and size once it is in the store.
+        ``uploaded`` is called with each object's name and size once it is in the store;
+        ``progress`` (from the upload threads, one call at a time) as bytes arrive. Returns what
+        was uploaded and how long it took, as ``self.uploaded`` keeps it.
         """
         marker = read_marker(work)
         names = [_INDEX_OBJECT] + [
             fmt.shard_filename(i, marker.format_version) for i in range(marker.shard_count)
         ]
         sizes = {name: os.path.getsize(os.path.join(work, name)) for name in names}
+        counted = UploadProgress(sum(sizes.values()) + fmt.MARKER_SIZE, len(names) + 1)
+        self.uploaded = counted
+        self._upload_count = _Upload(counted, progress)
         state = self.check(force)
         if state.complete:
             # First, so that from here on nothing opens the URL: a reader never pairs the old
@@ -221,9 +294,11 @@ class RemotePublisher:
         with self._store_errors("writing the completion marker"):
             self._upload(work, fmt.MARKER_NAME, uploaded, small=True)
             self._check_uploaded(work, fmt.MARKER_NAME, fmt.MARKER_SIZE, published=True)
+        counted.seconds = time.monotonic() - counted.started
         stale = sorted(set(state.objects) - set(names) - {fmt.MARKER_NAME})
         if stale:
             self._remove_stale(stale)
+        return counted
 
     def _upload(
         self,
@@ -234,9 +309,14 @@ class RemotePublisher:
         small: bool = False,
     ) -> None:
         local = os.path.join(work, name)
-        (self.fs if small else self.upload_fs).put_file(local, self._object(name))
+        size = os.path.getsize(local)
+        counter = _ByteCounter(self._upload_count, size)
+        fs = self.fs if small else self.upload_fs
+        fs.put_file(local, self._object(name), callback=counter)
+        counter.absolute_update(size)  # a back-end that reports nothing is counted whole here
+        self._upload_count.add(0, objects=1)
         if uploaded is not None:
-            uploaded(name, os.path.getsize(local))
+            uploaded(name, size)
 
     def _check_uploaded(self, work: str, name: str, size: int, *, published: bool = False) -> None:
         """That ``name`` is in the store with ``size`` bytes, and a shard names this bundle.

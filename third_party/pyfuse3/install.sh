@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Build pyfuse3 from its pinned PyPI sdist with no-open.patch applied, and install it into the
-# virtual environment whose pip is given as $1. Idempotent: does nothing when that exact build is
-# installed already. See README.md beside this file for what the patch changes and why.
+# Build pyfuse3 from the vendored, hash-pinned 3.5.0 sdist with every *.patch here applied in name
+# order (prepare.py), and install it into the virtual environment whose pip is given as $1, as
+# version 3.5.0+bundlefs.ID (ID names the patch set, so a new or changed patch rebuilds it).
+# Idempotent: does nothing when that exact build is installed already. `make install` uses it for
+# the top-level `pyfuse3` of the developer venv; `pip install 'bundlefs[mount]'` builds the same
+# sources as bundlefs._fuse3 instead (setup.py). See README.md beside this file.
 set -euo pipefail
 
 PIP=${1:?usage: install.sh PATH/TO/VENV/bin/pip}
-VERSION=3.5.0
-SHA256=88399a9494b88603230bba300f4ba9ad63fece5ed514ca3633d555a0c6a42b24
-LOCAL_VERSION="$VERSION+bundlefs.1"  # shows in `pip list` that this is the patched build
 HERE=$(cd "$(dirname "$0")" && pwd)
+PY=$(dirname "$PIP")/python
+LOCAL_VERSION=$("$PY" "$HERE/prepare.py" --local-version)  # shows in `pip list`: the patched build
 
 installed=$("$PIP" show pyfuse3 2>/dev/null || true)  # (a pipe into grep -q would break pip's)
 if grep -qx "Version: $LOCAL_VERSION" <<<"$installed"; then
@@ -17,13 +19,6 @@ fi
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$PIP" download -q --no-deps --no-binary :all: -d "$work" "pyfuse3==$VERSION"
-sdist="$work/pyfuse3-$VERSION.tar.gz"
-echo "$SHA256  $sdist" | sha256sum -c --quiet - || {
-  echo "pyfuse3 $VERSION sdist does not match its pinned SHA-256: refusing to build it" >&2
-  exit 1
-}
-tar -xzf "$sdist" -C "$work"
-patch -s -p1 -d "$work/pyfuse3-$VERSION" < "$HERE/no-open.patch"
-echo "building pyfuse3 $LOCAL_VERSION (pyfuse3 $VERSION + third_party/pyfuse3/no-open.patch)"
-SETUPTOOLS_SCM_PRETEND_VERSION="$LOCAL_VERSION" "$PIP" install -q "$work/pyfuse3-$VERSION"
+source=$("$PY" "$HERE/prepare.py" "$work")
+echo "building pyfuse3 $LOCAL_VERSION (pyfuse3 3.5.0 + $(cd "$HERE" && echo *.patch))"
+SETUPTOOLS_SCM_PRETEND_VERSION="$LOCAL_VERSION" "$PIP" install -q "$source"

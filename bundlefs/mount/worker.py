@@ -1,0 +1,120 @@
+"""One serving process: pyfuse3's main loop under trio, its signals, and a session of its own.
+
+``serve`` runs the loop until the session ends (unmounted) or a stop signal arrives; it is the
+whole life of a single-process mount and of each worker of a multi-worker one
+(``bundlefs.mount.supervisor``). ``handshake`` runs the loop only until the kernel handshake
+(FUSE_INIT) is done, which libfuse needs to have seen in the process that forks the workers.
+``clone_session`` gives a forked worker its own descriptor on the mount's FUSE connection: the
+kernel then ends the requests a dead worker had read (with ECONNABORTED) instead of leaving their
+readers waiting forever, and a non-blocking descriptor lets the workers that lose the race for a
+request go back to their loop instead of blocking in ``read()`` (the patched pyfuse3 treats
+EAGAIN as "wait again"; third_party/pyfuse3/nonblocking.patch).
+
+It is libfuse's ``fuse_loop.c`` role; no file-system semantics here (that is ``operations``).
+
+May import: pyfuse3 and trio (only when called), ``bundlefs.mount.operations``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import signal
+import struct
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bundlefs.mount.operations import BundleOperations
+
+log = logging.getLogger("bundlefs")
+
+FUSE_DEVICE = "/dev/fuse"
+_FUSE_DEV_IOC_CLONE = 0x8004E500  # _IOR(229, 0, uint32_t), <linux/fuse.h>
+
+# How a worker's loop ended: the session ended (the mount is gone), or a signal stopped it.
+ENDED_UNMOUNTED = 0
+ENDED_BY_SIGNAL = 3
+
+
+def serve(
+    ops: BundleOperations,
+    pyfuse3: ModuleType,
+    *,
+    stop_signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT),
+    stats_signal: int | None = signal.SIGUSR1,
+) -> int:
+    """Serve requests until the session ends or a stop signal arrives; how it ended.
+
+    Raises whatever ends pyfuse3's loop otherwise (the caller logs it).
+    """
+    import trio
+
+    stopped_by: list[int] = []
+    watched = stop_signals + ((stats_signal,) if stats_signal is not None else ())
+
+    async def watch_signals() -> None:
+        with trio.open_signal_receiver(*watched) as signals:
+            async for signum in signals:
+                if signum == stats_signal:
+                    log.info("stats %s", json.dumps(ops.stats(), sort_keys=True))
+                    continue
+                log.info("received %s, stopping", signal.Signals(signum).name)
+                stopped_by.append(signum)
+                pyfuse3.terminate()
+                return
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch_signals)
+            await pyfuse3.main()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    return ENDED_BY_SIGNAL if stopped_by else ENDED_UNMOUNTED
+
+
+def handshake(ops: BundleOperations, pyfuse3: ModuleType) -> bool:
+    """Serve only until the kernel handshake is done; whether it was (False: the mount went).
+
+    The loop is cancelled from ``Operations.init``: pyfuse3 calls it while handling FUSE_INIT and
+    writes the reply before the loop reaches its next checkpoint, where the cancellation lands.
+    Nothing after the handshake is received here, so libfuse's per-thread splice pipe (made on
+    the first receive after INIT) is never made in this process and never shared by a fork.
+    """
+    import trio
+
+    done: list[bool] = []
+
+    async def main() -> None:
+        with trio.CancelScope() as scope:
+
+            def initialised() -> None:
+                done.append(True)
+                scope.cancel()
+
+            ops.on_ready = initialised
+            await pyfuse3.main()
+
+    try:
+        trio.run(main)
+    finally:
+        ops.on_ready = None
+    return bool(done)
+
+
+def clone_session(session_fd: int) -> None:
+    """Replace ``session_fd``, in this process only, by a non-blocking clone of its connection.
+
+    A forked worker calls this first: the descriptor it inherited is shared with every other
+    process of the mount (one open file, one queue of requests being processed).
+    """
+    clone = os.open(FUSE_DEVICE, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        fcntl.ioctl(clone, _FUSE_DEV_IOC_CLONE, struct.pack("I", session_fd))
+        os.dup2(clone, session_fd, inheritable=False)
+    finally:
+        os.close(clone)
+    os.set_blocking(session_fd, False)
