@@ -19,6 +19,7 @@ import os
 import socket
 from typing import TYPE_CHECKING
 
+from bundlefs.cli.options import seconds
 from bundlefs.cli.output import EXIT_OK, LogTarget, setup_logging, size
 from bundlefs.core.units import parse_size
 from bundlefs.errors import MountError
@@ -38,7 +39,7 @@ _IGNORED_OPTIONS = {
 # -o options that take a text value; sizes among them are parsed once merged with the flags.
 _TEXT_OPTIONS = (
     "cache_size", "owner", "log_file", "open_mode", "index_resident", "disk_cache",
-    "disk_cache_size",
+    "disk_cache_size", "store_timeout",
 )  # fmt: skip
 _NUMBER_OPTIONS = ("uid", "gid", "read_ahead_kb")
 _OPEN_MODES = ("auto", "no-open", "open")
@@ -170,6 +171,17 @@ def _size_or_none(value: object) -> int | None:
     return None if value is None else parse_size(value)
 
 
+def _seconds_or_none(value: object) -> float | None:
+    """Seconds from a flag (parsed by argparse) or an -o option (text, parsed here)."""
+    assert value is None or isinstance(value, float | str)
+    if value is None or isinstance(value, float):
+        return value
+    try:
+        return seconds(value)
+    except argparse.ArgumentTypeError as e:
+        raise MountError(f"store_timeout= takes seconds: {e}") from None
+
+
 def _text_or_none(value: object) -> str | None:
     assert value is None or isinstance(value, str)
     return value
@@ -194,6 +206,7 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
         index_resident=args.index_resident,
         disk_cache=args.disk_cache,
         disk_cache_size=args.disk_cache_size,
+        store_timeout=args.store_timeout,
     )
     mount_options = parse_mount_options(args.options)
     from_o = mount_options.pop("storage_option", [])
@@ -236,6 +249,7 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
         storage_options=dict(location.storage_options) or None,
         disk_cache=_absolute_or_none(disk_cache),
         disk_cache_size=_size_or_none(values["disk_cache_size"]),
+        store_timeout=_seconds_or_none(values["store_timeout"]),
     )
 
 

@@ -77,6 +77,7 @@ class MountOptions:
     storage_options: dict[str, Any] | None = None
     disk_cache: str | None = None
     disk_cache_size: int | None = None
+    store_timeout: float | None = None
 
     def remote_options(self) -> dict[str, Any]:
         """The ``Bundle`` keywords of a bundle at a URL that were given (none for a local one)."""
@@ -84,6 +85,7 @@ class MountOptions:
             "storage_options": self.storage_options,
             "disk_cache": self.disk_cache,
             "disk_cache_size": self.disk_cache_size,
+            "store_timeout": self.store_timeout,
         }
         return {k: v for k, v in given.items() if v is not None}
 

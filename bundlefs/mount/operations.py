@@ -224,29 +224,24 @@ class BundleOperations(pyfuse3.Operations):
             "cache_evictions": s.evictions,
             "bytes_decompressed": s.bytes_loaded,
             "eio_count": self.eio_count,
+            "outage_eio_count": (self.bundle.storage_stats() or {}).get("outage_eio_count", 0),
             "open_mode": self.open_mode,
             "open_mode_reason": self.open_mode_reason,
             "requests": dict(self.requests),
         }
 
     def _damaged(self, error: CorruptDataError) -> None:
-        self.eio_count += 1
-        if self._store_unreachable():
-            # A bundle at a URL whose store is down: its records are not damaged, and the store
-            # logged the outage once (and will log its end); a line per record would flood the
-            # log for as long as it lasts.
+        if self.bundle.storage_failed_read(error):
+            # The object store is down, the record is not damaged: the store counts it apart
+            # (outage_eio_count) and names the files in a rate-limited line.
             return
+        self.eio_count += 1
         key = (error.shard, error.record, error.path)
         if key in self._logged_damage:
             return
         if len(self._logged_damage) < _MAX_LOGGED_DAMAGE:
             self._logged_damage.add(key)
         log.error("damaged data, read failed with EIO: %s", error)
-
-    def _store_unreachable(self) -> bool:
-        """Whether the bundle's object store is in an outage (never, for a local bundle)."""
-        storage = self.bundle.storage_stats()
-        return bool(storage and storage.get("outage"))
 
     def _entry(self, inode: int) -> fmt.Entry:
         """The entry of an inode the kernel names. One never handed out is ENOENT, not damage."""
