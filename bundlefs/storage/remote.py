@@ -245,7 +245,8 @@ class Fetcher:
                 f"{time.monotonic() - self.outage_since:.0f} s (outage; not retried until it "
                 "answers again)",
             )
-        deadline = time.monotonic() + self.timeout
+        first = time.monotonic()
+        deadline = first + self.timeout
         last: Exception | None = None
         attempt = 0
         while True:
@@ -283,7 +284,7 @@ class Fetcher:
             if attempt >= self.attempts or self.outage:
                 break
         assert last is not None
-        self._gave_up(url, last)
+        self._gave_up(url, last, first)
         raise OSError(
             errno.EIO,
             f"cannot fetch {where} after {attempt} attempt(s): {error_reason(last)}",
@@ -293,14 +294,14 @@ class Fetcher:
         with self.lock:
             self.counters[key] += n
 
-    def _gave_up(self, url: str, e: Exception) -> None:
+    def _gave_up(self, url: str, e: Exception, since: float) -> None:
         with self.lock:
             self.counters["failures"] += 1
             if self.outage:
                 self._failed_during_outage += 1
                 return
             self.outage = True
-            self.outage_since = time.monotonic()
+            self.outage_since = since  # when the fetch that found it began
             self._outage_url = url
             self._failed_during_outage = 1
             start_probe = self.probe and not self._closed.is_set()
