@@ -73,7 +73,7 @@ def seconds(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not 0 < value <= 3600:  # also refuses NaN
-        raise argparse.ArgumentTypeError(f"{text} is not between 0 and 3600 seconds")
+        raise argparse.ArgumentTypeError(f"{text} is not more than 0 and at most 3600 seconds")
     return value
 
 
