@@ -39,6 +39,7 @@ from bundlefs.mount.bindings import stock_reason
 from bundlefs.mount.supervisor import Supervisor
 from bundlefs.mount.table import is_mountpoint, mount_info, resolved_mount_path
 from bundlefs.read.bundle import DEFAULT_CACHE_SIZE, Bundle
+from bundlefs.storage.location import parse_location
 
 if TYPE_CHECKING:
     from bundlefs.mount.operations import BundleOperations
@@ -83,6 +84,7 @@ class MountOptions:
     storage_options: dict[str, Any] | None = None
     disk_cache: str | None = None
     disk_cache_size: int | None = None
+    store_timeout: float | None = None
 
     def remote_options(self) -> dict[str, Any]:
         """The ``Bundle`` keywords of a bundle at a URL that were given (none for a local one)."""
@@ -90,6 +92,7 @@ class MountOptions:
             "storage_options": self.storage_options,
             "disk_cache": self.disk_cache,
             "disk_cache_size": self.disk_cache_size,
+            "store_timeout": self.store_timeout,
         }
         return {k: v for k, v in given.items() if v is not None}
 
@@ -335,6 +338,11 @@ def _choose_workers(options: MountOptions, pyfuse3: ModuleType) -> tuple[int, st
     """How many processes serve the mount, and why only one where that is so ("" if chosen)."""
     if options.workers is not None and options.workers < 1:
         raise MountError(f"--workers must be at least 1, not {options.workers}")
+    if options.workers is None and not parse_location(options.bundle).is_local:
+        # Reads of a bundle at a URL wait on the network, not on this process's CPU, and one
+        # process keeps the store's outage state, single-flight GETs and read-ahead together:
+        # with several, each would wait out an outage's first timeout on its own.
+        return 1, "a bundle at a URL (--workers N to choose several)"
     wanted = options.workers if options.workers is not None else default_workers()
     if options.workers == 1:
         return 1, ""
