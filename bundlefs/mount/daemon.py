@@ -15,6 +15,7 @@ May import: the library layers, ``bundlefs.mount`` (pyfuse3 and trio only inside
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import json
 import logging
@@ -289,6 +290,7 @@ def mount(options: MountOptions, log_setup: LogSetup | None = None) -> int:
             log_setup(False)
     elif log_setup is not None:
         log_setup(True)
+    ops.daemon_facts = daemon_facts(options)
     if workers == 1:
         if single_reason:
             log.info("serving in one process: %s", single_reason)
@@ -332,6 +334,23 @@ def _load_threads(options: MountOptions, workers: int, bundle: Bundle) -> int:
 def _exit_code(ended: int) -> int:
     """The daemon's exit code for how a serving loop ended: unmounted or stopped, both fine."""
     return 0 if ended in (worker.ENDED_UNMOUNTED, worker.ENDED_BY_SIGNAL) else 1
+
+
+def daemon_facts(options: MountOptions) -> dict[str, object]:
+    """What ``info MNT`` says of the daemon itself: its PID (the supervisor's, where workers
+    serve), when it started, its version, where it logs and its effective options. Storage
+    options are named, never shown: they may hold credentials."""
+    from bundlefs import __version__
+
+    shown = dataclasses.asdict(options)
+    shown["storage_options"] = sorted(options.storage_options or {})
+    return {
+        "pid": os.getpid(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "version": __version__,
+        "log": options.log_file or ("stderr" if options.foreground else "syslog"),
+        "options": shown,
+    }
 
 
 def _choose_workers(options: MountOptions, pyfuse3: ModuleType) -> tuple[int, str]:

@@ -183,6 +183,7 @@ class BundleOperations(pyfuse3.Operations):
         self.counters.started(os.getpid(), 0)
         self.workers = 1  # serving processes, as the supervisor decided
         self.single_process_reason = ""  # why one process serves the mount, where that applies
+        self.daemon_facts: dict[str, object] = {}  # pid, start, version, log, options (daemon.py)
         # The patched pyfuse3 reads enable_no_open at the kernel handshake and clears it when the
         # kernel lacks no_open/no_opendir; init() then sees what is in effect.
         unavailable = no_open_unavailable()
@@ -244,6 +245,7 @@ class BundleOperations(pyfuse3.Operations):
             binding=binding(),  # "patched" or "stock" (bindings.py)
             workers=self.workers,
             single_process_reason=self.single_process_reason,
+            **self.daemon_facts,
         )
         if self.workers > 1:
             figures["worker_processes"] = [
