@@ -245,7 +245,6 @@ class BundleOperations(pyfuse3.Operations):
             binding=binding(),  # "patched" or "stock" (bindings.py)
             workers=self.workers,
             single_process_reason=self.single_process_reason,
-            **self.daemon_facts,
         )
         if self.workers > 1:
             figures["worker_processes"] = [
@@ -464,7 +463,9 @@ class BundleOperations(pyfuse3.Operations):
         if content_type is not None:
             found[fmt.XATTR_CONTENT_TYPE] = content_type.encode()
         if entry.ino == fmt.ROOT_INO:
-            found[fmt.XATTR_STATS] = json.dumps(self.stats(), sort_keys=True).encode()
+            # The counters (what SIGUSR1 logs), and the daemon's own facts for info MNT.
+            figures = {**self.stats(), **self.daemon_facts}
+            found[fmt.XATTR_STATS] = json.dumps(figures, sort_keys=True).encode()
             # What this daemon serves, which a later pack --force may have replaced on disk.
             found[fmt.XATTR_BUNDLE] = json.dumps(self.bundle.info().to_dict()).encode()
         return found
