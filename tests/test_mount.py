@@ -441,6 +441,36 @@ def test_umount_clears_a_stale_mount(sample_bundle_path, mount_bundle):
     assert stat.S_ISDIR(os.stat(m.mountpoint).st_mode)
 
 
+@pytest.fixture
+def tmpfs_mount(tmp_path):
+    """A tmpfs mounted on a directory of the test (root only), unmounted whatever happens."""
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    if run("mount", "-t", "tmpfs", "-o", "size=1m", "none", str(mnt)).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        yield mnt
+    finally:
+        if is_mounted(mnt):
+            run("umount", str(mnt))
+
+
+def test_umount_refuses_a_mount_that_is_not_bundlefs(tmpfs_mount):
+    result = run(*BUNDLEFS, "umount", str(tmpfs_mount))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"bundlefs: error: {tmpfs_mount} is not a bundlefs mount (it is tmpfs); refusing to "
+        "unmount it (use --force, or fusermount3 -u or umount, for other file systems)"
+    ]
+    assert is_mounted(tmpfs_mount)
+
+
+def test_umount_force_unmounts_a_mount_that_is_not_bundlefs(tmpfs_mount):
+    result = run(*BUNDLEFS, "umount", "--force", str(tmpfs_mount))
+    assert result.returncode == 0, result.stderr
+    assert not is_mounted(tmpfs_mount)
+
+
 def test_info_json_on_a_mount_point_reports_daemon_statistics(sample_mount):
     import json
 

@@ -329,12 +329,17 @@ def run_mount(args: argparse.Namespace) -> int:
 
 
 def add_umount_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("mountpoint")
+    p.add_argument("mountpoint", help="where a bundle is mounted")
     p.add_argument("-z", "--lazy", action="store_true", help="detach now, clean up when unused")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="unmount it even if it is not a bundlefs mount (refused by default)",
+    )
 
 
 def run_umount(args: argparse.Namespace) -> int:
     from bundlefs.mount.daemon import unmount
 
-    unmount(args.mountpoint, lazy=args.lazy)
+    unmount(args.mountpoint, lazy=args.lazy, force=args.force)
     return EXIT_OK
