@@ -597,6 +597,23 @@ def test_cli_packs_on_a_local_cluster(tmp_path: Path) -> None:
     assert leftovers(tmp_path, "src", "single.bundle", "dask.bundle") == []
 
 
+def test_cli_local_cluster_leaves_no_scratch_space_in_the_temporary_directory(
+    tmp_path: Path,
+) -> None:
+    root = build_tree(tmp_path / "src", {"a": b"a", "d": {"b": b"b"}})
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    result = subprocess.run(
+        [sys.executable, "-m", "bundlefs", "pack", str(root), str(tmp_path / "b.bundle"),
+         "--dask", "local:1", "-q"],
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()
+    assert os.listdir(scratch) == []  # no dask-scratch-space, no bundlefs-dask-*
+
+
 def bundle_tree_files(path: Path) -> int:
     with Bundle(path) as b:
         return b.config.file_count

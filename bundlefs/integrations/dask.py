@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 
+import dask
 from distributed import Client, Future, LocalCluster, as_completed
 from distributed.scheduler import KilledWorker
 
@@ -170,7 +172,11 @@ def connect(spec: str) -> Iterator[Client]:
     processes for ``local:N`` (closed at the end), else the scheduler at the address."""
     target = parse_spec(spec)
     if isinstance(target, int):
+        # The workers' scratch space (``dask-scratch-space``, otherwise left in the system's
+        # temporary directory) goes in a directory of our own, removed with the cluster.
         with (
+            tempfile.TemporaryDirectory(prefix="bundlefs-dask-") as scratch,
+            dask.config.set({"temporary-directory": scratch}),
             LocalCluster(
                 n_workers=target,
                 threads_per_worker=1,
