@@ -164,3 +164,24 @@ class StorageError(BundleError):
     """An object store could not be reached, or refused us (credentials, permissions): the
     message says which store and why in one sentence. Raised where a bundle is opened; a record
     that cannot be fetched later is a ``CorruptDataError`` of the files it holds instead."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal (SIGTERM, SIGHUP, SIGINT) the command line turned into an exception, so that
+    every clean-up Ctrl-C runs (``except BaseException``, ``finally``) runs for each of them."""
+
+    def __init__(self, signum: int, name: str) -> None:
+        super().__init__(name)
+        self.signum = signum
+        self.name = name
+
+
+def note_cleanup(exc: BaseException, what: str) -> None:
+    """Record on ``exc``, as it passes, what a clean-up did about it (``removed the partial
+    bundle …``): the command line says it in the one line of an interruption."""
+    exc.__dict__.setdefault("_bundlefs_cleanup", []).append(what)
+
+
+def cleanups(exc: BaseException) -> list[str]:
+    """What clean-ups recorded on ``exc`` (``note_cleanup``), in the order they ran."""
+    return list(exc.__dict__.get("_bundlefs_cleanup", ()))
