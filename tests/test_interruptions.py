@@ -3,17 +3,20 @@
 command had begun, say in one line what they removed, and exit 128 + the signal.
 
 Each test runs the real command line in a subprocess that pauses at a chosen point (``paused``:
-a library function wrapped to announce, by a file, that its Nth call has begun, then sleep),
-and sends it a real signal there: the same moment every run, without timing guesses.
+a library function wrapped to announce, by a file, that its Nth call has begun, then wait), and
+sends it a real signal there: the same moment every run, without timing guesses. The same pause
+lets a file change while ``pack`` reads it: that pack's exit status is not 0 (issue 22, "Scripts").
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,7 +31,7 @@ __all__ = ["s3_server"]  # a fixture, imported to be found
 # The command line with one library function paused: argv is MODULE ATTRIBUTE N READY_FILE,
 # then the command's own arguments. ATTRIBUTE may be Class.method.
 _PAUSED = """
-import importlib, sys, threading, time
+import importlib, os, sys, threading, time
 module, attribute, nth, ready = sys.argv[1:5]
 owner = importlib.import_module(module)
 *path, name = attribute.split(".")
@@ -40,9 +43,11 @@ def paused(*args, **kwargs):
     with lock:
         calls[0] += 1
         now = calls[0]
-    if now == int(nth):
+    if now == int(nth):  # paused until the test removes the file (or a signal comes)
         open(ready, "w").close()
-        time.sleep(60)
+        deadline = time.monotonic() + 60
+        while os.path.exists(ready) and time.monotonic() < deadline:
+            time.sleep(0.01)
     return original(*args, **kwargs)
 setattr(owner, name, paused)
 from bundlefs.cli import main
@@ -50,16 +55,17 @@ sys.exit(main(sys.argv[5:]))
 """
 
 
-def interrupted(
+@contextlib.contextmanager
+def paused(
     tmp_path: Path,
     where: str,
     nth: int,
-    signum: int,
     *args: str | os.PathLike,
     env: dict[str, str] | None = None,
-) -> tuple[int, list[str]]:
-    """Run ``bundlefs ARGS`` paused at the ``nth`` call of ``where`` (MODULE:ATTRIBUTE), send
-    ``signum`` there; its exit status and stderr lines."""
+) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """``bundlefs ARGS`` in a subprocess, paused at the ``nth`` call of ``where``
+    (MODULE:ATTRIBUTE): yields the process and the file whose removal resumes it; the process
+    is ended (killed, if need be) when the body is done."""
     module, attribute = where.split(":")
     ready = tmp_path / "paused"
     process = subprocess.Popen(
@@ -75,13 +81,27 @@ def interrupted(
             assert process.poll() is None, process.stderr.read().decode()  # type: ignore[union-attr]
             assert time.monotonic() < deadline, "the command never reached the pause"
             time.sleep(0.02)
-        process.send_signal(signum)
-        _, err = process.communicate(timeout=60)
+        yield process, ready
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
-    ready.unlink()
+        ready.unlink(missing_ok=True)
+
+
+def interrupted(
+    tmp_path: Path,
+    where: str,
+    nth: int,
+    signum: int,
+    *args: str | os.PathLike,
+    env: dict[str, str] | None = None,
+) -> tuple[int, list[str]]:
+    """Run ``bundlefs ARGS`` paused at the ``nth`` call of ``where`` (MODULE:ATTRIBUTE), send
+    ``signum`` there; its exit status and stderr lines."""
+    with paused(tmp_path, where, nth, *args, env=env) as (process, _ready):
+        process.send_signal(signum)
+        _, err = process.communicate(timeout=60)
     return process.returncode, err.decode().splitlines()
 
 
@@ -229,3 +249,40 @@ def test_a_signal_during_an_upload_removes_what_was_uploaded(
     listed = store.client().list_objects_v2(Bucket="interrupted", Prefix=f"{command}.bundle")
     assert listed.get("KeyCount") == 0
     assert names(staging) == []
+
+
+# -- a pack whose source changed under it ----------------------------------------------------------
+
+
+def test_pack_exits_3_when_a_file_changed_while_it_was_packed(tmp_path):
+    src = build_tree(tmp_path / "src", {"a": pseudo_random_bytes(2_000_000, 1)})
+    dest = tmp_path / "b.bundle"
+    # A file over 1 MiB is read as it is stored, chunk by chunk (-j 1: in the main thread);
+    # paused at its first chunk.
+    where = "bundlefs.packing.content:ContentWriter._append"
+    with paused(tmp_path, where, 1, "pack", "-j", "1", "-q", src, dest) as (process, ready):
+        with open(src / "a", "ab") as f:
+            f.write(b"more")
+        ready.unlink()
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == 3
+    assert err.decode().splitlines() == [
+        "bundlefs: warning: a changed while it was packed; stored the bytes read"
+    ]
+    assert dest.is_dir()  # published all the same, as tar writes its archive
+
+
+def test_pack_exits_4_when_skip_errors_left_files_out(tmp_path):
+    big = pseudo_random_bytes(2_000_000, 1)
+    src = build_tree(tmp_path / "src", {"a": big, "b": big})
+    dest = tmp_path / "b.bundle"
+    # Unreadable even by root: paused before the packer opens "b" (over 1 MiB: opened as it is
+    # stored), which is removed meanwhile.
+    where = "bundlefs.packing.sources:DirectorySource.open"
+    args = ("pack", "-j", "1", "-q", "--skip-errors", src, dest)
+    with paused(tmp_path, where, 2, *args) as (process, ready):
+        (src / "b").unlink()
+        ready.unlink()
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == 4, err
+    assert dest.is_dir()

@@ -16,7 +16,17 @@ import time
 from typing import TYPE_CHECKING
 
 from bundlefs.cli.options import storage_options
-from bundlefs.cli.output import EXIT_OK, out, out_json, rate, size, status, warn
+from bundlefs.cli.output import (
+    EXIT_OK,
+    EXIT_PACKED_CHANGED,
+    EXIT_PACKED_SKIPPED,
+    out,
+    out_json,
+    rate,
+    size,
+    status,
+    warn,
+)
 from bundlefs.core.units import format_size
 from bundlefs.errors import PackError
 
@@ -291,11 +301,12 @@ def run(args: argparse.Namespace) -> int:
             f"{len(unused)} path(s) in {args.user_data} are not files of the bundle, e.g. "
             f"{unused[0]!r}"
         )
+    done = _exit_status(summary)
     if args.quiet:
-        return EXIT_OK
+        return done
     if args.json:
         out_json(summary.to_dict())
-        return EXIT_OK
+        return done
     c = summary.config
     ratio = c.data_bytes / summary.stored_bytes if summary.stored_bytes else 0.0
     notes = []
@@ -320,6 +331,16 @@ def run(args: argparse.Namespace) -> int:
         f"{summary.stored_bytes:,} stored bytes (ratio {ratio:.2f}) {timing}: "
         f"{summary.dest}{note}"
     )
+    return done
+
+
+def _exit_status(summary: PackSummary) -> int:
+    """0 only when the bundle holds SRC as it was: entries left out (4) weigh more than files
+    that changed (3), whose bytes are in it, if not consistently. Either way it is published."""
+    if summary.skipped:
+        return EXIT_PACKED_SKIPPED
+    if summary.changed:
+        return EXIT_PACKED_CHANGED
     return EXIT_OK
 
 
