@@ -72,6 +72,7 @@ class MountOptions:
     index_resident: int = DEFAULT_INDEX_RESIDENT
     prefetch: bool = True
     check_index: bool = True
+    strict: bool = False  # refuse a bundle with a damaged shard instead of serving the rest
     log_file: str | None = None
     debug: bool = False
     auto_unmount: bool = True
@@ -219,6 +220,11 @@ def mount(options: MountOptions, log_setup: LogSetup | None = None) -> int:
         name_cache=0,
         **options.remote_options(),
     )
+    for damage in bundle.damaged_shards:
+        log.warning("%s: %s; reads of what it lacks fail with EIO", options.bundle, damage)
+    if bundle.damaged_shards and options.strict:
+        bundle.close()
+        raise MountError(f"{options.bundle} is damaged; refusing to mount it (--strict)")
 
     from bundlefs.mount.operations import BundleOperations, MountSettings, no_open_unavailable
 
