@@ -176,12 +176,20 @@ class Interrupted(KeyboardInterrupt):
         self.name = name
 
 
-def note_cleanup(exc: BaseException, what: str) -> None:
+def note_cleanup(exc: BaseException, what: str, path: str | None = None) -> None:
     """Record on ``exc``, as it passes, what a clean-up did about it (``removed the partial
-    bundle …``): the command line says it in the one line of an interruption."""
-    exc.__dict__.setdefault("_bundlefs_cleanup", []).append(what)
+    bundle …``): the command line says it in the one line of an interruption. ``path``: the
+    directory removed, so that one removed inside another later is not said twice."""
+    exc.__dict__.setdefault("_bundlefs_cleanup", []).append((what, path))
 
 
 def cleanups(exc: BaseException) -> list[str]:
-    """What clean-ups recorded on ``exc`` (``note_cleanup``), in the order they ran."""
-    return list(exc.__dict__.get("_bundlefs_cleanup", ()))
+    """What clean-ups recorded on ``exc`` (``note_cleanup``), in the order they ran, but for
+    removals inside a directory another one removed."""
+    notes: list[tuple[str, str | None]] = exc.__dict__.get("_bundlefs_cleanup", [])
+    removed = [path.rstrip("/") + "/" for _what, path in notes if path]
+    return [
+        what
+        for what, path in notes
+        if path is None or not any(path.startswith(other) for other in removed)
+    ]

@@ -19,6 +19,7 @@ import contextlib
 import logging
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 
 import dask
@@ -167,6 +168,15 @@ def parse_spec(spec: str) -> int | str:
 
 
 @contextlib.contextmanager
+def _quiet_about_busy_ports() -> Iterator[None]:
+    """The scheduler's HTTP endpoint takes another port when 8787 is taken (another cluster,
+    another user's) and says so in a four-line UserWarning: noise on a pack's stderr."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
+        yield
+
+
+@contextlib.contextmanager
 def connect(spec: str) -> Iterator[Client]:
     """A client for ``--dask SPEC``: a new ``LocalCluster`` of N single-threaded worker
     processes for ``local:N`` (closed at the end), else the scheduler at the address."""
@@ -177,6 +187,7 @@ def connect(spec: str) -> Iterator[Client]:
         with (
             tempfile.TemporaryDirectory(prefix="bundlefs-dask-") as scratch,
             dask.config.set({"temporary-directory": scratch}),
+            _quiet_about_busy_ports(),
             LocalCluster(
                 n_workers=target,
                 threads_per_worker=1,

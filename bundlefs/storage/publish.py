@@ -231,7 +231,7 @@ def stage(dest: str, what: str = "partial bundle") -> Iterator[tuple[str, tuple[
     except BaseException as e:
         shutil.rmtree(work, ignore_errors=True)
         if isinstance(e, KeyboardInterrupt):
-            note_cleanup(e, _removed(work, what))
+            note_cleanup(e, _removed(work, what), work)
         raise
     finally:
         os.close(lock)
