@@ -42,6 +42,8 @@ $(STOCK_PYFUSE3)/.installed: third_party/pyfuse3/stock-requirements.txt | $(STAM
 	  --target $(STOCK_PYFUSE3) -r third_party/pyfuse3/stock-requirements.txt
 	touch $@
 
+# TESTS: what to run (default: the whole suite), e.g. make test TESTS=tests/test_verify.py.
+TESTS ?= tests
 # Everything the tests write goes under one temporary directory removed at the end: pytest's
 # base temporary directory, whatever uses TMPDIR (Dask's scratch space, staging directories), the
 # caches and logs under XDG_CACHE_HOME/XDG_STATE_HOME. --one-file-system: a mount a failed test
@@ -50,7 +52,7 @@ test: install $(STOCK_PYFUSE3)/.installed
 	@scratch=$$(mktemp -d -t bundlefs-test.XXXXXX); \
 	TMPDIR=$$scratch XDG_CACHE_HOME=$$scratch/cache XDG_STATE_HOME=$$scratch/state \
 	  BUNDLEFS_STOCK_PYFUSE3=$(CURDIR)/$(STOCK_PYFUSE3) \
-	  $(BIN)/python -m pytest -q --basetemp=$$scratch/pytest tests; \
+	  $(BIN)/python -m pytest -q --basetemp=$$scratch/pytest $(TESTS); \
 	status=$$?; rm -rf --one-file-system "$$scratch"; exit $$status
 
 lint: install

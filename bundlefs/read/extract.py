@@ -39,6 +39,7 @@ from bundlefs.errors import (
     EntryNotFound,
     ExtractError,
     NotADirectory,
+    PackError,
     note_cleanup,
 )
 from bundlefs.read.bundle import Bundle
@@ -85,14 +86,20 @@ def extract(
         # A new DEST is filled under a temporary name and renamed once complete: an extract
         # that fails or is interrupted leaves no partial tree that looks whole (a killed one
         # leaves ``.DEST.partial-PID``, which ``bundlefs gc`` removes).
-        with publish.stage(dest_s, "partial tree") as (work, _work_id):
-            _extract_into(writer, work, selected)
-            try:
-                publish.move_new(work, dest_s)
-            except FileExistsError:
-                raise ExtractError(
-                    f"{dest_s} appeared while extracting; nothing was extracted"
-                ) from None
+        parent = os.path.dirname(os.path.abspath(dest_s))
+        if not os.path.isdir(parent):
+            raise ExtractError(f"cannot create {dest_s}: {parent} is not a directory")
+        try:
+            with publish.stage(dest_s, "partial tree") as (work, _work_id):
+                _extract_into(writer, work, selected)
+                try:
+                    publish.move_new(work, dest_s)
+                except FileExistsError:
+                    raise ExtractError(
+                        f"{dest_s} appeared while extracting; nothing was extracted"
+                    ) from None
+        except PackError as e:  # the temporary directory could not be made
+            raise ExtractError(f"cannot extract into {dest_s}: {e}") from None
         return writer.summary
     empty = _check_dest(dest_s, force)
     try:
