@@ -8,6 +8,8 @@ squashfuse_ll and the raw directory, measured in one run on this machine.
 - warm random reads with Python ``open()``, 2 readers;
 - ``find`` on a fresh mount; ``ls -lR`` fresh and warm on a real tree of ~49,000 entries (this
   virtual environment's site-packages);
+- a cold PyTorch DataLoader epoch over the sample through the mount (4 loader workers, the
+  files' bytes as samples), where torch is installed;
 - one large file read cold with ``cat`` (compressible and random).
 
 Each figure is the median of ``--rounds``; ratios are against squashfuse_ll (or raw) from the
@@ -86,6 +88,42 @@ def _large_files(workdir: Path) -> Path:
     return root
 
 
+_EPOCH = r"""
+import sys, time
+from torch.utils.data import DataLoader, Dataset
+
+class Files(Dataset):
+    def __init__(self, root, rels):
+        self.paths = [f"{root}/{r}" for r in rels]
+    def __len__(self):
+        return len(self.paths)
+    def __getitem__(self, i):
+        with open(self.paths[i], "rb") as f:
+            return len(f.read())
+
+root, listing = sys.argv[1], sys.argv[2]
+rels = open(listing).read().split()
+loader = DataLoader(Files(root, rels), batch_size=64, shuffle=True, num_workers=4,
+                    collate_fn=sum)
+t0 = time.perf_counter()
+n = sum(1 for _ in loader)
+print(len(rels) / (time.perf_counter() - t0))
+"""
+
+
+def _dataloader_epoch(root: Path, sample_list: Path) -> float | None:
+    """Files per second of one cold DataLoader epoch over the sample, or None without torch."""
+    r = subprocess.run(
+        [sys.executable, "-c", _EPOCH, str(root), str(sample_list)],
+        capture_output=True, text=True, cwd="/",
+    )  # fmt: skip
+    if r.returncode != 0:
+        if "No module named 'torch'" in r.stderr:
+            return None
+        raise RuntimeError(f"DataLoader epoch failed: {r.stderr[-1000:]}")
+    return float(r.stdout.split()[-1])
+
+
 def measure(system: System, archives: dict[str, Path], sample_list: Path, expect: int,
             rounds: int) -> dict[str, float]:  # fmt: skip
     got: dict[str, list[float]] = {}
@@ -111,6 +149,10 @@ def measure(system: System, archives: dict[str, Path], sample_list: Path, expect
         with mounted(system, archives["small"], system.workdir / "mnt") as m:
             drop_caches()
             add("find_fresh_s", _timed(["find", str(m.root)]))
+            drop_caches()
+            fps = _dataloader_epoch(m.root, sample_list)
+            if fps is not None:
+                add("dataloader_cold_fps", fps)
         with mounted(system, archives["site"], system.workdir / "mnt") as m:
             drop_caches()
             add("lslR_fresh_s", _timed(["ls", "-lR", str(m.root)]))
@@ -128,6 +170,7 @@ ROWS = [
     ("cpu_us_1", "daemon CPU per cold file, 1 reader (µs)"),
     ("cpu_us_4", "daemon CPU per cold file, 4 readers (µs)"),
     ("warm_pyopen_2", "warm Python open(), 2 readers (files/s)"),
+    ("dataloader_cold_fps", "DataLoader epoch, 4 workers, cold (files/s)"),
     ("find_fresh_s", "find, fresh mount (s)"),
     ("lslR_fresh_s", "ls -lR site-packages, fresh mount (s)"),
     ("lslR_warm_s", "ls -lR site-packages, second run (s)"),

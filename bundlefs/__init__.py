@@ -7,6 +7,8 @@ mount never needs (every millisecond of import is a millisecond before a mount i
 May import: ``bundlefs.errors``, ``bundlefs.read`` (and ``bundlefs.packing``, lazily).
 """
 
+from typing import TYPE_CHECKING
+
 from bundlefs.errors import (
     BundleError,
     CorruptDataError,
@@ -21,6 +23,11 @@ from bundlefs.errors import (
 )
 from bundlefs.read.bundle import Bundle, BundleFile, BundleStat
 
+if TYPE_CHECKING:
+    # What type checkers and IDEs see (the real signatures); at run time __getattr__ imports the
+    # packer on first use instead, so a mount or a reader never loads it.
+    from bundlefs.packing.packer import PackOptions, pack
+
 __version__ = "0.1.0"
 
 
@@ -30,6 +37,10 @@ def __getattr__(name: str) -> object:
 
         return getattr(packer, name)
     raise AttributeError(f"module 'bundlefs' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {"pack", "PackOptions"})
 
 
 __all__ = [

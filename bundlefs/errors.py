@@ -9,6 +9,9 @@ May import: the standard library only: every other module imports this one.
 from __future__ import annotations
 
 import errno
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 class BundleError(Exception):
@@ -82,29 +85,54 @@ class CorruptDataError(FormatError):
         )
 
 
-class EntryNotFound(BundleError, FileNotFoundError):
-    """No entry of that name."""
+class _PathError(BundleError, OSError):
+    """An error about one path that behaves like the ``OSError`` ``os`` raises for it: ``errno``,
+    ``strerror`` (the C library's text) and ``filename`` (the path asked for) are set, so code
+    written for files (``except OSError as e: e.errno == errno.ENOENT``) works on bundles.
+    ``str()`` is the one sentence the CLI prints."""
 
+    ERRNO = errno.EIO
 
-class NotADirectory(BundleError, NotADirectoryError):
-    """A path component that must be a directory is not one."""
-
-
-class IsADirectory(BundleError, IsADirectoryError):
-    """File content was asked of a directory."""
-
-
-class NotASymlink(BundleError, OSError):
-    """readlink of something that is not a symbolic link: ``EINVAL``, as ``os.readlink`` says."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(errno.EINVAL, message)
+    def __init__(self, message: str, filename: str | bytes | None = None) -> None:
+        super().__init__(self.ERRNO, os.strerror(self.ERRNO), filename)
+        self.message = message
 
     def __str__(self) -> str:
-        return str(self.strerror)  # the sentence alone, as the other errors print
+        return self.message
 
-    def __reduce__(self) -> tuple[type, tuple[str]]:  # picklable, for process pools
-        return type(self), (str(self.strerror),)
+    def __reduce__(self) -> tuple[type, tuple[str, str | bytes | None]]:  # picklable (pools)
+        return type(self), (self.message, self.filename)
+
+
+class EntryNotFound(_PathError, FileNotFoundError):
+    """No entry of that name (``ENOENT``)."""
+
+    ERRNO = errno.ENOENT
+
+
+class SymlinkLoop(EntryNotFound):
+    """Too many symbolic links on the way (``ELOOP``, as ``os.stat`` says); an ``EntryNotFound``
+    too, since nothing is found at the end."""
+
+    ERRNO = errno.ELOOP
+
+
+class NotADirectory(_PathError, NotADirectoryError):
+    """A path component that must be a directory is not one (``ENOTDIR``)."""
+
+    ERRNO = errno.ENOTDIR
+
+
+class IsADirectory(_PathError, IsADirectoryError):
+    """File content was asked of a directory (``EISDIR``)."""
+
+    ERRNO = errno.EISDIR
+
+
+class NotASymlink(_PathError):
+    """readlink of something that is not a symbolic link: ``EINVAL``, as ``os.readlink`` says."""
+
+    ERRNO = errno.EINVAL
 
 
 class PackError(BundleError):
@@ -133,8 +161,18 @@ class ExportError(BundleError):
     """An export cannot proceed: OUT is in the way, or is a terminal."""
 
 
+class UsageError(BundleError):
+    """A command line that cannot be parsed: an unknown option (a flag or a ``-o`` option) or a
+    malformed value (a size, a number, a choice, a ``KEY=VALUE``, a time). The CLI exits 2 for
+    it, as argparse does for the flags it checks itself (docs/cli.md)."""
+
+
 class MountError(BundleError):
     """The file system could not be mounted or unmounted; the message says why in one sentence."""
+
+
+class MountOptionError(MountError, UsageError):
+    """A mount option (``-o``) that is unknown or whose value is malformed."""
 
 
 class StorageOptionsError(BundleError):
@@ -142,7 +180,12 @@ class StorageOptionsError(BundleError):
     unreadable, malformed, or readable by others (it holds credentials)."""
 
 
-class SizeError(BundleError, ValueError):
+class StorageOptionSyntaxError(StorageOptionsError, UsageError):
+    """A ``--storage-option`` (or ``-o storage_option=``) that is not ``KEY=VALUE``: a usage
+    error (exit 2)."""
+
+
+class SizeError(UsageError, ValueError):
     """A size that cannot be parsed."""
 
 
@@ -193,3 +236,15 @@ def cleanups(exc: BaseException) -> list[str]:
         for what, path in notes
         if path is None or not any(path.startswith(other) for other in removed)
     ]
+
+
+@contextmanager
+def naming(path: str | bytes | os.PathLike) -> Iterator[None]:
+    """An ``OSError`` raised inside without a file name (a ``write`` on a descriptor: ENOSPC,
+    EIO, EDQUOT) gets ``path`` as its ``filename``, so the sentence that reports it says where."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is None and e.errno is not None:
+            e.filename = os.fsdecode(path)
+        raise

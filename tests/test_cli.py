@@ -44,7 +44,10 @@ def test_pack_prints_a_one_line_summary(tmp_path):
     assert result.returncode == 0
     lines = result.stdout.decode().splitlines()
     assert len(lines) == 1
-    assert re.search(r"packed 1 files, 1 dirs, 1,000 bytes into [\d,]+ stored bytes", lines[0])
+    assert re.search(
+        r"packed 1 file, 1 dir, 0 symlinks, 0 hard links, 1,000 bytes into [\d,]+ stored bytes",
+        lines[0],
+    )
     assert "MB/s" in lines[0]
 
 
@@ -165,7 +168,7 @@ def test_ls_long_shows_mode_links_owner_size_time_and_link_targets(packed):
     assert re.match(
         r"-rw-r--r--\s+2\s+\S+\s+\S+\s+21 \d{4}-\d\d-\d\d \d\d:\d\d -\s+ shared$", shared
     )
-    assert re.search(rb" text/plain\s+ hello.txt$", lines[b"hello.txt"])
+    assert re.search(rb" text/plain\s+hello.txt$", lines[b"hello.txt"])
     assert lines[b"locked"].startswith(b"dr-xr-xr-x")
     assert b"dangling -> no/such/target" in out
     assert ODD_NAME in lines  # raw bytes, not mangled

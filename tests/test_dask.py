@@ -646,13 +646,15 @@ def bundle_tree_files(path: Path) -> int:
         (["--dask", "local:0"], "local:N takes a whole number of workers"),
         (["--dask", "local:two"], "local:N takes a whole number of workers"),
         (["--partitions", "3"], "--partitions splits a pack for --dask"),
+        (["--dask", "local:1", "--partitions", "0"], "--partitions 0: at least 1"),
     ],
 )
 def test_cli_refuses_bad_dask_options_in_one_sentence(
     tmp_path: Path, args: list[str], message: str
 ) -> None:
     root = build_tree(tmp_path / "src", {"a": b"a"})
-    line = assert_one_line_error(run_cli("pack", root, tmp_path / "b.bundle", *args))
+    # malformed values and a missing companion option: usage errors (docs/cli.md)
+    line = assert_one_line_error(run_cli("pack", root, tmp_path / "b.bundle", *args), status=2)
     assert message in line
     assert leftovers(tmp_path, "src") == []
 

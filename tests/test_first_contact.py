@@ -169,9 +169,9 @@ def test_mount_without_dev_fuse_says_so_and_points_to_the_python_api(
 
 def test_mount_help_names_the_daemons_defaults():
     help_text = " ".join(run_cli("mount", "--help").stdout.decode().split())
-    assert f"default {DEFAULT_READ_AHEAD_KB})" in help_text
-    assert f"({DEFAULT_INDEX_RESIDENT >> 20}MiB; 0: never)" in help_text
-    assert f"e.g. 512MiB ({DEFAULT_CACHE_SIZE >> 20}MiB)" in help_text
+    assert f"default: {DEFAULT_READ_AHEAD_KB})" in help_text
+    assert f"(default: {DEFAULT_INDEX_RESIDENT >> 20}MiB; 0: never)" in help_text
+    assert f"e.g. 512MiB (default: {DEFAULT_CACHE_SIZE >> 20}MiB)" in help_text
 
 
 # -- 3. the daemon's log without /dev/log ----------------------------------------------------------
@@ -368,7 +368,7 @@ def test_info_of_a_directory_holding_partials_mentions_them_and_gc(tmp_path):
     _leftover(tmp_path, "x.bundle", 1)
     line = assert_one_line_error(run_cli("info", tmp_path))
     assert f"{tmp_path} is not a bundle" in line
-    assert "1 partial bundle(s) left by killed packs" in line
+    assert "1 partial bundle left by killed packs" in line
     assert f"'bundlefs gc {tmp_path}'" in line
 
 

@@ -192,7 +192,7 @@ def test_shards_on_another_file_system_are_copied_and_said_so(pack_tree, tmp_pat
     try:
         result = run_cli("merge", a, work / "out")
         assert result.returncode == 0, result.stderr
-        assert b"copied 1 of 1 shard files" in result.stderr
+        assert b"copied 1 of 1 shard file:" in result.stderr
         assert b"0 linked, 0 reflinked, 1 copied" in result.stdout
         with Bundle(work / "out") as m:
             assert m.read("f") == b"hello"

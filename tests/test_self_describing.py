@@ -92,7 +92,7 @@ def test_stat_shows_content_types_and_user_data(described: Path) -> None:
         assert b.stat("img").content_type is None
         assert json.loads(b.stat("img/a.png").user_data) == {"label": 3, "split": "train"}
         assert json.loads(b.stat("notes.txt").user_data) == {"author": "Zoë"}
-        assert b.stat("blob.dat").user_data == b""
+        assert b.stat("blob.dat").user_data is None
 
 
 def test_bundle_metadata_and_creation_time_are_in_info(described: Path) -> None:
@@ -132,7 +132,8 @@ def test_user_data_naming_a_missing_path_is_warned_about(tmp_path: Path) -> None
     (tmp_path / "m.jsonl").write_text('{"file_name": "nope", "x": 1}\n')
     result = run_cli("pack", src, tmp_path / "b", "--user-data", tmp_path / "m.jsonl")
     assert result.returncode == 0
-    assert b"warning: 1 path(s) in" in result.stderr and b"'nope'" in result.stderr
+    assert b"warning: 1 path in" in result.stderr and b"'nope'" in result.stderr
+    assert b"is not a file of the bundle" in result.stderr
 
 
 @pytest.mark.parametrize(
@@ -158,7 +159,8 @@ def test_a_bad_user_data_line_is_one_sentence_naming_the_line(
 def test_bad_meta_and_content_type_options_are_refused(tmp_path: Path) -> None:
     src = build_tree(tmp_path / "src", {"a": b"a"})
     for args in (["--meta", "novalue"], ["--content-type", "*.a=not a type"], ["--created", "x"]):
-        assert_one_line_error(run_cli("pack", src, tmp_path / "b", *args))
+        # a malformed value: a usage error, exit 2 (docs/cli.md)
+        assert_one_line_error(run_cli("pack", src, tmp_path / "b", *args), status=2)
         assert not (tmp_path / "b").exists()
 
 

@@ -5,9 +5,10 @@ library call (``pack``, ``Bundle``, ``verify``, ``extract``, the mount daemon), 
 family — ``pack``, ``browse`` (info, ls, cat), ``extract``, ``verify``, ``mount`` (mount,
 umount) — and they all write through ``output``. Policy, in one place (``main``):
 - every ``BundleError``, and every ``OSError`` on a user's path, becomes ONE sentence on stderr
-  (``bundlefs: error: …``) and exit status 1; usage errors (a bad size included, wherever it is
-  given) exit 2; Ctrl-C, SIGTERM and SIGHUP run the same clean-up, say in one line what it
-  removed and exit 128 + the signal (130, 143, 129); never a traceback;
+  (``bundlefs: error: …``) and exit status 1; usage errors exit 2 — argparse's, and every
+  ``UsageError`` (a malformed size, number, choice, ``KEY=VALUE`` or time, an unknown ``-o``
+  option, wherever it is given); Ctrl-C, SIGTERM and SIGHUP run the same clean-up, say in one
+  line what it removed and exit 128 + the signal (130, 143, 129); never a traceback;
 - log warnings (the packer's skipped and changed files) appear as ``bundlefs: warning: …``;
 - progress lines go to stderr, only when it is a terminal, and never with ``--quiet``;
 - storage options on the process's own command line are moved off it before anything runs
@@ -31,18 +32,30 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from bundlefs.cli import browse, export, extract, gc, merge, mount, pack, scrub, verify
+from bundlefs.cli import (
+    browse,
+    completion,
+    export,
+    extract,
+    gc,
+    merge,
+    mount,
+    pack,
+    scrub,
+    verify,
+)
 from bundlefs.cli.options import DISK_CACHE, PARENTS, STORAGE
 from bundlefs.cli.output import (
     EXIT_BROKEN_PIPE,
     EXIT_FAILURE,
+    EXIT_OK,
     EXIT_USAGE,
     PROG,
     error,
     setup_logging,
     status,
 )
-from bundlefs.errors import BundleError, Interrupted, SizeError, cleanups
+from bundlefs.errors import BundleError, Interrupted, UsageError, cleanups
 
 
 @dataclass(frozen=True)
@@ -59,6 +72,21 @@ class Command:
 
 
 _READS = (STORAGE, DISK_CACHE)
+
+
+def _add_completion_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "shell",
+        metavar="SHELL",
+        choices=completion.SHELLS,
+        help='bash, zsh or fish; e.g. eval "$(bundlefs completion bash)" in ~/.bashrc',
+    )
+
+
+def _run_completion(args: argparse.Namespace) -> int:
+    sys.stdout.write(completion.script(args.shell, build_parser()))
+    return EXIT_OK
+
 
 COMMANDS: list[Command] = [
     Command(
@@ -109,6 +137,12 @@ COMMANDS: list[Command] = [
     ),
     Command("umount", "unmount a bundle", mount.add_umount_arguments, mount.run_umount),
     Command("gc", "remove what killed packs left in a directory", gc.add_arguments, gc.run),
+    Command(
+        "completion",
+        "print a shell completion script (bash, zsh, fish)",
+        _add_completion_arguments,
+        _run_completion,
+    ),
 ]
 
 
@@ -214,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
-    except SizeError as e:  # a size given as a mount option (argparse checks the flags)
+    except UsageError as e:  # what argparse cannot check: -o options, KEY=VALUE forms, times
         error(str(e))
         return EXIT_USAGE
     except BundleError as e:

@@ -15,13 +15,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import stat
 import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from bundlefs.cli.options import open_bundle, storage_options
-from bundlefs.cli.output import EXIT_FAILURE, EXIT_OK, error, out, out_json, warn
+from bundlefs.cli.options import BUNDLE_HELP, open_bundle, storage_options
+from bundlefs.cli.output import EXIT_FAILURE, EXIT_OK, count, error, out, out_json, ratio, warn
 from bundlefs.core.units import format_size
 from bundlefs.errors import BundleError, IsADirectory, NotABundleError
 from bundlefs.storage.location import has_scheme, parse_location
@@ -40,7 +41,11 @@ def _open_bundle(path: str, args: argparse.Namespace) -> Bundle:
 
 
 def add_info_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("bundle", help="a bundle, or a bundlefs mount point (adds daemon statistics)")
+    p.add_argument(
+        "bundle",
+        metavar="BUNDLE",
+        help=BUNDLE_HELP + ", or a bundlefs mount point (adds daemon statistics)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -96,7 +101,8 @@ def _bundle_facts(path: str, args: argparse.Namespace) -> dict[str, object]:
             raise
         size = format_size(sum(p.size for p in leftovers))
         raise NotABundleError(
-            f"{e}; it holds {len(leftovers)} partial bundle(s) left by killed packs ({size}), "
+            f"{e}; it holds {count(len(leftovers), 'partial bundle')} left by killed packs "
+            f"({size}), "
             f"which 'bundlefs gc {path}' removes"
         ) from None
 
@@ -166,7 +172,7 @@ def _info_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
         ("hard links", f"{facts['hardlinks']:,}"),
         ("bytes", f"{facts['bytes']:,} ({format_size(facts['bytes'])})"),
         ("stored bytes", f"{facts['stored_bytes']:,} ({format_size(facts['stored_bytes'])})"),
-        ("ratio", f"{facts['ratio']:.2f}"),
+        ("ratio", ratio(facts["bytes"], facts["stored_bytes"])),
         ("shards", f"{facts['shards']:,}"),
         ("index size", f"{facts['index_bytes']:,} ({format_size(facts['index_bytes'])})"),
         ("record size", format_size(facts["record_size"])),
@@ -256,11 +262,28 @@ def _daemon_value(value: object) -> str:
 
 
 def add_ls_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("bundle")
+    p.add_argument("bundle", metavar="BUNDLE", help=BUNDLE_HELP)
     p.add_argument("paths", nargs="*", metavar="PATH", help="directories or files (default: /)")
     p.add_argument("-l", dest="long", action="store_true", help="long format, like ls -l")
     p.add_argument("-a", dest="all", action="store_true", help="show names starting with '.'")
     p.add_argument("-R", dest="recursive", action="store_true", help="list subdirectories too")
+    names = p.add_mutually_exclusive_group()
+    names.add_argument(
+        "-0",
+        "--zero",
+        dest="zero",
+        action="store_true",
+        help="end each line with NUL, not newline, and print names as they are (for scripts: "
+        "xargs -0)",
+    )
+    names.add_argument(
+        "-N",
+        "--literal",
+        dest="literal",
+        action="store_true",
+        help="print names as they are, even with a newline or other control character in them "
+        "(default: such a name is quoted as ls's shell-escape style does, 'a'$'\\n''b')",
+    )
 
 
 class _Names:
@@ -291,29 +314,99 @@ class _Names:
         return self._groups[gid]
 
 
-def _long_line(bundle: Bundle, entry: Entry, name: bytes, names: _Names) -> bytes:
+def _long_fields(bundle: Bundle, entry: Entry, names: _Names) -> list[str]:
     st = bundle.stat_entry(entry)
     seconds = st.st_mtime_ns // 10**9
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
     # The content type is a column of its own after the time, as ls -Z adds the security
     # context: "-" where there is none (directories, symlinks, version-1 bundles).
-    head = (
-        f"{stat.filemode(st.st_mode)} {st.st_nlink:>3} {names.user(st.st_uid):<8} "
-        f"{names.group(st.st_gid):<8} {st.st_size:>12} {when} {st.content_type or '-':<20} "
-    )
-    line = os.fsencode(head) + name
-    if entry.is_symlink:
-        line += b" -> " + entry.symlink
-    return line
+    return [
+        stat.filemode(st.st_mode),
+        str(st.st_nlink),
+        names.user(st.st_uid),
+        names.group(st.st_gid),
+        str(st.st_size),
+        when,
+        st.content_type or "-",
+    ]
+
+
+# Columns of ls -l: the numbers right-aligned, the words left-aligned (as GNU ls).
+_RIGHT = (False, True, False, False, True, False, False)
+
+
+def _aligned(rows: list[list[str]]) -> list[bytes]:
+    """The long-format heads of one listing, each column as wide as its widest cell (GNU ls
+    aligns per directory, so a long content type shifts its listing's names, never one line)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_RIGHT))]
+    return [
+        os.fsencode(
+            " ".join(
+                cell.rjust(width) if right else cell.ljust(width)
+                for cell, width, right in zip(row, widths, _RIGHT, strict=True)
+            )
+            + " "
+        )
+        for row in rows
+    ]
+
+
+_PLAIN = re.compile(rb"[^\x00-\x1f\x7f]*")
+
+
+def shell_escaped(name: bytes) -> bytes:
+    """``name`` as one line: unchanged unless it holds a control character (a newline, a tab,
+    an escape), then quoted as GNU ls's shell-escape style does, ``'a'$'\\n''b'``: pasted into a
+    shell, it is the name again. Bytes that are not UTF-8 stay as they are."""
+    if _PLAIN.fullmatch(name):
+        return name
+    pieces = re.split(rb"([\x00-\x1f\x7f]+)", name)
+    quoted = []
+    for i, piece in enumerate(pieces):
+        if not piece:
+            continue
+        if i % 2:  # a run of control characters
+            quoted.append(b"$'" + b"".join(_ESCAPES.get(c, b"\\%03o" % c) for c in piece) + b"'")
+        else:
+            quoted.append(b"'" + piece.replace(b"'", b"'\\''") + b"'")
+    return b"".join(quoted)
+
+
+_ESCAPES = {
+    7: b"\\a",
+    8: b"\\b",
+    9: b"\\t",
+    10: b"\\n",
+    11: b"\\v",
+    12: b"\\f",
+    13: b"\\r",
+    27: b"\\E",
+}
 
 
 def run_ls(args: argparse.Namespace) -> int:
     names = _Names()
     paths = [os.fsencode(p) for p in args.paths] or [b""]
+    end = b"\0" if args.zero else b"\n"
+    shown = (lambda name: name) if args.zero or args.literal else shell_escaped
+
     with _open_bundle(args.bundle, args) as bundle:
+        listing: list[tuple[Entry, bytes]] = []
 
         def show(entry: Entry, name: bytes) -> None:
-            out(_long_line(bundle, entry, name, names) if args.long else name)
+            listing.append((entry, name))
+
+        def flush() -> None:
+            if args.long and listing:
+                heads = _aligned([_long_fields(bundle, entry, names) for entry, _ in listing])
+            else:
+                heads = [b""] * len(listing)
+            for head, (entry, name) in zip(heads, listing, strict=True):
+                line = head + shown(name)
+                if args.long and entry.is_symlink:
+                    line += b" -> " + shown(entry.symlink)
+                out(line, end=end)
+            listing.clear()
 
         files: list[tuple[bytes, Entry]] = []
         dirs: list[tuple[bytes, Entry]] = []
@@ -326,6 +419,7 @@ def run_ls(args: argparse.Namespace) -> int:
             (dirs if entry.is_dir else files).append((raw, entry))
         for raw, entry in files:
             show(entry, raw)
+        flush()
         headers = args.recursive or len(paths) > 1
         first = not files
         pending = list(reversed(dirs))
@@ -333,8 +427,8 @@ def run_ls(args: argparse.Namespace) -> int:
             raw, directory = pending.pop()
             if headers:
                 if not first:
-                    out()
-                out((raw or b".") + b":")
+                    out(end=end)
+                out(shown(raw or b".") + b":", end=end)
             first = False
             subdirs = []
             for name, entry in bundle.tree.children(directory):
@@ -343,6 +437,7 @@ def run_ls(args: argparse.Namespace) -> int:
                 show(entry, name)
                 if entry.is_dir:
                     subdirs.append((raw.rstrip(b"/") + b"/" + name if raw else name, entry))
+            flush()
             if args.recursive:
                 pending.extend(reversed(subdirs))
     return EXIT_OK
@@ -352,7 +447,7 @@ def run_ls(args: argparse.Namespace) -> int:
 
 
 def add_cat_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("bundle")
+    p.add_argument("bundle", metavar="BUNDLE", help=BUNDLE_HELP)
     p.add_argument("paths", nargs="+", metavar="PATH", help="files to write to stdout, in order")
 
 
@@ -364,7 +459,7 @@ def run_cat(args: argparse.Namespace) -> int:
             try:
                 entry = bundle.resolve(path)
                 if entry.is_dir:
-                    raise IsADirectory(f"{path!r} is a directory")
+                    raise IsADirectory(f"{path!r} is a directory", path)
                 for piece in bundle.content.iter_content(entry, path):
                     stdout.write(piece)
             except BundleError as e:

@@ -14,16 +14,16 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from bundlefs.cli.options import open_bundle
-from bundlefs.cli.output import EXIT_OK, files_progress, out, status
-from bundlefs.errors import ExportError, note_cleanup
+from bundlefs.cli.options import BUNDLE_HELP, open_bundle
+from bundlefs.cli.output import EXIT_OK, count, files_progress, out, status
+from bundlefs.errors import ExportError, naming, note_cleanup
 
 if TYPE_CHECKING:
     from bundlefs.read.export import ExportSummary
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("bundle")
+    p.add_argument("bundle", metavar="BUNDLE", help=BUNDLE_HELP)
     p.add_argument("out", metavar="OUT", help="the tar to write, or - for stdout")
     p.add_argument("--force", action="store_true", help="replace an existing OUT")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary")
@@ -38,6 +38,9 @@ def run(args: argparse.Namespace) -> int:
     to_stdout = args.out == "-"
     if to_stdout and sys.stdout.isatty():
         raise ExportError("refusing to write a tar to a terminal (redirect stdout or give OUT)")
+    if not to_stdout and os.path.isdir(args.out):
+        # --force would not help: a tar replaces a file, never a directory.
+        raise ExportError(f"{args.out} is a directory: OUT is the tar file to write")
     if not to_stdout and os.path.lexists(args.out) and not args.force:
         raise ExportError(f"{args.out} already exists (use --force to replace it)")
     with open_bundle(args.bundle, args) as bundle:
@@ -50,8 +53,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         # The summary goes to stderr when the tar itself is on stdout.
         line = (
-            f"exported {summary.files:,} files, {summary.dirs:,} dirs, {summary.symlinks:,} "
-            f"symlinks, {summary.hardlinks:,} hard links ({summary.bytes:,} bytes) as a "
+            f"exported {count(summary.files, 'file')}, {count(summary.dirs, 'dir')}, "
+            f"{count(summary.symlinks, 'symlink')}, {count(summary.hardlinks, 'hard link')} "
+            f"({count(summary.bytes, 'byte')}) as a "
             f"{summary.tar_bytes:,}-byte tar: {'stdout' if to_stdout else args.out}"
         )
         if to_stdout:
@@ -67,7 +71,8 @@ def _export_file(bundle, path: str, progress) -> ExportSummary:
     parent, name = os.path.split(os.path.abspath(path))
     temporary = os.path.join(parent, f".{name}.partial-{os.getpid()}")
     try:
-        with open(temporary, "wb", buffering=1024 * 1024) as f:
+        # A full disk is said with OUT's name (the temporary one would puzzle the user).
+        with naming(path), open(temporary, "wb", buffering=1024 * 1024) as f:
             summary = export_tar(bundle, f, progress=progress)
             f.flush()
             os.fsync(f.fileno())

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import argparse
 
-from bundlefs.cli.options import open_bundle
-from bundlefs.cli.output import EXIT_FAILURE, EXIT_OK, error, files_progress, out, status
+from bundlefs.cli.options import BUNDLE_HELP, open_bundle
+from bundlefs.cli.output import EXIT_FAILURE, EXIT_OK, count, error, files_progress, out, status
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("bundle")
-    p.add_argument("dest", help="the directory to extract into (created if missing)")
+    p.add_argument("bundle", metavar="BUNDLE", help=BUNDLE_HELP)
+    p.add_argument(
+        "dest", metavar="DEST", help="the directory to extract into (created if missing)"
+    )
     p.add_argument("paths", nargs="*", metavar="PATH", help="files or directories (default: all)")
     p.add_argument(
         "--force",
@@ -22,10 +24,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     owners = p.add_mutually_exclusive_group()
     owners.add_argument(
-        "--owners", dest="owners", action="store_true", default=None, help="restore uid/gid"
+        "--owners",
+        dest="owners",
+        action="store_true",
+        default=None,
+        help="restore uid/gid (default: as root)",
     )
     owners.add_argument(
-        "--no-owners", dest="owners", action="store_false", help="do not restore uid/gid"
+        "--no-owners",
+        dest="owners",
+        action="store_false",
+        help="do not restore uid/gid (default: not as root)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary")
 
@@ -49,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
         error(f"{path} was not extracted: its content is damaged")
     if not args.quiet:
         out(
-            f"extracted {summary.files:,} files, {summary.dirs:,} dirs, {summary.symlinks:,} "
-            f"symlinks, {summary.hardlinks:,} hard links ({summary.bytes:,} bytes) into "
-            f"{summary.dest}"
+            f"extracted {count(summary.files, 'file')}, {count(summary.dirs, 'dir')}, "
+            f"{count(summary.symlinks, 'symlink')}, {count(summary.hardlinks, 'hard link')} "
+            f"({count(summary.bytes, 'byte')}) into {summary.dest}"
         )
     return EXIT_OK if summary.ok else EXIT_FAILURE

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from bundlefs.cli.options import storage_options
-from bundlefs.cli.output import EXIT_OK, out, out_json, warn
+from bundlefs.cli.output import EXIT_OK, count, out, out_json, warn
 from bundlefs.cli.pack import key_value_pairs, parse_time
 
 
@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         metavar="PREFIX",
         help="where each bundle's tree goes in OUT, one per bundle in order ('.' for the "
-        "root); without --at, every tree is overlaid at the root",
+        "root); default: every tree is overlaid at the root",
     )
     p.add_argument(
         "--on-clash",
@@ -39,14 +39,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--created",
         metavar="TIME",
-        help="the creation time to record (as for pack); fixed, two merges are byte-identical",
+        help="the creation time to record (as for pack; default: SOURCE_DATE_EPOCH if set, "
+        "else now); fixed, two merges are byte-identical",
     )
     p.add_argument("--force", action="store_true", help="replace an existing OUT")
     p.add_argument(
-        "--staging", metavar="DIR", help="where a bundle for a URL is built before the upload"
+        "--staging",
+        metavar="DIR",
+        help="where a bundle for a URL is built before the upload (default: the temporary "
+        "directory)",
     )
-    p.add_argument("-q", "--quiet", action="store_true", help="no summary")
-    p.add_argument("--json", action="store_true", help="the summary as one JSON object")
+    p.add_argument("-q", "--quiet", action="store_true", help="no summary (but --json's)")
+    p.add_argument(
+        "--json", action="store_true", help="the summary as one JSON object (even with -q)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,24 +70,25 @@ def run(args: argparse.Namespace) -> int:
     summary = merge(args.inputs, args.dest, options)
     if summary.copied:
         warn(
-            f"copied {summary.copied} of {summary.config.shard_count} shard files: they could be "
-            "neither hard-linked nor reflinked (another file system?)"
+            f"copied {summary.copied:,} of {count(summary.config.shard_count, 'shard file')}: "
+            "they could be neither hard-linked nor reflinked (another file system?)"
         )
     if summary.overridden:
         warn(
-            f"{len(summary.overridden)} name(s) were in more than one bundle; "
+            f"{count(len(summary.overridden), 'name')} "
+            f"{'was' if len(summary.overridden) == 1 else 'were'} in more than one bundle; "
             f"--on-clash {args.on_clash} kept one, e.g. {summary.overridden[0]}"
         )
-    if args.quiet:
-        return EXIT_OK
-    if args.json:
+    if args.json:  # --json always prints its object: -q quiets the human text only
         out_json(summary.to_dict())
         return EXIT_OK
+    if args.quiet:
+        return EXIT_OK
     c = summary.config
-    ways = f"{summary.linked} linked, {summary.reflinked} reflinked, {summary.copied} copied"
+    ways = f"{summary.linked:,} linked, {summary.reflinked:,} reflinked, {summary.copied:,} copied"
     out(
-        f"merged {summary.inputs} bundles: {c.file_count:,} files, {c.dir_count:,} dirs, "
-        f"{c.data_bytes:,} bytes in {c.shard_count} shards ({ways}) in {summary.seconds:.2f} s: "
-        f"{summary.dest}"
+        f"merged {count(summary.inputs, 'bundle')}: {count(c.file_count, 'file')}, "
+        f"{count(c.dir_count, 'dir')}, {count(c.data_bytes, 'byte')} in "
+        f"{count(c.shard_count, 'shard')} ({ways}) in {summary.seconds:.2f} s: {summary.dest}"
     )
     return EXIT_OK

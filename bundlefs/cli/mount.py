@@ -19,9 +19,10 @@ import os
 import socket
 from typing import TYPE_CHECKING
 
+from bundlefs.cli.options import BUNDLE_HELP
 from bundlefs.cli.output import EXIT_OK, LogTarget, setup_logging, size
 from bundlefs.core.units import parse_size
-from bundlefs.errors import MountError
+from bundlefs.errors import MountError, MountOptionError
 from bundlefs.read.bundle import DEFAULT_CACHE_SIZE
 
 if TYPE_CHECKING:
@@ -54,14 +55,15 @@ _SYSLOG_SOCKET = "/dev/log"
 def add_mount_arguments(p: argparse.ArgumentParser) -> None:
     # The read-ahead and index-resident defaults named in the help are bundlefs.mount.daemon's,
     # which building the parser does not import (tests/test_first_contact.py keeps them equal).
-    p.add_argument("bundle", help="the bundle directory, or its URL (s3://BUCKET/KEY)")
-    p.add_argument("mountpoint", help="an existing empty directory")
+    p.add_argument("bundle", metavar="BUNDLE", help=BUNDLE_HELP)
+    p.add_argument("mountpoint", metavar="MOUNTPOINT", help="an existing empty directory")
     p.add_argument("-f", "--foreground", action="store_true", help="stay attached, log to stderr")
     p.add_argument(
         "--cache-size",
         type=size,
         default=None,
-        help=f"record cache size, e.g. 512MiB ({DEFAULT_CACHE_SIZE >> 20}MiB)",
+        metavar="SIZE",
+        help=f"record cache size, e.g. 512MiB (default: {DEFAULT_CACHE_SIZE >> 20}MiB)",
     )
     p.add_argument(
         "--allow-nonempty",
@@ -73,20 +75,26 @@ def add_mount_arguments(p: argparse.ArgumentParser) -> None:
         "--owner",
         choices=("stored", "mounter"),
         default="stored",
-        help="show the owners stored in the bundle, or the mounting user",
+        help="show the owners stored in the bundle (default), or the mounting user",
     )
-    p.add_argument("--uid", type=int, help="show every entry as owned by this uid")
-    p.add_argument("--gid", type=int, help="show every entry as owned by this gid")
+    p.add_argument(
+        "--uid", type=int, help="show every entry as owned by this uid (default: as --owner says)"
+    )
+    p.add_argument(
+        "--gid", type=int, help="show every entry as owned by this gid (default: as --owner says)"
+    )
     p.add_argument(
         "--read-ahead-kb",
         type=int,
         default=None,
-        help="kernel read-ahead for the mount in KiB (root only; default 1024)",
+        metavar="KIB",
+        help="kernel read-ahead for the mount in KiB (root only; default: 1024)",
     )
     p.add_argument(
         "--workers",
         type=int,
         default=None,
+        metavar="N",
         help="processes serving the mount (default: one per CPU, at most 8); one where the "
         "FUSE binding or the open path cannot share a mount; -o workers=N",
     )
@@ -94,6 +102,7 @@ def add_mount_arguments(p: argparse.ArgumentParser) -> None:
         "--threads",
         type=int,
         default=None,
+        metavar="N",
         help="record loads in parallel off each process's event loop (default: 4 in one "
         "process, 0 (inline) with several workers, 4 for a bundle at a URL)",
     )
@@ -109,7 +118,9 @@ def add_mount_arguments(p: argparse.ArgumentParser) -> None:
         "--index-resident",
         type=size,
         default=None,
-        help="keep the index in memory when it is at most this size, e.g. 1GiB (256MiB; 0: never)",
+        metavar="SIZE",
+        help="keep the index in memory when it is at most this size, e.g. 1GiB (default: 256MiB; "
+        "0: never)",
     )
     p.add_argument(
         "--no-prefetch",
@@ -125,7 +136,8 @@ def add_mount_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--log-file",
-        help="log here (otherwise: stderr in the foreground; syslog, or without /dev/log "
+        metavar="FILE",
+        help="log here (default: stderr in the foreground; syslog, or without /dev/log "
         "$XDG_STATE_HOME/bundlefs/mount-MOUNTPOINT.log, when detached)",
     )
     p.add_argument(
@@ -139,7 +151,8 @@ def add_mount_arguments(p: argparse.ArgumentParser) -> None:
         dest="options",
         action="append",
         default=[],
-        help="comma-separated mount options, as mount(8) and fstab pass them",
+        metavar="OPTIONS",
+        help="comma-separated mount options, as mount(8) and fstab pass them (repeatable)",
     )
 
 
@@ -148,7 +161,7 @@ def parse_mount_options(groups: list[str]) -> dict[str, object]:
 
     Text values stay text (sizes are parsed when merged with the flags), numbers become ints,
     flags ``True``; the generic options of mount(8) and fstab are dropped. An option bundlefs
-    does not know raises ``MountError``.
+    does not know, or a malformed value, raises ``MountOptionError`` (a usage error: exit 2).
     """
     values: dict[str, object] = {}
     for group in groups:
@@ -176,8 +189,10 @@ def parse_mount_options(groups: list[str]) -> dict[str, object]:
                 values["allow_nonempty"] = True
             elif key in _NUMBER_OPTIONS and value.isdigit():
                 values[key] = int(value)
+            elif key in _NUMBER_OPTIONS:
+                raise MountOptionError(f"mount option {option!r}: {key}= takes a whole number")
             else:
-                raise MountError(f"unknown mount option {option!r}")
+                raise MountOptionError(f"unknown mount option {option!r}")
     return values
 
 
@@ -227,9 +242,9 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
     option_files = [*args.storage_options_file, *files_o]
     values.update(mount_options)
     if values["owner"] not in ("stored", "mounter"):
-        raise MountError("owner= takes 'stored' or 'mounter'")
+        raise MountOptionError("owner= takes 'stored' or 'mounter'")
     if values["open_mode"] not in (None, *_OPEN_MODES):
-        raise MountError("open_mode= takes 'auto', 'no-open' or 'open'")
+        raise MountOptionError("open_mode= takes 'auto', 'no-open' or 'open'")
     uid, gid = _int_or_none(values["uid"]), _int_or_none(values["gid"])
     if values["owner"] == "mounter":
         uid = os.getuid() if uid is None else uid
@@ -337,7 +352,7 @@ def run_mount(args: argparse.Namespace) -> int:
 
 
 def add_umount_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("mountpoint", help="where a bundle is mounted")
+    p.add_argument("mountpoint", metavar="MOUNTPOINT", help="where a bundle is mounted")
     p.add_argument("-z", "--lazy", action="store_true", help="detach now, clean up when unused")
     p.add_argument(
         "--force",

@@ -56,14 +56,15 @@ def _disk_cache_parent() -> argparse.ArgumentParser:
         "--disk-cache",
         metavar="DIR",
         default=None,
-        help="keep fetched records (and the index) here, across runs",
+        help="keep fetched records (and the index) here, across runs (default: "
+        "$BUNDLEFS_CACHE_DIR, else $XDG_CACHE_HOME/bundlefs, else ~/.cache/bundlefs)",
     )
     group.add_argument(
         "--disk-cache-size",
         type=size,
         default=None,
         metavar="SIZE",
-        help="bound the disk cache, e.g. 20GiB",
+        help="bound the disk cache, e.g. 20GiB (default: 1GiB; 0 keeps no records on disk)",
     )
     return p
 
@@ -107,3 +108,6 @@ def open_bundle(path: str, args: argparse.Namespace, **keywords: Any):
     from bundlefs.read.bundle import Bundle
 
     return Bundle(path, **bundle_options(args), **keywords)
+
+
+BUNDLE_HELP = "the bundle: its directory, or a URL (s3://BUCKET/KEY)"

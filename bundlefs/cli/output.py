@@ -10,7 +10,8 @@ Every command writes through here:
   with stderr connected to journald (``JOURNAL_STREAM`` names it: a systemd service), lines carry
   the sd-daemon priority prefix (``<3>`` for an error) and neither a timestamp nor a PID, which
   the journal records itself, so ``journalctl -p err`` finds errors;
-- ``size`` (the argparse type of every size option) and ``rate`` format what the commands report;
+- ``size`` is the argparse type of every size option; ``rate``, ``ratio`` and ``count`` (a number
+  and its noun, singular or plural) format what the commands report;
 - ``EXIT_*`` are the exit statuses of docs/cli.md.
 
 May import: ``bundlefs.core``, ``bundlefs.errors``.
@@ -44,10 +45,11 @@ _MB = 1_000_000
 # -- stdout and errors ----------------------------------------------------------------------------
 
 
-def out(text: str | bytes = "") -> None:
-    """Write a line to stdout as bytes, so names that are not UTF-8 come out unchanged."""
+def out(text: str | bytes = "", *, end: bytes = b"\n") -> None:
+    """Write a line to stdout as bytes, so names that are not UTF-8 come out unchanged; ``end``
+    is what ends it (``ls -0``: NUL)."""
     data = os.fsencode(text) if isinstance(text, str) else text
-    sys.stdout.buffer.write(data + b"\n")
+    sys.stdout.buffer.write(data + end)
 
 
 def out_json(facts: dict[str, object]) -> None:
@@ -125,6 +127,21 @@ def size(text: str) -> int:
         return parse_size(text)
     except SizeError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 file``, ``2 files``, ``1,000 hard links``: a number and its noun, agreeing."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
+def ratio(data_bytes: int, stored_bytes: int) -> str:
+    """Data bytes per stored byte, for a person: two significant digits where two decimals
+    would round to "0.00" (a tiny bundle, its few bytes of data dwarfed by its own structure,
+    which "0.00" misreads as "nothing stored"); "-" for a bundle without data."""
+    if not data_bytes or not stored_bytes:
+        return "-"
+    value = data_bytes / stored_bytes
+    return f"{value:.2f}" if value >= 0.1 else f"{value:.2g}"
 
 
 def rate(nbytes: int, seconds: float) -> str:

@@ -20,15 +20,18 @@ from bundlefs.cli.output import (
     EXIT_OK,
     EXIT_PACKED_CHANGED,
     EXIT_PACKED_SKIPPED,
+    count,
     out,
     out_json,
     rate,
+    ratio,
     size,
     status,
     warn,
 )
+from bundlefs.core import format as fmt
 from bundlefs.core.units import format_size
-from bundlefs.errors import PackError
+from bundlefs.errors import PackError, UsageError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -48,25 +51,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "dest",
+        metavar="DEST",
         help="the bundle to create: a directory, or a URL (s3://BUCKET/KEY: built in --staging, "
         "then uploaded, its completion marker last)",
     )
     p.add_argument(
-        "--record-size", type=size, default=None, metavar="SIZE", help="uncompressed record size"
+        "--record-size",
+        type=size,
+        default=None,
+        metavar="SIZE",
+        help=f"uncompressed record size (default: {fmt.DEFAULT_RECORD_SIZE >> 10}KiB)",
     )
-    p.add_argument("--block-size", type=size, default=None, metavar="SIZE", help="shard block size")
+    p.add_argument(
+        "--block-size",
+        type=size,
+        default=None,
+        metavar="SIZE",
+        help=f"shard block size (default: {fmt.DEFAULT_BLOCK_SIZE >> 10}KiB)",
+    )
     p.add_argument(
         "--compression",
         default="lz4",
         metavar="CODEC",
-        help="lz4 (default: fastest to read), zstd[:LEVEL] (smaller; needs bundlefs[zstd]), none",
+        help="lz4 (default: fastest to read), zstd[:LEVEL] (smaller; LEVEL from -7 to 22, "
+        "default 3; needs bundlefs[zstd]), none",
     )
     p.add_argument(
         "--shard-size",
         type=size,
         default=None,
         metavar="SIZE",
-        help="start a new shard once one holds this much file data (4GiB)",
+        help="start a new shard once one holds this much file data (default: 4GiB)",
     )
     p.add_argument(
         "--exclude",
@@ -86,7 +101,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--user-data",
         metavar="FILE.jsonl",
         help="per-file metadata: JSON lines naming a file by 'file_name' (or 'path'); the rest "
-        "of each object is stored with that file",
+        "of each object is stored with that file (default: none)",
     )
     p.add_argument(
         "--meta",
@@ -128,16 +143,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="ADDRESS|local:N",
         help="pack in partitions on a Dask cluster: a running scheduler's address, or local:N "
         "for N worker processes on this machine (needs bundlefs[dask]; SRC, DEST's directory "
-        "and --staging must be paths every worker sees)",
+        "and --staging must be paths every worker sees; default: no Dask, one process)",
     )
     p.add_argument(
         "--partitions",
         type=int,
         metavar="N",
-        help="with --dask: how many tasks the pack is split into (default: 4 per worker)",
+        help="with --dask: how many tasks the pack is split into (default: 4 per worker, "
+        "fewer for a small tree: one per 256MiB or 20,000 entries)",
     )
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary")
-    p.add_argument("--json", action="store_true", help="the summary as one JSON object")
+    p.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress and no summary (but --json's)"
+    )
+    p.add_argument(
+        "--json", action="store_true", help="the summary as one JSON object (even with -q)"
+    )
 
 
 class _SourceTotals:
@@ -200,9 +220,28 @@ def key_value_pairs(items: list[str], option: str) -> tuple[tuple[str, str], ...
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise PackError(f"{option} {item!r}: expected {option[2:].upper()}=VALUE")
+            raise UsageError(f"{option} {item!r}: expected {option[2:].upper()}=VALUE")
         pairs.append((key, value))
     return tuple(pairs)
+
+
+def check_values(
+    compression: str, meta: tuple[tuple[str, str], ...], types: tuple[tuple[str, str], ...]
+) -> None:
+    """The option values a command line gives that the library would refuse as malformed: a
+    usage error (exit 2), as argparse's own, rather than a failure of the pack (exit 1)."""
+    from bundlefs.packing.packer import parse_compression
+
+    try:
+        parse_compression(compression)
+        for key, value in meta:
+            fmt.meta_key(key)
+            fmt.encode_meta_value(value)
+        for _pattern, media_type in types:
+            if media_type:
+                fmt.encode_content_type(media_type)
+    except (PackError, fmt.FormatError) as e:
+        raise UsageError(str(e)) from None
 
 
 def parse_time(text: str) -> int:
@@ -210,7 +249,7 @@ def parse_time(text: str) -> int:
     try:
         return round(float(text) * 10**9) if re.fullmatch(r"-?\d+(\.\d+)?", text) else _iso(text)
     except ValueError:
-        raise PackError(
+        raise UsageError(
             f"--created {text!r} is neither seconds since the epoch nor an ISO 8601 time"
         ) from None
 
@@ -238,6 +277,12 @@ def _pack_on_dask(
         if (e.name or "").split(".")[0] not in ("dask", "distributed"):
             raise
         raise PackError("--dask needs dask.distributed: pip install 'bundlefs[dask]'") from None
+    try:
+        on_dask.parse_spec(args.dask)
+    except PackError as e:  # a malformed value: a usage error
+        raise UsageError(str(e)) from None
+    if args.partitions is not None and args.partitions < 1:
+        raise UsageError(f"--partitions {args.partitions}: at least 1")
     with on_dask.connect(args.dask) as client:
         return on_dask.pack_with_dask(
             source, args.dest, client, options, partitions=args.partitions, progress=progress
@@ -246,8 +291,12 @@ def _pack_on_dask(
 
 def run(args: argparse.Namespace) -> int:
     from bundlefs.packing.packer import PackOptions, pack
+    from bundlefs.packing.sources import SourceErrors
     from bundlefs.packing.user_data import UserDataFile
 
+    meta = key_value_pairs(args.meta, "--meta")
+    content_types = key_value_pairs(args.content_type, "--content-type")
+    check_values(args.compression, meta, content_types)
     user_data = UserDataFile(args.user_data) if args.user_data else None
     defaults = PackOptions()
     options = PackOptions(
@@ -260,8 +309,8 @@ def run(args: argparse.Namespace) -> int:
         skip_errors=args.skip_errors,
         jobs=max(1, args.jobs),
         user_data=user_data,
-        meta=key_value_pairs(args.meta, "--meta"),
-        content_types=key_value_pairs(args.content_type, "--content-type"),
+        meta=meta,
+        content_types=content_types,
         detect_content_types=not args.no_content_types,
         created_ns=parse_time(args.created) if args.created else None,
         storage_options=storage_options(args) or None,
@@ -291,29 +340,30 @@ def run(args: argparse.Namespace) -> int:
     if args.dask is not None:
         summary = _pack_on_dask(args, source, options, None if args.quiet else progress)
     elif args.partitions is not None:
-        raise PackError("--partitions splits a pack for --dask; give --dask too")
+        raise UsageError("--partitions splits a pack for --dask; give --dask too")
     else:
         summary = pack(source, args.dest, options, None if args.quiet else progress)
     status.clear()
     if user_data is not None and user_data.unused():
         unused = user_data.unused()
         warn(
-            f"{len(unused)} path(s) in {args.user_data} are not files of the bundle, e.g. "
+            f"{count(len(unused), 'path')} in {args.user_data} "
+            f"{'is not a file' if len(unused) == 1 else 'are not files'} of the bundle, e.g. "
             f"{unused[0]!r}"
         )
     done = _exit_status(summary)
-    if args.quiet:
-        return done
-    if args.json:
+    if args.json:  # --json always prints its object: -q quiets the human text only
         out_json(summary.to_dict())
         return done
+    if args.quiet:
+        return done
     c = summary.config
-    ratio = c.data_bytes / summary.stored_bytes if summary.stored_bytes else 0.0
     notes = []
     if summary.skipped:
-        notes.append(f"{len(summary.skipped)} skipped")
+        named = "" if len(summary.skipped) <= SourceErrors.NAMED else ", the first named"
+        notes.append(f"{len(summary.skipped):,} skipped{named}")
     if summary.changed:
-        notes.append(f"{len(summary.changed)} changed while packing")
+        notes.append(f"{len(summary.changed):,} changed while packing")
     note = f" ({', '.join(notes)}: see the warnings above)" if notes else ""
     if summary.upload_seconds is not None and summary.build_seconds is not None:
         # To a URL: the build's rate is the packer's, the upload's the link's; neither is the
@@ -327,9 +377,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         timing = f"in {summary.seconds:.2f} s ({rate(c.data_bytes, summary.seconds)})"
     out(
-        f"packed {c.file_count:,} files, {c.dir_count:,} dirs, {c.data_bytes:,} bytes into "
-        f"{summary.stored_bytes:,} stored bytes (ratio {ratio:.2f}) {timing}: "
-        f"{summary.dest}{note}"
+        f"packed {count(c.file_count, 'file')}, {count(c.dir_count, 'dir')}, "
+        f"{count(c.symlink_count, 'symlink')}, {count(c.hardlink_count, 'hard link')}, "
+        f"{count(c.data_bytes, 'byte')} into {count(summary.stored_bytes, 'stored byte')} "
+        f"(ratio {ratio(c.data_bytes, summary.stored_bytes)}) {timing}: {summary.dest}{note}"
     )
     return done
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+from typing import Literal
 
 OCTET_STREAM = "application/octet-stream"
 
@@ -90,7 +91,7 @@ BY_EXTENSION: dict[str, str] = {
     "nc": "application/x-netcdf",
     "safetensors": "application/x-safetensors",
     "pt": "application/x-pytorch",
-    "pth": "application/x-pytorch",
+    "pth": "application/x-pytorch",  # unless it is text: a site-packages path file (_AMBIGUOUS)
     "pkl": "application/x-pickle",
     "pickle": "application/x-pickle",
     "tfrecord": "application/x-tfrecord",
@@ -105,7 +106,27 @@ BY_EXTENSION: dict[str, str] = {
     "lz4": "application/x-lz4",
     "7z": "application/x-7z-compressed",
     "wasm": "application/wasm",
+    # No "so": ELF content says what a library or a program is (and a libc.so that is a linker
+    # script, text, is not one).
 }
+
+# Extensions two kinds of file share: (if text, if binary), the content decides. A ``.pth`` is a
+# PyTorch checkpoint (a zip, or a pickle) or a site-packages path file (lines of text); a ``.ts``
+# TypeScript or an MPEG transport stream (video).
+_AMBIGUOUS: dict[str, tuple[str, str]] = {
+    "pth": ("text/plain", "application/x-pytorch"),
+    "ts": ("text/x-typescript", "video/mp2t"),
+}
+
+# ELF files by e_type (bytes 16–17, in the byte order byte 5 says), as file(1) names them.
+_ELF = b"\x7fELF"
+_ELF_TYPES = {
+    1: "application/x-object",
+    2: "application/x-executable",
+    3: "application/x-sharedlib",  # shared libraries, and position-independent executables
+    4: "application/x-core",
+}
+_PT_INTERP = 3
 
 # (offset, magic bytes, media type), tried in order; the first match wins.
 _MAGIC: tuple[tuple[int, bytes, str], ...] = (
@@ -142,16 +163,34 @@ _RIFF = {b"WEBP": "image/webp", b"WAVE": "audio/wav", b"AVI ": "video/x-msvideo"
 _FTYP = {b"avif": "image/avif", b"heic": "image/heic", b"heix": "image/heic", b"M4A ": "audio/mp4"}
 
 
-def from_name(name: bytes) -> str | None:
-    """The media type the name's extension says, or None."""
+def _extension(name: bytes) -> str | None:
     dot = name.rfind(b".")
     if dot <= 0 or dot == len(name) - 1:
         return None
     try:
-        extension = name[dot + 1 :].decode("ascii").lower()
+        return name[dot + 1 :].decode("ascii").lower()
     except UnicodeDecodeError:
         return None
-    return BY_EXTENSION.get(extension)
+
+
+def from_name(name: bytes) -> str | None:
+    """The media type the name's extension says, or None."""
+    extension = _extension(name)
+    return None if extension is None else BY_EXTENSION.get(extension)
+
+
+def looks_like_text(head: bytes) -> bool:
+    """Whether the first bytes read as text: UTF-8 (a character cut at the end allowed), no NUL
+    and no control characters but whitespace. Empty is not text: nothing says what it is."""
+    if not head or b"\0" in head:
+        return False
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.start < len(head) - 3:  # not just a character cut by the end of ``head``
+            return False
+        text = head[: e.start].decode("utf-8")
+    return all(c.isprintable() or c in "\t\n\r\f\v" for c in text)
 
 
 def from_content(head: bytes) -> str | None:
@@ -164,11 +203,41 @@ def from_content(head: bytes) -> str | None:
         return _RIFF.get(head[8:12])
     if head[4:8] == b"ftyp":
         return _FTYP.get(head[8:12], "video/mp4")
+    if head[:4] == _ELF and len(head) >= 18:
+        return _elf_type(head)
     return None
 
 
+def _elf_type(head: bytes) -> str | None:
+    """An ELF file's type: e_type, and for a shared object whether it asks for an interpreter
+    (PT_INTERP among the program headers ``head`` holds: a position-independent executable, as
+    /bin/ls is, rather than a library)."""
+    order: Literal["little", "big"] = "little" if head[5] == 1 else "big"
+    kind = _ELF_TYPES.get(int.from_bytes(head[16:18], order))
+    if kind != "application/x-sharedlib":
+        return kind
+    wide = head[4] == 2  # ELFCLASS64
+    if wide:
+        table, size_at, count_at = int.from_bytes(head[32:40], order), 54, 56
+    else:
+        table, size_at, count_at = int.from_bytes(head[28:32], order), 42, 44
+    size = int.from_bytes(head[size_at : size_at + 2], order)
+    count = int.from_bytes(head[count_at : count_at + 2], order)
+    for i in range(count if size >= 4 else 0):
+        at = table + i * size
+        if at + 4 > len(head):
+            break
+        if int.from_bytes(head[at : at + 4], order) == _PT_INTERP:
+            return "application/x-executable"
+    return kind
+
+
 def detect(name: bytes, head: bytes) -> str | None:
-    """The extension's type, else the content's, else None (never a guess)."""
+    """The extension's type, else the content's, else None (never a guess). An extension two
+    kinds of file share (``.pth``) is decided by the content: text or not."""
+    ambiguous = _AMBIGUOUS.get(_extension(name) or "")
+    if ambiguous is not None:
+        return ambiguous[0] if looks_like_text(head) else ambiguous[1]
     return from_name(name) or from_content(head)
 
 

@@ -63,8 +63,9 @@ def pack_with_dask(
     ``source`` is a directory or a list of archives (tar shards), on storage every worker sees
     under the same path, or an object-store prefix (``s3://bucket/prefix/``: listed once here,
     each task fetching its share with ``options.storage_options``); ``dest`` a local path or a
-    URL. ``partitions``: how many tasks (default
-    ``default_partitions`` of the workers there are now). The staging area is beside a local
+    URL. ``partitions``: how many tasks (default: ``default_partitions`` of the workers there
+    are now, fewer for a small source: one per 256 MiB of content or 20,000 entries,
+    ``partition.fitted_count``). The staging area is beside a local
     DEST, or in ``options.staging`` (required to be shared storage when workers run on other
     machines; the tasks check it and say so). ``progress`` is called as partitions finish
     (files and bytes packed so far).
@@ -74,12 +75,13 @@ def pack_with_dask(
     Raises ``PackError`` for every failure, leaving nothing at DEST and no staging area.
     """
     job = DistributedPack.prepare(source, dest, options)
+    fit = partitions is None  # a count the caller chose is kept; ours follows the data
     if partitions is None:
         partitions = default_partitions(worker_count(client))
     if partitions < 1:
         raise PackError(f"the partition count must be at least 1, not {partitions}")
     with job.staging() as area:
-        plan = job.plan(partitions)
+        plan = job.plan(partitions, fit=fit)
         started = time.monotonic()
         results = _run(client, job.tasks(plan, area), job, area, progress)
         job.phases["packing"] = time.monotonic() - started

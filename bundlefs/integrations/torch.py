@@ -141,7 +141,7 @@ def _regular_files(bundle: Bundle, paths: Sequence[str]) -> list[str]:
     for path in paths:
         entry = bundle.resolve(path)  # EntryNotFound / NotADirectory
         if not entry.is_file:
-            raise IsADirectory(f"{path!r} is a directory, not a file")
+            raise IsADirectory(f"{path!r} is a directory, not a file", path)
     return list(paths)
 
 
@@ -252,7 +252,10 @@ class BundleImageFolder(_BundleFiles, Dataset[tuple[Any, int]]):
         """The class names (subdirectories of ``directory``, sorted) and their indexes."""
         classes = sorted(str(d.name) for d in self.bundle.scandir(directory) if d.is_dir())
         if not classes:
-            raise EntryNotFound(f"no class directory in {directory or '/'!r} of {self.bundle.path}")
+            raise EntryNotFound(
+                f"no class directory in {directory or '/'!r} of {self.bundle.path}",
+                directory or "/",
+            )
         return classes, {name: i for i, name in enumerate(classes)}
 
     def make_dataset(
@@ -290,7 +293,8 @@ class BundleImageFolder(_BundleFiles, Dataset[tuple[Any, int]]):
         if empty and not allow_empty:
             raise EntryNotFound(
                 f"no valid file for the classes {', '.join(empty)} in {directory or '/'!r} "
-                f"of {bundle.path}"
+                f"of {bundle.path}",
+                directory or "/",
             )
         return samples
 

@@ -63,6 +63,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STDIN = "-"
+# What ``pack`` reads besides a directory, for the sentence that refuses anything else.
+ARCHIVE_FORMATS = "tar, tar.gz, tar.bz2, tar.xz, tar.zst or zip"
 _DIR_MODE = statmod.S_IFDIR | 0o755  # implicit directories (and a root no member describes)
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")  # a local file header; an empty zip's end record
@@ -177,7 +179,7 @@ class ArchiveSource:
                 self._load_zip(path, content)
                 return
             stream: IO[bytes] = io.BufferedReader(_Prefixed(magic, raw), READ_CHUNK)
-            self._load_tar(_decompressed(stream, magic), content)
+            self._load_tar(_decompressed(stream, magic), content, shown, _compression(magic))
         except _ReadFailed as e:
             # Only failures of reading the archive: a shard write that fails (a full disk) is
             # an OSError of the bundle, which pack() reports as such.
@@ -193,12 +195,26 @@ class ArchiveSource:
             raise PackError(f"the archive {path} is not a regular file")
         return open(path, "rb")  # noqa: SIM115 - closed by _load_one
 
-    def _load_tar(self, stream: IO[bytes], content: ContentWriter) -> None:
+    def _load_tar(
+        self, stream: IO[bytes], content: ContentWriter, shown: str, compression: str | None
+    ) -> None:
         # "r|": a stream (never seeks: stdin works). surrogateescape keeps names that are not
         # UTF-8 as the bytes they were.
-        tar = _reading(
-            tarfile.open, fileobj=stream, mode="r|", encoding="utf-8", errors="surrogateescape"
-        )
+        try:
+            tar = tarfile.open(  # noqa: SIM115 - closed by the with below
+                fileobj=stream, mode="r|", encoding="utf-8", errors="surrogateescape"
+            )
+        except tarfile.ReadError as e:
+            # No tar header at the start: say what the file is not, rather than tarfile's
+            # "invalid header" (a plain file given as SRC, most often).
+            if compression is None:
+                raise PackError(
+                    f"{shown} is neither a directory nor an archive bundlefs reads "
+                    f"({ARCHIVE_FORMATS})"
+                ) from None
+            raise PackError(f"{shown} is {compression} data, but not of a tar archive") from e
+        except _READ_ERRORS as e:
+            raise _ReadFailed(e) from e
         with tar:
             members = iter(tar)
             while (member := _reading(next, members, None)) is not None:
@@ -546,6 +562,19 @@ def _decompressed(stream: IO[bytes], magic: bytes) -> IO[bytes]:
     if magic.startswith(_ZSTD_MAGIC):
         return _zstd_reader(stream)
     return stream
+
+
+def _compression(magic: bytes) -> str | None:
+    """The compressed format ``_decompressed`` recognises by ``magic``, or None (plain)."""
+    for prefix, name in (
+        (b"\x1f\x8b", "gzip"),
+        (b"BZh", "bzip2"),
+        (b"\xfd7zXZ\x00", "xz"),
+        (_ZSTD_MAGIC, "zstd"),
+    ):
+        if magic.startswith(prefix):
+            return name
+    return None
 
 
 def _zstd_reader(stream: IO[bytes]) -> IO[bytes]:

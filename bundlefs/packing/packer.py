@@ -38,6 +38,7 @@ from bundlefs.storage.publish_remote import RemotePublisher, UploadProgress, sta
 from bundlefs.storage.shards import zstd_module
 
 DEFAULT_SHARD_SIZE = 4 * 1024**3
+ZSTD_LEVELS = (-7, 22)  # the levels zstd:LEVEL accepts (zstd's fast levels to its slowest)
 
 
 @runtime_checkable
@@ -94,8 +95,15 @@ def parse_compression(spec: str) -> tuple[str, int | None]:
         raise PackError(f"unknown compression {spec!r} (choose lz4, zstd[:LEVEL] or none)")
     if not level:
         return name, None
-    if name != "zstd" or not level.lstrip("-").isdigit() or not -7 <= int(level) <= 22:
-        raise PackError(f"compression {spec!r}: only zstd takes a level, from -7 to 22")
+    if name != "zstd":
+        raise PackError(f"compression {spec!r}: {name} takes no level (only zstd does)")
+    if not level.lstrip("-").isdigit():
+        raise PackError(f"compression {spec!r}: the level must be a whole number, from -7 to 22")
+    if not ZSTD_LEVELS[0] <= int(level) <= ZSTD_LEVELS[1]:
+        raise PackError(
+            f"compression {spec!r}: zstd level {int(level)} is out of range "
+            f"(from {ZSTD_LEVELS[0]} to {ZSTD_LEVELS[1]})"
+        )
     return name, int(level)
 
 
@@ -236,6 +244,12 @@ def check_places(source: str, dest: str, force: bool) -> None:
     if _inside(source_real, dest_real):
         raise PackError(f"the tree being packed is inside {dest}, which a pack would replace")
     if os.path.lexists(dest):
+        if not os.path.isdir(dest) and not os.path.islink(dest):
+            # A bundle is a directory the pack creates: --force would not help either.
+            raise PackError(
+                f"{dest} is a file, not a bundle: a bundle is a new directory "
+                "(give a path that does not exist)"
+            )
         if not force:
             raise PackError(f"{dest} already exists (use --force to replace it)")
         if not publish.is_bundle(dest):

@@ -72,6 +72,11 @@ from bundlefs.storage.publish_remote import RemotePublisher, staging_path
 # Partitions per worker when the caller gives no count: a few per worker, so a slow or
 # restarted worker delays the end by a fraction of its share, not all of it.
 PARTITIONS_PER_WORKER = 4
+# ...but no more than the data is worth (``fit``): a task costs its start, at least one shard and
+# its share of the merge, so a partition holds at least this much content or this many entries
+# (153 small files on 8 workers: one partition, one shard, not 32).
+PARTITION_BYTES = 256 * 1024**2
+PARTITION_ENTRIES = 20_000
 # How far a cut may move from its ideal place to fall on a shallower directory boundary: a
 # share divided by this (a quarter), so partitions stay within 0.5 to 1.5 shares.
 CUT_SLACK_DIVISOR = 4
@@ -85,6 +90,14 @@ Key = tuple[bytes, ...]  # a path as its components: tuples sort in depth-first 
 def default_partitions(workers: int) -> int:
     """How many partitions for ``workers`` workers: ``PARTITIONS_PER_WORKER`` each, at least 1."""
     return max(1, workers) * PARTITIONS_PER_WORKER
+
+
+def fitted_count(count: int, entries: int, data_bytes: int) -> int:
+    """``count`` partitions, or fewer when the data is small: one per ``PARTITION_BYTES`` of
+    content or ``PARTITION_ENTRIES`` entries, whichever allows more; at least 1."""
+    by_bytes = -(-data_bytes // PARTITION_BYTES)
+    by_entries = -(-entries // PARTITION_ENTRIES)
+    return max(1, min(count, max(by_bytes, by_entries)))
 
 
 def _key(rel: bytes) -> Key:
@@ -156,9 +169,11 @@ def plan_directory(
     skip_errors: bool = False,
     jobs: int = 4,
     skip: tuple[int, int] | None = None,
+    fit: bool = False,
 ) -> Plan:
     """Walk the tree at ``root`` once (lstat only, ``jobs`` threads) and cut it into at most
-    ``count`` partitions (fewer when cuts meet: a tree smaller than its partition count).
+    ``count`` partitions (fewer when cuts meet: a tree smaller than its partition count; with
+    ``fit``, no more than the data is worth, ``fitted_count``).
 
     What the walk cannot read is a ``PackError`` (or, with ``skip_errors``, skipped and listed),
     exactly as the pack itself would say it. Memory: ~(name length + 9) bytes per entry of the
@@ -170,6 +185,8 @@ def plan_directory(
     started = time.monotonic()
     errors = SourceErrors(skip_errors)
     tree, links = _walk(root, errors, excludes, jobs, skip)
+    if fit:
+        count = fitted_count(count, tree.entries, tree.bytes)
     cuts = _cuts(tree, count)
     partitions = _partitions(cuts, tree, links)
     return Plan(
@@ -366,10 +383,12 @@ def plan_objects(
     created_ns: int,
     excludes: tuple[str, ...] = (),
     skip_errors: bool = False,
+    fit: bool = False,
 ) -> Plan:
     """List the objects below ``location`` once and cut the tree their keys imply into at most
-    ``count`` partitions, as ``plan_directory`` cuts a directory tree (by bytes and entries,
-    "directories" — key prefixes — whole where they fit, keys in order).
+    ``count`` partitions (with ``fit``, no more than the data is worth), as ``plan_directory``
+    cuts a directory tree (by bytes and entries, "directories" — key prefixes — whole where
+    they fit, keys in order).
 
     A key a bundle cannot hold is a ``PackError`` (or, with ``skip_errors``, skipped and listed)
     here, once, as the pack itself would say it; the partitions hold only what is packed.
@@ -406,6 +425,8 @@ def plan_objects(
         if parent is not None:
             parent.entries += node.entries
             parent.bytes += node.bytes
+    if fit:
+        count = fitted_count(count, top.entries, top.bytes)
     cuts = _cuts(top, count)
     keys = [key for key, _ in cuts]
     shares: list[list[ObjectInfo]] = [[] for _ in range(len(cuts) + 1)]
@@ -431,9 +452,10 @@ def plan_objects(
     )
 
 
-def plan_archives(paths: Sequence[str], count: int) -> Plan:
+def plan_archives(paths: Sequence[str], count: int, *, fit: bool = False) -> Plan:
     """Tar shards (or any archives) cut into at most ``count`` runs of whole archives, in order,
-    of about equal bytes: each cut at the archive boundary nearest its ideal place."""
+    of about equal bytes: each cut at the archive boundary nearest its ideal place. With
+    ``fit``, no more runs than their bytes are worth (``fitted_count``)."""
     if count < 1:
         raise PackError(f"the partition count must be at least 1, not {count}")
     started = time.monotonic()
@@ -446,6 +468,8 @@ def plan_archives(paths: Sequence[str], count: int) -> Plan:
         except OSError as e:
             raise PackError(f"cannot read the archive {path}: {e.strerror}") from None
     total = sum(sizes)
+    if fit:
+        count = fitted_count(count, 0, total)
     weights = sizes if total else [1] * len(sizes)
     total = sum(weights)
     ends = []  # cumulative weight after each archive
@@ -768,7 +792,9 @@ class DistributedPack:
             finally:
                 remove_area(area)
 
-    def plan(self, count: int) -> Plan:
+    def plan(self, count: int, *, fit: bool = False) -> Plan:
+        """The partitions: at most ``count``; with ``fit`` (the caller gave no count), no more
+        than the data is worth."""
         if self.prefix is not None:
             assert self.options.created_ns is not None  # fixed by check_options
             plan = plan_objects(
@@ -777,6 +803,7 @@ class DistributedPack:
                 created_ns=self.options.created_ns,
                 excludes=self.options.excludes,
                 skip_errors=self.options.skip_errors,
+                fit=fit,
             )
         elif isinstance(self.source, str):
             plan = plan_directory(
@@ -786,9 +813,10 @@ class DistributedPack:
                 skip_errors=self.options.skip_errors,
                 jobs=self.options.jobs,
                 skip=self._area_id,
+                fit=fit,
             )
         else:
-            plan = plan_archives(self.source, count)
+            plan = plan_archives(self.source, count, fit=fit)
         self.phases["listing"] = plan.seconds
         return plan
 

@@ -146,17 +146,34 @@ class EntrySource(Protocol):
 
 class SourceErrors:
     """What happens when the source cannot deliver something: ``PackError``, or with
-    ``skip_errors`` a warning and an entry in ``skipped``, and the pack goes on without it."""
+    ``skip_errors`` a warning and an entry in ``skipped``, and the pack goes on without it.
+
+    Only the first ``NAMED`` skipped paths are warned about one by one, then one line says the
+    rest are not named: a tree with thousands of unreadable files must cost what reading them
+    costs, not thousands of lines through a terminal (each clearing and redrawing the progress
+    line). ``skipped`` holds every one (``pack --json`` lists them)."""
+
+    NAMED = 20
 
     def __init__(self, skip_errors: bool) -> None:
         self.skip_errors = skip_errors
         self.skipped: list[str] = []  # special files and (with skip_errors) errors
 
+    def _warn(self, message: str, *args: object) -> None:
+        if len(self.skipped) < self.NAMED:
+            log.warning(message, *args)
+        elif len(self.skipped) == self.NAMED:
+            log.warning(
+                "skipping more: only the first %d skipped paths are named (pack --json lists "
+                "every one)",
+                self.NAMED,
+            )
+
     def report(self, rel: bytes, error: OSError) -> None:
         where = os.fsdecode(rel) or "."
         if not self.skip_errors:
             raise PackError(f"cannot read {where}: {error.strerror or error}")
-        log.warning("skipping %s: %s", where, error.strerror or error)
+        self._warn("skipping %s: %s", where, error.strerror or error)
         self.skipped.append(where)
 
     def report_unlisted(self, rel: bytes, error: OSError) -> None:
@@ -165,14 +182,14 @@ class SourceErrors:
         where = os.fsdecode(rel) or "."
         if not self.skip_errors:
             raise PackError(f"cannot read {where}: {error.strerror or error}")
-        log.warning(
+        self._warn(
             "cannot list %s: %s; storing it as an empty directory", where, error.strerror or error
         )
         self.skipped.append(where)
 
     def skip(self, rel: bytes, why: str) -> None:
         """Leave out an entry a bundle cannot hold; never an error."""
-        log.warning("skipping %s: %s", os.fsdecode(rel), why)
+        self._warn("skipping %s: %s", os.fsdecode(rel), why)
         self.skipped.append(os.fsdecode(rel))
 
 

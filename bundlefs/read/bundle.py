@@ -27,7 +27,7 @@ import weakref
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, overload
+from typing import Any, AnyStr, Generic, Literal, overload
 
 from bundlefs.core import format as fmt
 from bundlefs.errors import (
@@ -50,6 +50,8 @@ from bundlefs.storage.store import LocalShardStore
 DEFAULT_CACHE_SIZE = 256 * 1024 * 1024
 
 Path = str | bytes | os.PathLike
+StrPath = str | os.PathLike[str]
+BytesPath = bytes | os.PathLike[bytes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,37 +67,45 @@ class BundleStat:
     st_mtime_ns: int
     st_blocks: int
     # Beyond os.stat_result (format version 2): the file's media type and the user data
-    # attached at pack time (``pack --user-data`` stores a JSON object).
+    # attached at pack time (``pack --user-data`` stores a JSON object); None where there is none.
     content_type: str | None = None
-    user_data: bytes = b""
+    user_data: bytes | None = None
 
     @property
     def st_mtime(self) -> float:
+        """The modification time in seconds (``st_mtime_ns`` is exact)."""
         return self.st_mtime_ns / 1e9
 
 
 @dataclass(frozen=True, slots=True)
-class BundleDirEntry:
-    """One item of ``scandir``: like ``os.DirEntry``, without I/O."""
+class BundleDirEntry(Generic[AnyStr]):
+    """One item of ``scandir``: like ``os.DirEntry``, without I/O (``str`` or ``bytes`` names, as
+    the path given to ``scandir`` was)."""
 
-    name: str | bytes
-    path: str | bytes
+    name: AnyStr
+    path: AnyStr
     entry: fmt.Entry
     _bundle: Bundle
 
     def is_dir(self, *, follow_symlinks: bool = True) -> bool:
+        """Whether it is a directory (or, following symlinks, a symlink to one)."""
         return self._resolved(follow_symlinks).is_dir
 
     def is_file(self, *, follow_symlinks: bool = True) -> bool:
+        """Whether it is a regular file (or, following symlinks, a symlink to one)."""
         return self._resolved(follow_symlinks).is_file
 
     def is_symlink(self) -> bool:
+        """Whether it is a symbolic link."""
         return self.entry.is_symlink
 
     def stat(self, *, follow_symlinks: bool = True) -> BundleStat:
+        """What ``os.stat`` would say of it (of a symlink's target unless ``follow_symlinks``
+        is false)."""
         return self._bundle.stat_entry(self._resolved(follow_symlinks))
 
     def inode(self) -> int:
+        """Its inode number in the bundle (as the mount shows it)."""
         return self.entry.ino
 
     def _resolved(self, follow: bool) -> fmt.Entry:
@@ -198,6 +208,11 @@ def _shard_damage(store: LocalShardStore, index: IndexReader, count: int) -> lis
     return found
 
 
+def _shown(path: Path) -> str | bytes:
+    """``path`` as an error's ``filename``: as the caller gave it, like ``os`` does."""
+    return os.fspath(path)
+
+
 def _as_bytes(path: Path) -> tuple[bytes, bool]:
     """The path as bytes, and whether the caller gave text (so results go back as text)."""
     path = os.fspath(path)
@@ -297,18 +312,18 @@ class Bundle:
             raise
         self._shards = ShardSet(store, self._index.marker, self._index.shard_info)
         try:
-            self.tree = TreeModel(self._index, name_cache=name_cache)
+            self._tree = TreeModel(self._index, name_cache=name_cache)
         except BaseException:
             self._shards.close()  # and the bundle directory's descriptor with it
             self._index.close()
             raise
-        self.root = self.tree.root
-        self.content = ContentReader(
+        self._root = self._tree.root
+        self._content = ContentReader(
             self._index,
             self._shards,
             RecordCache(cache_size),
             bundle_path=self.path,
-            path_of=self.tree.path_of,
+            path_of=self._tree.path_of,
         )
         self._shard_bytes: int | None = None
         self._store = store
@@ -321,6 +336,23 @@ class Bundle:
             else []
         )
         _open_bundles.add(self)
+
+    @property
+    def tree(self) -> TreeModel:
+        """The tree by inode (read/tree.py): entries, lookups, listings, path resolution —
+        what the FUSE adapter, ``extract`` and ``verify`` use; the path methods are built on it."""
+        return self._tree
+
+    @property
+    def content(self) -> ContentReader:
+        """File bytes by entry (read/content.py): ``read_at``, ``iter_content``, and the record
+        cache behind them."""
+        return self._content
+
+    @property
+    def root(self) -> fmt.Entry:
+        """The root directory's entry."""
+        return self._root
 
     def _remote_store(
         self, disk_cache: str | os.PathLike[str] | None, disk_cache_size: int | None
@@ -340,8 +372,8 @@ class Bundle:
         )
 
     def _forked(self) -> None:
-        self.content.forked()
-        self.tree.forked()
+        self._content.forked()
+        self._tree.forked()
         self._store.forked()
 
     def __enter__(self) -> Bundle:
@@ -357,18 +389,21 @@ class Bundle:
 
     @property
     def closed(self) -> bool:
+        """Whether ``close()`` was called."""
         return self._closed
 
     def close(self) -> None:
+        """Close the index and the shards; later use raises ``BundleClosedError``. Idempotent."""
         self._closed = True
         self._shards.close()
         self._index.close()
-        self.content.cache.clear()
-        self.tree.clear()
+        self._content.cache.clear()
+        self._tree.clear()
 
     # -- facts about the bundle --------------------------------------------------------------------
 
     def info(self) -> BundleInfo:
+        """Facts about the bundle: counts, sizes, layout, compression, metadata (as `info`)."""
         if self._shard_bytes is None:
             self._shard_bytes = sum(
                 self._index.shard_info(i).file_size for i in range(self.config.shard_count)
@@ -379,7 +414,7 @@ class Bundle:
             self._index.marker.bundle_id,
             self._index.marker.index_size,
             self._shard_bytes,
-            self.tree.meta(),
+            self._tree.meta(),
             location=None if self.location.is_local else self.location.url,
             storage=self.storage_stats(),
         )
@@ -401,14 +436,16 @@ class Bundle:
 
     @property
     def cache(self) -> RecordCache:
-        return self.content.cache
+        """The in-memory cache of decompressed records (``cache_size`` bytes)."""
+        return self._content.cache
 
     def cache_stats(self) -> CacheStats:
-        return self.content.cache.stats()
+        """The record cache's counters: hits, misses, evictions, bytes held."""
+        return self._content.cache.stats()
 
     def stat_entry(self, entry: fmt.Entry) -> BundleStat:
         """What ``os.stat`` would say of an entry."""
-        uid, gid = self.tree.owner(entry)
+        uid, gid = self._tree.owner(entry)
         return BundleStat(
             entry.mode,
             entry.ino,
@@ -418,8 +455,8 @@ class Bundle:
             entry.size,
             entry.mtime_ns,
             entry.blocks,
-            self.tree.content_type(entry),
-            entry.user_data,
+            self._tree.content_type(entry),
+            entry.user_data or None,  # the format stores none rather than an empty one
         )
 
     # -- by path -----------------------------------------------------------------------------------
@@ -427,15 +464,28 @@ class Bundle:
     def resolve(self, path: Path, *, follow_symlinks: bool = True) -> fmt.Entry:
         """The entry at ``path`` (relative to the bundle root; a leading ``/`` is allowed)."""
         raw, _ = _as_bytes(path)
-        return self.tree.resolve(raw, follow_last=follow_symlinks)
+        return self._resolve(raw, path, follow_symlinks)
+
+    def _resolve(self, raw: bytes, path: Path, follow_last: bool = True) -> fmt.Entry:
+        """``tree.resolve``, its errors naming ``path`` as the caller gave it (str or bytes), as
+        ``os`` names it in ``filename``: not the symlink target it ended at."""
+        try:
+            return self._tree.resolve(raw, follow_last=follow_last)
+        except (EntryNotFound, NotADirectory) as e:
+            e.filename = os.fspath(path)
+            raise
 
     def stat(self, path: Path, *, follow_symlinks: bool = True) -> BundleStat:
+        """Like ``os.stat``: a ``BundleStat`` of the entry at ``path`` (a symlink's target unless
+        ``follow_symlinks`` is false)."""
         return self.stat_entry(self.resolve(path, follow_symlinks=follow_symlinks))
 
     def lstat(self, path: Path) -> BundleStat:
+        """Like ``os.lstat``: ``stat`` without following a final symlink."""
         return self.stat(path, follow_symlinks=False)
 
     def exists(self, path: Path) -> bool:
+        """Like ``os.path.exists``: whether ``path`` names an entry (not a dangling symlink)."""
         try:
             self.resolve(path)
         except (EntryNotFound, NotADirectory):
@@ -443,50 +493,75 @@ class Bundle:
         return True
 
     def isdir(self, path: Path) -> bool:
+        """Like ``os.path.isdir``: whether ``path`` is a directory (symlinks followed)."""
         try:
             return self.resolve(path).is_dir
         except (EntryNotFound, NotADirectory):
             return False
 
     def isfile(self, path: Path) -> bool:
+        """Like ``os.path.isfile``: whether ``path`` is a regular file (symlinks followed)."""
         try:
             return self.resolve(path).is_file
         except (EntryNotFound, NotADirectory):
             return False
 
     def islink(self, path: Path) -> bool:
+        """Like ``os.path.islink``: whether ``path`` is a symbolic link."""
         try:
             return self.resolve(path, follow_symlinks=False).is_symlink
         except (EntryNotFound, NotADirectory):
             return False
 
+    @overload
+    def readlink(self, path: StrPath) -> str: ...
+    @overload
+    def readlink(self, path: BytesPath) -> bytes: ...
     def readlink(self, path: Path) -> str | bytes:
+        """Like ``os.readlink``: a symlink's target, ``str`` or ``bytes`` as ``path`` was."""
         raw, text = _as_bytes(path)
-        entry = self.tree.resolve(raw, follow_last=False)
+        entry = self._resolve(raw, path, False)
         if not entry.is_symlink:
-            raise NotASymlink(f"{os.fsdecode(raw)!r} is not a symbolic link")
+            raise NotASymlink(f"{os.fsdecode(raw)!r} is not a symbolic link", _shown(path))
         return os.fsdecode(entry.symlink) if text else entry.symlink
 
-    def scandir(self, path: Path = "") -> Iterator[BundleDirEntry]:
+    @overload
+    def scandir(self, path: StrPath = "") -> Iterator[BundleDirEntry[str]]: ...
+    @overload
+    def scandir(self, path: BytesPath) -> Iterator[BundleDirEntry[bytes]]: ...
+    def scandir(self, path: Path = "") -> Iterator[BundleDirEntry[Any]]:
+        """Like ``os.scandir``: the entries of a directory, in bytewise name order, without
+        I/O. Names and paths are ``str`` or ``bytes``, as ``path`` was given."""
         raw, text = _as_bytes(path)
-        directory = self.tree.resolve(raw)
+        directory = self._resolve(raw, path)
         if not directory.is_dir:
-            raise NotADirectory(f"{os.fsdecode(raw)!r} is not a directory")
+            raise NotADirectory(f"{os.fsdecode(raw)!r} is not a directory", _shown(path))
         prefix = raw.rstrip(b"/")
-        for name, entry in self.tree.children(directory):
+        for name, entry in self._tree.children(directory):
             full = prefix + b"/" + name if prefix else name
             if text:
                 yield BundleDirEntry(os.fsdecode(name), os.fsdecode(full), entry, self)
             else:
                 yield BundleDirEntry(name, full, entry, self)
 
-    def listdir(self, path: Path = "") -> list:
+    @overload
+    def listdir(self, path: StrPath = "") -> list[str]: ...
+    @overload
+    def listdir(self, path: BytesPath) -> list[bytes]: ...
+    def listdir(self, path: Path = "") -> list[Any]:
+        """Like ``os.listdir``: the names in a directory (bytewise order), ``str`` or ``bytes``
+        as ``path`` was given."""
         return [d.name for d in self.scandir(path)]
 
+    @overload
+    def walk(self, top: StrPath = "") -> Iterator[tuple[str, list[str], list[str]]]: ...
+    @overload
+    def walk(self, top: BytesPath) -> Iterator[tuple[bytes, list[bytes], list[bytes]]]: ...
     def walk(self, top: Path = "") -> Iterator[tuple[Any, list[Any], list[Any]]]:
         """Like ``os.walk``: top-down (prune by editing ``dirs``), symlinked dirs not entered.
 
-        Paths and names come back as ``str`` or ``bytes``, as ``top`` was given.
+        Paths and names come back as ``str`` or ``bytes``, as ``top`` was given. Unlike
+        ``os.walk``, a missing ``top`` raises ``EntryNotFound`` rather than yielding nothing.
         """
         pending: list[Any] = [os.fspath(top)]
         while pending:  # iterative: bundles may nest deeper than Python's recursion limit
@@ -536,7 +611,7 @@ class Bundle:
         pending: deque[tuple[str, fmt.Entry]] = deque([("", self.root)])
         while pending:
             top, directory = pending.popleft()
-            for name, entry in self.tree.children(directory):
+            for name, entry in self._tree.children(directory):
                 path = top + "/" + os.fsdecode(name) if top else os.fsdecode(name)
                 yield path, entry
                 if entry.is_dir:
@@ -566,7 +641,7 @@ class Bundle:
         in_order = True
         while pending:
             slot, directory = pending.popleft()
-            for i, (_name, entry) in enumerate(self.tree.children(directory)):
+            for i, (_name, entry) in enumerate(self._tree.children(directory)):
                 if entry.is_dir:
                     top = dir_paths[slot]
                     name = os.fsdecode(entry.name)
@@ -585,12 +660,12 @@ class Bundle:
         last_ino, last_data = 0, b""
         for i in order:
             top = dir_paths[dirs[i]]
-            name = os.fsdecode(self.tree.stored_entry(names[i]).name)
+            name = os.fsdecode(self._tree.stored_entry(names[i]).name)
             path = top + "/" + name if top else name
             if files[i] != last_ino:
-                entry = self.tree.entry(files[i])
+                entry = self._tree.entry(files[i])
                 last_ino = entry.ino
-                last_data = bytes(self.content.read_at(entry, 0, entry.size, path=path))
+                last_data = bytes(self._content.read_at(entry, 0, entry.size, path=path))
             yield path, last_data
 
     def glob(self, pattern: str) -> list[str]:
@@ -605,9 +680,11 @@ class Bundle:
         return sorted(out)
 
     def read(self, path: Path) -> bytes:
+        """The whole content of the file at ``path``, checked against its CRC32C
+        (``CorruptDataError`` if it does not match)."""
         raw, _ = _as_bytes(path)
-        entry = self.tree.resolve(raw)
-        return bytes(self.content.read_at(entry, 0, entry.size, path=os.fsdecode(raw)))
+        entry = self._resolve(raw, path)
+        return bytes(self._content.read_at(entry, 0, entry.size, path=os.fsdecode(raw)))
 
     @overload
     def open(self, path: Path, mode: Literal["rb", "br"] = "rb") -> BundleFile: ...
@@ -656,9 +733,9 @@ class Bundle:
         if binary and (encoding is not None or errors is not None or newline is not None):
             raise ValueError("binary mode doesn't take an encoding, errors or newline argument")
         raw, _ = _as_bytes(path)
-        entry = self.tree.resolve(raw)
+        entry = self._resolve(raw, path)
         if entry.is_dir:
-            raise IsADirectory(f"{os.fsdecode(raw)!r} is a directory")
+            raise IsADirectory(f"{os.fsdecode(raw)!r} is a directory", _shown(path))
         file = BundleFile(self, entry, os.fsdecode(raw))
         if binary:
             return file
@@ -696,12 +773,16 @@ class BundleFile(io.RawIOBase):
         self.name = path
 
     def readable(self) -> bool:
+        """True: a bundle file is read-only and readable."""
         return True
 
     def seekable(self) -> bool:
+        """True: any offset can be read (only the records it touches are loaded)."""
         return True
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        """Move to ``offset`` from the start, the current position or the end (``whence``);
+        returns the new position."""
         if whence == io.SEEK_SET:
             pos = offset
         elif whence == io.SEEK_CUR:
@@ -716,9 +797,11 @@ class BundleFile(io.RawIOBase):
         return pos
 
     def tell(self) -> int:
+        """The current position."""
         return self._pos
 
     def read(self, size: int = -1) -> bytes:
+        """Up to ``size`` bytes from the current position (all the rest if negative)."""
         if self.closed:
             raise ValueError("read of a closed file")
         if size is None or size < 0:
@@ -728,16 +811,20 @@ class BundleFile(io.RawIOBase):
         return data
 
     def readall(self) -> bytes:
+        """The rest of the file."""
         return self.read(-1)
 
     def readinto(self, buffer) -> int:
+        """Read into ``buffer``; returns the number of bytes read (0 at the end)."""
         data = self.read(len(memoryview(buffer)))
         memoryview(buffer).cast("B")[: len(data)] = data
         return len(data)
 
     @property
     def size(self) -> int:
+        """The file's size in bytes."""
         return self._entry.size
 
     def fileno(self) -> int:
+        """Raises ``io.UnsupportedOperation``: a file inside a bundle has no descriptor."""
         raise io.UnsupportedOperation("a bundle file has no file descriptor")

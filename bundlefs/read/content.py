@@ -143,7 +143,7 @@ class ContentReader:
         assembled in (the FUSE reply takes any buffer; ``bytes`` would copy it once more).
         """
         if entry.is_dir:
-            raise IsADirectory(f"{path or entry.name!r} is a directory")
+            raise IsADirectory(f"{path or entry.name!r} is a directory", path or entry.name)
         if not entry.is_file:
             raise FormatError(f"{path or entry.name!r} is not a regular file")
         end = min(entry.size, offset + size)

@@ -40,6 +40,7 @@ from bundlefs.errors import (
     ExtractError,
     NotADirectory,
     PackError,
+    naming,
     note_cleanup,
 )
 from bundlefs.read.bundle import Bundle
@@ -156,10 +157,14 @@ def _select(bundle: Bundle, paths: Sequence[str | bytes]) -> list[tuple[list[byt
                     "extract does not follow"
                 )
             if not entry.is_dir:
-                raise NotADirectory(f"{os.fsdecode(raw)!r}: a component is not a directory")
+                raise NotADirectory(
+                    f"{os.fsdecode(raw)!r}: a component is not a directory", os.fsdecode(raw)
+                )
             child = bundle.tree.lookup(entry, part)
             if child is None:
-                raise EntryNotFound(f"{os.fsdecode(raw)!r} does not exist in the bundle")
+                raise EntryNotFound(
+                    f"{os.fsdecode(raw)!r} does not exist in the bundle", os.fsdecode(raw)
+                )
             entry = child
         resolved[tuple(parts)] = entry
     keys = sorted(resolved)
@@ -321,8 +326,10 @@ class _Writer:
             try:
                 for piece in self.bundle.content.iter_content(entry, path):
                     view = memoryview(piece)
-                    while view:
-                        view = view[os.write(fd, view) :]
+                    # a full disk is said with the file's name in DEST
+                    with naming(os.path.join(self.summary.dest, path)):
+                        while view:
+                            view = view[os.write(fd, view) :]
             except CorruptDataError:
                 os.unlink(name, dir_fd=dir_fd)
                 self.summary.damaged.append(path)

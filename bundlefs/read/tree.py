@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 from bundlefs.core import format as fmt
 from bundlefs.core import integrity
-from bundlefs.errors import EntryNotFound, FormatError, NotADirectory
+from bundlefs.errors import EntryNotFound, FormatError, NotADirectory, SymlinkLoop
 from bundlefs.storage.index import IndexReader
 
 DEFAULT_NAME_CACHE = 131_072  # names (~100 bytes each) of recently searched directories
@@ -98,7 +98,7 @@ class TreeModel:
     def lookup(self, parent: fmt.Entry, name: bytes) -> fmt.Entry | None:
         """The child ``name`` of directory ``parent`` (links resolved), or None."""
         if not parent.is_dir:
-            raise NotADirectory(f"{parent.name!r} is not a directory")
+            raise NotADirectory(f"{parent.name!r} is not a directory", os.fsdecode(parent.name))
         names = self._names_of(parent)
         if names is not None:
             i = bisect.bisect_left(names, name)
@@ -177,7 +177,9 @@ class TreeModel:
         Validates as it goes: names strictly increasing and each child directory's parent correct.
         """
         if not directory.is_dir:
-            raise NotADirectory(f"{directory.name!r} is not a directory")
+            raise NotADirectory(
+                f"{directory.name!r} is not a directory", os.fsdecode(directory.name)
+            )
         previous = None
         count = directory.size - start
         for raw in self._index.iter_entries(directory.first_child + start, count):
@@ -254,13 +256,25 @@ class TreeModel:
         Programs read the same paths again (training epochs, repeated lookups): a hit costs
         ~0.3 µs where resolving a two-level path costs 10-12 µs. Emptied when full.
         """
+        # As POSIX: a trailing "/" (or "/.") names a directory, through a final symlink too.
+        as_directory = raw.endswith((b"/", b"/.")) and raw.strip(b"/.") != b""
+        follow_last = follow_last or as_directory
         key = (raw, follow_last)
         entry = self._resolved.get(key)
         if entry is None:
-            entry = self._resolve(raw, follow_last, 0)
+            try:
+                entry = self._resolve(raw, follow_last, 0)
+            except (EntryNotFound, NotADirectory) as e:
+                asked = os.fsdecode(raw)
+                if e.filename == asked:
+                    raise
+                # Failed after a symlink: name the path asked for, as os does, and the cause.
+                raise type(e)(f"{asked!r}: {e} (followed from a symbolic link)", asked) from None
             if len(self._resolved) >= _RESOLVED_PATHS:
                 self._resolved.clear()
             self._resolved[key] = entry
+        if as_directory and not entry.is_dir:
+            raise NotADirectory(f"{os.fsdecode(raw)!r} is not a directory", os.fsdecode(raw))
         return entry
 
     def _resolve(self, raw: bytes, follow_last: bool, hops: int) -> fmt.Entry:
@@ -273,17 +287,24 @@ class TreeModel:
                     stack.pop()
                 continue
             if not current.is_dir:
-                raise NotADirectory(f"{os.fsdecode(raw)!r}: a component is not a directory")
+                raise NotADirectory(
+                    f"{os.fsdecode(raw)!r}: a component is not a directory", os.fsdecode(raw)
+                )
             child = self.lookup(current, part)
             if child is None:
-                raise EntryNotFound(f"{os.fsdecode(raw)!r} does not exist in the bundle")
+                raise EntryNotFound(
+                    f"{os.fsdecode(raw)!r} does not exist in the bundle", os.fsdecode(raw)
+                )
             last = i == len(parts) - 1
             if child.is_symlink and (follow_last or not last):
                 if hops >= MAX_SYMLINK_HOPS:
-                    raise EntryNotFound(f"{os.fsdecode(raw)!r}: too many levels of symbolic links")
+                    raise SymlinkLoop(
+                        f"{os.fsdecode(raw)!r}: too many levels of symbolic links", os.fsdecode(raw)
+                    )
                 if child.symlink.startswith(b"/"):
                     raise EntryNotFound(
-                        f"{os.fsdecode(raw)!r}: absolute symlink leads out of the bundle"
+                        f"{os.fsdecode(raw)!r}: absolute symlink leads out of the bundle",
+                        os.fsdecode(raw),
                     )
                 base = b"/".join(e.name for e in stack[1:])
                 rest = b"/".join(parts[i + 1 :])

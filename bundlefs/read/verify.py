@@ -82,6 +82,7 @@ class VerifyReport:
     # ``stored_bytes``, what ``info`` prints as "stored bytes"; it never exceeds it.
     bytes_checked: int = 0
     stored_bytes: int = 0  # the shard files' sizes by the shard table
+    data_bytes: int | None = None  # the files' bytes, as ``info`` prints them; None: unopened
     index_bytes: int = 0  # the index file, checked whole (its CRC) before anything else
     seconds: float = 0.0
     problems: list[Problem] = field(default_factory=list)
@@ -105,6 +106,7 @@ class VerifyReport:
             "records": self.records,
             "bytes_checked": self.bytes_checked,
             "stored_bytes": self.stored_bytes,
+            "data_bytes": self.data_bytes,
             "index_bytes": self.index_bytes,
             "seconds": round(self.seconds, 3),
             "problems": [p.to_dict() for p in self.problems],
@@ -240,6 +242,7 @@ class _Verifier:
     # -- shards and records ------------------------------------------------------------------------
 
     def _check_shards(self, bundle: Bundle) -> None:
+        self.report.data_bytes = bundle.config.data_bytes
         for shard in range(bundle.config.shard_count):
             try:
                 info = bundle.content.shard_info(shard)

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from bundlefs.errors import BundleError, StorageOptionsError
+from bundlefs.errors import BundleError, StorageOptionsError, StorageOptionSyntaxError
 
 ENV_STORAGE_OPTIONS = "BUNDLEFS_STORAGE_OPTIONS"
 # Which extra installs the fsspec back-end of a protocol, for the error when it is missing.
@@ -97,7 +97,7 @@ def parse_storage_options(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            raise StorageOptionsError(f"--storage-option {item!r}: expected KEY=VALUE")
+            raise StorageOptionSyntaxError(f"--storage-option {item!r}: expected KEY=VALUE")
         try:
             value: Any = json.loads(raw)
         except ValueError:

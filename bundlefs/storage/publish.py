@@ -29,7 +29,13 @@ from dataclasses import dataclass
 from bundlefs.core import format as fmt
 from bundlefs.core.checksum import crc32c
 from bundlefs.core.libc import RENAME_EXCHANGE, RENAME_NOREPLACE, renameat2
-from bundlefs.errors import IncompleteBundleError, NotABundleError, PackError, note_cleanup
+from bundlefs.errors import (
+    IncompleteBundleError,
+    NotABundleError,
+    PackError,
+    naming,
+    note_cleanup,
+)
 from bundlefs.storage.shards import write_shard_header
 
 log = logging.getLogger(__name__)
@@ -77,7 +83,8 @@ def read_marker(bundle_dir: str) -> fmt.Marker:
 
 def write_marker(bundle_dir: str, marker: fmt.Marker) -> None:
     """Write ``COMPLETE`` and fsync it (its directory is the caller's to sync)."""
-    with open(os.path.join(bundle_dir, fmt.MARKER_NAME), "wb") as f:
+    path = os.path.join(bundle_dir, fmt.MARKER_NAME)
+    with open(path, "wb") as f, naming(path):
         f.write(fmt.encode_marker(marker, crc32c))
         f.flush()
         os.fsync(f.fileno())

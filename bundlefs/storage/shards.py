@@ -29,6 +29,7 @@ from bundlefs.errors import (
     ShardUnavailable,
     UnsupportedVersionError,
     WouldBlock,
+    naming,
 )
 from bundlefs.storage.store import ShardStore
 
@@ -177,7 +178,8 @@ class ShardWriter:
         # "x": a new file, never one already there (a merged bundle's shards are links of
         # other bundles' files, which nothing may truncate).
         self._file = open(path, "xb")  # noqa: SIM115 - closed in finish()/abort()
-        self._file.write(bytes(config.block_size))  # header block, filled in by write_header()
+        with naming(path):
+            self._file.write(bytes(config.block_size))  # header block, filled in by write_header()
         self._file_size = config.block_size
         self._written_back = 0  # file offset up to which writeback has been started
         self._pending = bytearray()  # the record being filled
@@ -236,14 +238,15 @@ class ShardWriter:
         )
         if stored:
             padded = fmt.pad_to(len(stored), self._config.block_size)
-            self._file.write(stored)
-            self._file.write(bytes(padded - len(stored)))
-            self._file_size += padded
-            if self._file_size - self._written_back >= self.WRITEBACK_BYTES:
-                self._file.flush()
-                written = self._file_size - self._written_back
-                start_writeback(self._file.fileno(), self._written_back, written)
-                self._written_back = self._file_size
+            with naming(self.path):  # a full disk is said with the shard's name
+                self._file.write(stored)
+                self._file.write(bytes(padded - len(stored)))
+                self._file_size += padded
+                if self._file_size - self._written_back >= self.WRITEBACK_BYTES:
+                    self._file.flush()
+                    written = self._file_size - self._written_back
+                    start_writeback(self._file.fileno(), self._written_back, written)
+                    self._written_back = self._file_size
         self.records.append(record)
         self.record_count += 1
 
@@ -251,8 +254,9 @@ class ShardWriter:
         self.cut()
         while self._encoding:
             self._store_oldest()
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        with naming(self.path):
+            self._file.flush()
+            os.fsync(self._file.fileno())
         self._file.close()
         return fmt.ShardInfo(
             self._file_size, self.stream_size, self.record_count, self._config.record_codec
@@ -270,8 +274,9 @@ def write_shard_header(path: str, index: int, bundle_id: bytes) -> None:
     try:
         if os.fstat(fd).st_nlink > 1:  # a shard linked from another bundle keeps its header
             raise OSError(errno.EMLINK, "refusing to stamp a shard file with other names", path)
-        os.pwrite(fd, fmt.encode_shard_header(index, bundle_id, fmt.FORMAT_VERSION), 0)
-        os.fsync(fd)
+        with naming(path):
+            os.pwrite(fd, fmt.encode_shard_header(index, bundle_id, fmt.FORMAT_VERSION), 0)
+            os.fsync(fd)
     finally:
         os.close(fd)
 
