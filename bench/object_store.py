@@ -224,8 +224,10 @@ class RemoteBundlefs(Bundlefs):
     """``bundlefs mount URL MNT`` with the server's storage options and a disk cache of the
     pass's own (set ``disk_cache`` before mounting)."""
 
-    def __init__(self, workdir: Path, server: S3Server, url: str) -> None:
-        super().__init__(workdir, cache_size="64MiB")
+    def __init__(
+        self, workdir: Path, server: S3Server, url: str, source: Path | None = None
+    ) -> None:
+        super().__init__(workdir, cache_size="64MiB", source=source)
         self.server = server
         self.url = url
         self.disk_cache = workdir / "disk-cache"
@@ -674,6 +676,212 @@ def measure(workdir: Path, scale: float, rounds: int, sample: int) -> dict[str, 
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+# -- one large file --------------------------------------------------------------------------------
+
+LARGE_URL = f"s3://{BUCKET}/large.bundle"
+LARGE_NAME = "large.bin"
+RANGED_PIECE = 8 * 1024 * 1024  # the baseline: 4 parallel 8 MiB ranged GETs of the object
+RANGED_THREADS = 4
+RANDOM_READS = 256
+RANDOM_SIZE = 4096
+
+
+class LargeFile:
+    """One large incompressible file in a bundle on the store, read through a fresh mount with
+    an empty disk cache: ``cat`` (128 KiB reads: the kernel's FUSE READs), and random 4 KiB
+    ``pread``s; beside the baseline, the same shard object fetched with 4 parallel 8 MiB ranged
+    GETs (boto3). ``source``: another checkout's bundlefs to mount with (``--source``)."""
+
+    def __init__(self, workdir: Path, server: S3Server, mb: int, source: Path | None) -> None:
+        self.workdir = workdir
+        self.server = server
+        self.size = mb * MB
+        self.src = workdir / "large-src"
+        self.mnt = workdir / "mnt-large"
+        self.bundlefs = RemoteBundlefs(workdir, server, LARGE_URL, source)
+        self.shard_key = ""
+        self.shard_size = 0
+        self._caches = 0
+
+    def publish(self) -> None:
+        import random
+
+        self.bundlefs.ensure(log)
+        self.server.create_bucket(BUCKET)
+        self.src.mkdir(parents=True, exist_ok=True)
+        rng = random.Random(SEED)
+        with open(self.src / LARGE_NAME, "wb") as f:
+            left = self.size
+            while left:
+                n = min(left, 16 * 1024 * 1024)
+                f.write(rng.randbytes(n))
+                left -= n
+        local = self.workdir / "large.bundle"
+        shutil.rmtree(local, ignore_errors=True)
+        cmd = [*self.bundlefs.cli, "pack", str(self.src), str(local), "--force", "--quiet"]
+        subprocess.run(cmd, check=True, cwd="/", env=self.bundlefs.env())
+        fs = self.server.filesystem()
+        files = sorted(p for p in local.rglob("*") if p.is_file() and p.name != "lock.mdb")
+        for path in sorted(files, key=lambda p: p.name == "COMPLETE"):  # the marker last
+            key = f"{LARGE_URL}/{path.relative_to(local).as_posix()}"
+            fs.put_file(str(path), key)
+            if path.name.startswith("shard-") and path.stat().st_size > self.shard_size:
+                self.shard_key, self.shard_size = key.split("/", 3)[3], path.stat().st_size
+        shutil.rmtree(local, ignore_errors=True)
+        log(f"large file: {self.size / MB:.0f} MB, shard object {self.shard_size / MB:.0f} MB")
+        # Off the clock: the server's first GET of an object loads it (_whole_objects_once),
+        # which would otherwise be charged to whichever pass comes first.
+        self.ranged()
+
+    def ranged(self) -> dict[str, Any]:
+        """The store's own speed for this object: 4 parallel 8 MiB ranged GETs."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        s3 = self.server.client()
+        starts = list(range(0, self.shard_size, RANGED_PIECE))
+
+        def get(start: int) -> int:
+            end = min(start + RANGED_PIECE, self.shard_size) - 1
+            r = s3.get_object(Bucket=BUCKET, Key=self.shard_key, Range=f"bytes={start}-{end}")
+            return len(r["Body"].read())
+
+        c0 = self.server.counts()
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(RANGED_THREADS) as pool:
+            total = sum(pool.map(get, starts))
+        seconds = time.perf_counter() - t0
+        assert total == self.shard_size, (total, self.shard_size)
+        return self._result(total, seconds, delta(c0, self.server.counts()))
+
+    def _fresh_mount(self) -> Any:
+        self._caches += 1
+        cache = self.workdir / f"large-cache-{self._caches}"
+        shutil.rmtree(cache, ignore_errors=True)
+        self.bundlefs.disk_cache = cache
+        drop_caches()
+        return mounted(self.bundlefs, Path(LARGE_URL), self.mnt)
+
+    def cat(self) -> dict[str, Any]:
+        with self._fresh_mount() as m:
+            path = m.root / LARGE_NAME
+            c0 = self.server.counts()
+            t0 = time.perf_counter()
+            subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)
+            seconds = time.perf_counter() - t0
+            counts = delta(c0, self.server.counts())
+            self._check(path)
+        shutil.rmtree(self.bundlefs.disk_cache, ignore_errors=True)
+        return self._result(self.size, seconds, counts)
+
+    def random(self) -> dict[str, Any]:
+        import random
+
+        rng = random.Random(SEED + 1)
+        offsets = [rng.randrange(0, self.size - RANDOM_SIZE) for _ in range(RANDOM_READS)]
+        with self._fresh_mount() as m:
+            path = m.root / LARGE_NAME
+            c0 = self.server.counts()
+            t0 = time.perf_counter()
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                got = sum(len(os.pread(fd, RANDOM_SIZE, off)) for off in offsets)
+            finally:
+                os.close(fd)
+            seconds = time.perf_counter() - t0
+            counts = delta(c0, self.server.counts())
+            self._check(path)
+        shutil.rmtree(self.bundlefs.disk_cache, ignore_errors=True)
+        return self._result(got, seconds, counts)
+
+    def _check(self, path: Path) -> None:
+        """A few slices against the source, off the clock."""
+        import random
+
+        rng = random.Random(SEED + 2)
+        with open(path, "rb") as a, open(self.src / LARGE_NAME, "rb") as b:
+            for _ in range(CHECK_FILES):
+                off = rng.randrange(0, self.size - CHUNK)
+                a.seek(off)
+                b.seek(off)
+                if a.read(CHUNK) != b.read(CHUNK):
+                    raise RuntimeError(f"large file: bytes at {off} do not match the source")
+
+    @staticmethod
+    def _result(nbytes: int, seconds: float, counts: dict[str, int]) -> dict[str, Any]:
+        return {
+            "bytes": nbytes,
+            "seconds": seconds,
+            "mbps": nbytes / seconds / MB,
+            "gets": counts.get("GET", 0),
+            "fetched": counts.get("GET bytes", 0),
+        }
+
+
+def measure_large(workdir: Path, mb: int, rounds: int, source: Path | None) -> dict[str, Any]:
+    """The large-file passes, ``rounds`` times each, interleaved; medians in ``medians``."""
+    scratch = workdir / "object-store-large"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    server = S3Server(scratch / "moto.log")
+    try:
+        server.start()
+        large = LargeFile(scratch, server, mb, source)
+        large.publish()
+        runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for r in range(rounds):
+            passes = (("ranged", large.ranged), ("cat", large.cat), ("random", large.random))
+            for name, run in passes:
+                out = run()
+                runs[name].append(out)
+                log(
+                    f"large round {r + 1}: {name:7} {out['mbps']:8.1f} MB/s "
+                    f"{out['seconds']:7.2f} s {out['gets']:5} GETs {out['fetched'] / MB:8.1f} MB"
+                )
+        medians = {
+            name: {k: statistics.median(o[k] for o in outs) for k in outs[0]}
+            for name, outs in runs.items()
+        }
+        return {
+            "mb": mb,
+            "shard_bytes": large.shard_size,
+            "rounds": rounds,
+            "source": str(source) if source else None,
+            "runs": dict(runs),
+            "medians": medians,
+        }
+    finally:
+        fusermount_unmount(scratch / "mnt-large")
+        server.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def render_large(large: dict[str, Any]) -> list[str]:
+    med = large["medians"]
+    base = med["ranged"]["mbps"]
+    lines = [
+        f"One {large['mb']} MB incompressible file (one shard object of "
+        f"{large['shard_bytes'] / MB:.0f} MB) read through a fresh mount with an empty disk "
+        f"cache, medians of {large['rounds']} rounds: `cat` (128 KiB reads, which the kernel "
+        f"sends as 128 KiB FUSE READs) and {RANDOM_READS} random {RANDOM_SIZE // 1024} KiB "
+        "`pread`s, beside the same object fetched with 4 parallel 8 MiB ranged GETs (boto3). "
+        "× is MB/s against the ranged GETs; fetched is GET body bytes counted by the server.",
+        "",
+        "| reader | MB/s | × ranged GETs | GETs | fetched |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, what in (
+        ("ranged", "4 parallel 8 MiB ranged GETs"),
+        ("cat", "bundlefs mount, `cat`"),
+        ("random", f"bundlefs mount, random {RANDOM_SIZE // 1024} KiB"),
+    ):
+        m = med[name]
+        lines.append(
+            f"| {what} | {m['mbps']:,.1f} | {m['mbps'] / base:.2f}× | {m['gets']:,.0f} "
+            f"| {m['fetched'] / MB:,.1f} MB |"
+        )
+    return lines
+
+
 # -- the report ------------------------------------------------------------------------------------
 
 # (pass, reader, access, disk cache), in the table's order; ratios against the boto3 objects row
@@ -758,6 +966,8 @@ def render(results: dict[str, Any]) -> str:
             p = pub[key]
             lines.append(f"| {p['how']} | {p['seconds']:.1f} s | {_requests(p['requests'])} |")
     lines += ["", *findings(results), ""]
+    if results.get("large"):
+        lines[-1:] = ["", *render_large(results["large"]), ""]
     return "\n".join(lines)
 
 
@@ -863,6 +1073,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--sample", type=int, default=1000, help="files in the random sample")
     ap.add_argument("--no-docs", action="store_true")
+    ap.add_argument(
+        "--large-mb", type=int, default=400, help="the large file's size in MB (0: skip it)"
+    )
+    ap.add_argument(
+        "--large-only",
+        action="store_true",
+        help="measure only the large file (prints its table; docs are not rewritten)",
+    )
+    ap.add_argument(
+        "--source",
+        type=Path,
+        help="a directory holding another bundlefs package to mount the large file with",
+    )
     ap.add_argument("--render", type=Path, help="re-render a results JSON, measure nothing")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # the server subprocess
     args = ap.parse_args(argv)
@@ -874,7 +1097,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
         t0 = time.monotonic()
+        if args.large_only:
+            large = measure_large(args.workdir, args.large_mb, args.rounds, args.source)
+            print("\n".join(render_large(large)))
+            return 0
         results = measure(args.workdir, args.scale, args.rounds, args.sample)
+        if args.large_mb > 0:
+            results["large"] = measure_large(args.workdir, args.large_mb, args.rounds, args.source)
         results.update(
             started=started,
             rounds=args.rounds,

@@ -269,3 +269,24 @@ def test_a_libfuse_transport_the_workers_do_not_use_is_refused(option):
 
     with pytest.raises(MountError, match="is not supported: bundlefs serves /dev/fuse"):
         parse_mount_options([f"ro,{option}"])
+
+
+def test_info_on_the_mount_names_the_daemon_its_workers_and_its_options(many_files, mount_bundle):
+    m = mount_bundle(many_files[1], "--workers", "2", "--cache-size", "8MiB")
+
+    def info(*flags: str) -> str:
+        return subprocess.run(
+            [sys.executable, "-m", "bundlefs", "info", *flags, str(m.mountpoint)],
+            capture_output=True, text=True, timeout=60, check=True,
+        ).stdout  # fmt: skip
+
+    daemon = json.loads(info("--json"))["daemon"]
+    assert daemon["pid"] == m.pid  # the supervisor: what kill and systemd name
+    assert daemon["workers"] == 2 and daemon["version"] and daemon["started"]
+    assert daemon["log"] == "stderr"  # the test harness runs it in the foreground
+    assert daemon["options"]["cache_size"] == 8 * 1024 * 1024
+    assert daemon["options"]["workers"] == 2
+    text = info()
+    assert f"daemon pid                 {m.pid}" in text
+    workers = [line for line in text.splitlines() if line.startswith("daemon worker ")]
+    assert len(workers) == 2 and all("resident" in w for w in workers)

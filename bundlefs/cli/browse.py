@@ -209,10 +209,15 @@ def _daemon_rows(daemon: dict[str, Any]) -> list[tuple[str, str]]:
     """The serving daemon's figures (a mount point's ``info``): the whole mount's counters, how
     many processes serve it (and why one, where that is so), then each worker process."""
     workers = daemon.pop("worker_processes", [])
+    options = daemon.pop("options", None)
+    if isinstance(options, dict):  # the effective mount options, as k=v
+        daemon["options"] = " ".join(f"{k}={v}" for k, v in sorted(options.items()))
     reason = daemon.pop("single_process_reason", "")
     if "workers" in daemon:
         count = daemon.pop("workers")
         daemon["workers"] = f"{count} ({reason})" if reason else count
+    if "pid" in daemon:
+        daemon["pid"] = str(daemon["pid"])  # a number to type into kill, not a count
     rows = [(f"daemon {k.replace('_', ' ')}", _daemon_value(v)) for k, v in sorted(daemon.items())]
     for w in workers:
         resident = "?" if w.get("rss_bytes") is None else format_size(w["rss_bytes"])

@@ -19,7 +19,7 @@ import os
 import socket
 from typing import TYPE_CHECKING
 
-from bundlefs.cli.options import BUNDLE_HELP
+from bundlefs.cli.options import BUNDLE_HELP, seconds
 from bundlefs.cli.output import EXIT_OK, LogTarget, setup_logging, size
 from bundlefs.core.units import parse_size
 from bundlefs.errors import MountError, MountOptionError
@@ -39,7 +39,7 @@ _IGNORED_OPTIONS = {
 # -o options that take a text value; sizes among them are parsed once merged with the flags.
 _TEXT_OPTIONS = (
     "cache_size", "owner", "log_file", "open_mode", "index_resident", "disk_cache",
-    "disk_cache_size",
+    "disk_cache_size", "store_timeout",
 )  # fmt: skip
 # libfuse transports and loop options that the worker processes do not use.
 _UNSUPPORTED_TRANSPORTS = {"io_uring", "clone_fd", "max_threads", "max_idle_threads"}
@@ -207,6 +207,17 @@ def _size_or_none(value: object) -> int | None:
     return None if value is None else parse_size(value)
 
 
+def _seconds_or_none(value: object) -> float | None:
+    """Seconds from a flag (parsed by argparse) or an -o option (text, parsed here)."""
+    assert value is None or isinstance(value, float | str)
+    if value is None or isinstance(value, float):
+        return value
+    try:
+        return seconds(value)
+    except argparse.ArgumentTypeError as e:
+        raise MountError(f"store_timeout= takes seconds: {e}") from None
+
+
 def _text_or_none(value: object) -> str | None:
     assert value is None or isinstance(value, str)
     return value
@@ -233,6 +244,7 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
         disk_cache=args.disk_cache,
         disk_cache_size=args.disk_cache_size,
         workers=args.workers,
+        store_timeout=args.store_timeout,
     )
     mount_options = parse_mount_options(args.options)
     pairs_o = mount_options.pop("storage_option", [])
@@ -279,6 +291,7 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
         disk_cache=_absolute_or_none(disk_cache),
         disk_cache_size=_size_or_none(values["disk_cache_size"]),
         workers=_int_or_none(values["workers"]),
+        store_timeout=_seconds_or_none(values["store_timeout"]),
     )
 
 

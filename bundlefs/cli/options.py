@@ -6,8 +6,9 @@ parsed by ``bundlefs.storage.location.parse_storage_options``) and ``--storage-o
 (the same in a file only its owner can read; ``cli.scrub`` turns the pairs given on a command
 line into one of these, so no secret stays in ``ps``); the commands that read one also
 take ``--disk-cache DIR`` and ``--disk-cache-size SIZE``, the on-disk record cache of a remote
-bundle. ``cli.app`` adds them to a command as argparse parents (``PARENTS``), so each is defined
-once; ``bundle_options`` turns what was given into the keywords of ``Bundle`` and ``verify``.
+bundle, and ``--store-timeout SECONDS``, what a read waits for a store that does not answer.
+``cli.app`` adds them to a command as argparse parents (``PARENTS``), so each is defined once;
+``bundle_options`` turns what was given into the keywords of ``Bundle`` and ``verify``.
 
 May import: the library layers, ``bundlefs.cli.output``.
 """
@@ -66,7 +67,26 @@ def _disk_cache_parent() -> argparse.ArgumentParser:
         metavar="SIZE",
         help="bound the disk cache, e.g. 20GiB (default: 1GiB; 0 keeps no records on disk)",
     )
+    group.add_argument(
+        "--store-timeout",
+        type=seconds,
+        default=None,
+        metavar="SECONDS",
+        help="the longest a read waits for a store that does not answer (default 20); "
+        "during an outage reads of records not cached then fail at once",
+    )
     return p
+
+
+def seconds(text: str) -> float:
+    """A positive number of seconds, at most an hour (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 3600:  # also refuses NaN
+        raise argparse.ArgumentTypeError(f"{text} is not more than 0 and at most 3600 seconds")
+    return value
 
 
 # Built once: argparse copies a parent's arguments into each parser that names it.
@@ -100,6 +120,8 @@ def bundle_options(args: argparse.Namespace) -> dict[str, Any]:
         options["disk_cache"] = args.disk_cache
     if getattr(args, "disk_cache_size", None) is not None:
         options["disk_cache_size"] = args.disk_cache_size
+    if getattr(args, "store_timeout", None) is not None:
+        options["store_timeout"] = args.store_timeout
     return options
 
 

@@ -15,6 +15,7 @@ May import: the library layers, ``bundlefs.mount`` (pyfuse3 and trio only inside
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import json
 import logging
@@ -39,6 +40,7 @@ from bundlefs.mount.bindings import stock_reason
 from bundlefs.mount.supervisor import Supervisor
 from bundlefs.mount.table import BUNDLEFS_FSTYPE, mount_info, resolved_mount_path
 from bundlefs.read.bundle import DEFAULT_CACHE_SIZE, Bundle
+from bundlefs.storage.location import parse_location
 
 if TYPE_CHECKING:
     from bundlefs.mount.operations import BundleOperations
@@ -84,6 +86,7 @@ class MountOptions:
     storage_options: dict[str, Any] | None = None
     disk_cache: str | None = None
     disk_cache_size: int | None = None
+    store_timeout: float | None = None
 
     def remote_options(self) -> dict[str, Any]:
         """The ``Bundle`` keywords of a bundle at a URL that were given (none for a local one)."""
@@ -91,6 +94,7 @@ class MountOptions:
             "storage_options": self.storage_options,
             "disk_cache": self.disk_cache,
             "disk_cache_size": self.disk_cache_size,
+            "store_timeout": self.store_timeout,
         }
         return {k: v for k, v in given.items() if v is not None}
 
@@ -292,6 +296,7 @@ def mount(options: MountOptions, log_setup: LogSetup | None = None) -> int:
             log_setup(False)
     elif log_setup is not None:
         log_setup(True)
+    ops.daemon_facts = daemon_facts(options)
     if workers == 1:
         if single_reason:
             log.info("serving in one process: %s", single_reason)
@@ -337,10 +342,32 @@ def _exit_code(ended: int) -> int:
     return 0 if ended in (worker.ENDED_UNMOUNTED, worker.ENDED_BY_SIGNAL) else 1
 
 
+def daemon_facts(options: MountOptions) -> dict[str, object]:
+    """What ``info MNT`` says of the daemon itself: its PID (the supervisor's, where workers
+    serve), when it started, its version, where it logs and its effective options. Storage
+    options are named, never shown: they may hold credentials."""
+    from bundlefs import __version__
+
+    shown = dataclasses.asdict(options)
+    shown["storage_options"] = sorted(options.storage_options or {})
+    return {
+        "pid": os.getpid(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "version": __version__,
+        "log": options.log_file or ("stderr" if options.foreground else "syslog"),
+        "options": shown,
+    }
+
+
 def _choose_workers(options: MountOptions, pyfuse3: ModuleType) -> tuple[int, str]:
     """How many processes serve the mount, and why only one where that is so ("" if chosen)."""
     if options.workers is not None and options.workers < 1:
         raise MountError(f"--workers must be at least 1, not {options.workers}")
+    if options.workers is None and not parse_location(options.bundle).is_local:
+        # Reads of a bundle at a URL wait on the network, not on this process's CPU, and one
+        # process keeps the store's outage state, single-flight GETs and read-ahead together:
+        # with several, each would wait out an outage's first timeout on its own.
+        return 1, "a bundle at a URL (--workers N to choose several)"
     wanted = options.workers if options.workers is not None else default_workers()
     if options.workers == 1:
         return 1, ""

@@ -44,7 +44,7 @@ from bundlefs.errors import (
 from bundlefs.mount import stats as counters
 from bundlefs.mount.bindings import binding, pyfuse3, stock_reason
 from bundlefs.mount.offload import ThreadOffload
-from bundlefs.read.bundle import Bundle
+from bundlefs.read.bundle import Bundle, FailedRead
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +183,7 @@ class BundleOperations(pyfuse3.Operations):
         self.counters.started(os.getpid(), 0)
         self.workers = 1  # serving processes, as the supervisor decided
         self.single_process_reason = ""  # why one process serves the mount, where that applies
+        self.daemon_facts: dict[str, object] = {}  # pid, start, version, log, options (daemon.py)
         # The patched pyfuse3 reads enable_no_open at the kernel handshake and clears it when the
         # kernel lacks no_open/no_opendir; init() then sees what is in effect.
         unavailable = no_open_unavailable()
@@ -244,6 +245,7 @@ class BundleOperations(pyfuse3.Operations):
             binding=binding(),  # "patched" or "stock" (bindings.py)
             workers=self.workers,
             single_process_reason=self.single_process_reason,
+            **self.daemon_facts,
         )
         if self.workers > 1:
             figures["worker_processes"] = [
@@ -252,13 +254,14 @@ class BundleOperations(pyfuse3.Operations):
         return figures
 
     def _damaged(self, error: CorruptDataError) -> None:
-        self.counters.count(counters.EIO)
-        if self._store_unreachable():
-            self.counters.count(counters.OUTAGE_EIO)
-            # A bundle at a URL whose store is down: its records are not damaged, and the store
-            # logged the outage once (and will log its end); a line per record would flood the
-            # log for as long as it lasts.
+        failed = self.bundle.storage_failed_read(error)
+        if failed is not FailedRead.DAMAGE:
+            # The object store is down, the record is not damaged: counted apart, once per failed
+            # read (not the kernel's retry of it), and named by the store in a rate-limited line.
+            if failed is FailedRead.OUTAGE:
+                self.counters.count(counters.OUTAGE_EIO)
             return
+        self.counters.count(counters.EIO)
         self.counters.count(counters.DAMAGE_EIO)
         key = (error.shard, error.record, error.path)
         if key in self._logged_damage:
@@ -266,11 +269,6 @@ class BundleOperations(pyfuse3.Operations):
         if len(self._logged_damage) < _MAX_LOGGED_DAMAGE:
             self._logged_damage.add(key)
         log.error("damaged data, read failed with EIO: %s", error)
-
-    def _store_unreachable(self) -> bool:
-        """Whether the bundle's object store is in an outage (never, for a local bundle)."""
-        storage = self.bundle.storage_stats()
-        return bool(storage and storage.get("outage"))
 
     def _entry(self, inode: int) -> fmt.Entry:
         """The entry of an inode the kernel names. One never handed out is ENOENT, not damage."""

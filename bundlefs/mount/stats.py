@@ -72,6 +72,9 @@ class WorkerCounters:
         v[_INDEX["cache_evictions"]] = cache.evictions
         v[_INDEX["bytes_decompressed"]] = cache.bytes_loaded
 
+    def set_cache_capacity(self, capacity: int) -> None:
+        self.values[_INDEX["cache_capacity"]] = capacity
+
     def started(self, pid: int, started_ns: int) -> None:
         self.values[_INDEX["pid"]] = pid
         self.values[_INDEX["started_ns"]] = started_ns

@@ -172,6 +172,10 @@ class Supervisor:
         pid = os.fork()
         if pid:
             self._children[pid] = slot
+            # Said here too, so a stats request served before the worker starts sees it whole.
+            counters = self.counters.slot(slot)
+            counters.started(pid, time.time_ns())
+            counters.set_cache_capacity(self.cache_size // self.counters.workers)
             return pid
         code = 1
         try:

@@ -32,6 +32,7 @@ from typing import Any, AnyStr, Generic, Literal, overload
 from bundlefs.core import format as fmt
 from bundlefs.errors import (
     BundleClosedError,
+    CorruptDataError,
     EntryNotFound,
     FormatError,
     IsADirectory,
@@ -43,7 +44,13 @@ from bundlefs.read.content import ContentReader
 from bundlefs.read.tree import DEFAULT_NAME_CACHE, TreeModel
 from bundlefs.storage.index import IndexReader
 from bundlefs.storage.location import Location, parse_location
-from bundlefs.storage.remote import RemoteShardStore, fetch_index
+from bundlefs.storage.objectstore.outage import FailedRead
+from bundlefs.storage.remote import (
+    DEFAULT_STORE_TIMEOUT,
+    RemoteShardStore,
+    check_store_timeout,
+    fetch_index,
+)
 from bundlefs.storage.shards import ShardSet, zstd_module
 from bundlefs.storage.store import LocalShardStore
 
@@ -259,8 +266,10 @@ class Bundle:
     ``path`` may be a URL (``s3://bucket/x.bundle``): ``storage_options`` go to its fsspec
     back-end (credentials, endpoint; merged over ``BUNDLEFS_STORAGE_OPTIONS``), ``disk_cache``
     is the local cache directory (the fetched index and, up to ``disk_cache_size`` bytes, fetched
-    records; default ``$XDG_CACHE_HOME/bundlefs``; size 0 keeps no records on disk). They mean
-    nothing to a local bundle. A URL pickles with its options, so workers reopen it remotely.
+    records; default ``$XDG_CACHE_HOME/bundlefs``; size 0 keeps no records on disk), and
+    ``store_timeout`` bounds in seconds what a read waits for an unanswering store (default 20;
+    docs/storage.md, "Outages"). They mean nothing to a local bundle. A URL pickles with its
+    options, so workers reopen it remotely.
     """
 
     def __init__(
@@ -273,6 +282,7 @@ class Bundle:
         storage_options: dict[str, Any] | None = None,
         disk_cache: str | os.PathLike[str] | None = None,
         disk_cache_size: int | None = None,
+        store_timeout: float | None = None,
     ) -> None:
         self.location: Location = parse_location(os.fsdecode(os.fspath(path)), storage_options)
         self.path = self.location.path if self.location.is_local else self.location.url
@@ -294,10 +304,13 @@ class Bundle:
                 storage_options=dict(storage_options or {}),
                 disk_cache=os.fspath(disk_cache) if disk_cache is not None else None,
                 disk_cache_size=disk_cache_size,
+                store_timeout=store_timeout,
             )
+            timeout = DEFAULT_STORE_TIMEOUT if store_timeout is None else store_timeout
+            check_store_timeout(timeout)
             # fetch_index has checked the index against the marker (a download always, a cached
             # copy when check_index): no second CRC pass over it here.
-            local = fetch_index(self.location, disk_cache, check=check_index)
+            local = fetch_index(self.location, disk_cache, check=check_index, timeout=timeout)
             self._index = IndexReader(local, check_checksum=False)
         self.config = self._index.config
         try:
@@ -306,7 +319,7 @@ class Bundle:
             if self.location.is_local:
                 store = LocalShardStore(self.path)
             else:
-                store = self._remote_store(disk_cache, disk_cache_size)
+                store = self._remote_store(disk_cache, disk_cache_size, timeout)
         except BaseException:
             self._index.close()
             raise
@@ -355,7 +368,10 @@ class Bundle:
         return self._root
 
     def _remote_store(
-        self, disk_cache: str | os.PathLike[str] | None, disk_cache_size: int | None
+        self,
+        disk_cache: str | os.PathLike[str] | None,
+        disk_cache_size: int | None,
+        store_timeout: float,
     ) -> RemoteShardStore:
         marker = self._index.marker
         # The shards' sizes bound coalesced GETs to each object (one index get per shard).
@@ -369,6 +385,7 @@ class Bundle:
             shard_sizes=sizes,
             disk_cache=disk_cache,
             disk_cache_size=disk_cache_size,
+            store_timeout=store_timeout,
         )
 
     def _forked(self) -> None:
@@ -425,6 +442,14 @@ class Bundle:
         if isinstance(self._store, RemoteShardStore):
             return self._store.stats()
         return None
+
+    def storage_failed_read(self, error: CorruptDataError) -> FailedRead:
+        """A read failed with ``error``: damage, or the object store's outage (then the store
+        names the file in its log; ``OUTAGE_RETRY`` is the same read retried by the kernel, not
+        to be counted again). Always ``DAMAGE`` for a local bundle."""
+        if isinstance(self._store, RemoteShardStore):
+            return self._store.failed_read(error.path, error.shard, error.record)
+        return FailedRead.DAMAGE
 
     def hold_index_resident(self) -> int:
         """Keep the whole index in memory (mapped) until ``close``; returns its size in bytes.

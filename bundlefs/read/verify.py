@@ -31,7 +31,13 @@ from bundlefs.read.bundle import Bundle, ShardDamage
 from bundlefs.storage.index import check_index_file
 from bundlefs.storage.location import Location, parse_location
 from bundlefs.storage.publish import read_marker
-from bundlefs.storage.remote import RemoteShardStore, fetch_index, list_shard_names
+from bundlefs.storage.remote import (
+    DEFAULT_STORE_TIMEOUT,
+    RemoteShardStore,
+    check_store_timeout,
+    fetch_index,
+    list_shard_names,
+)
 from bundlefs.storage.shards import ShardSet
 from bundlefs.storage.store import LocalShardStore
 
@@ -121,22 +127,30 @@ def verify(
     storage_options: dict[str, Any] | None = None,
     disk_cache: str | os.PathLike[str] | None = None,
     disk_cache_size: int | None = None,
+    store_timeout: float | None = None,
 ) -> VerifyReport:
     """Scan a whole bundle. Raises only if ``bundle_path`` is not a bundle at all.
 
     ``bundle_path`` may be a URL; ``storage_options`` and ``disk_cache`` are then ``Bundle``'s
     (the index is cached there; records are not: ``disk_cache_size`` is accepted for the CLI's
-    sake and ignored, as verify reads every record from the store itself).
+    sake and ignored, as verify reads every record from the store itself), ``store_timeout``
+    bounds each fetch as it does ``Bundle``'s.
     """
     location = parse_location(os.fsdecode(os.fspath(bundle_path)), storage_options)
-    return _Verifier(location, progress, disk_cache).run()
+    timeout = DEFAULT_STORE_TIMEOUT if store_timeout is None else store_timeout
+    return _Verifier(location, progress, disk_cache, check_store_timeout(timeout)).run()
 
 
 class _Verifier:
     def __init__(
-        self, location: Location, progress, disk_cache: str | os.PathLike[str] | None = None
+        self,
+        location: Location,
+        progress,
+        disk_cache: str | os.PathLike[str] | None = None,
+        store_timeout: float = DEFAULT_STORE_TIMEOUT,
     ) -> None:
         self.location = location
+        self._timeout = store_timeout
         # A local bundle's directory, or (after run() fetched it) a remote one's cached index.
         self.path = location.path if location.is_local else location.url
         self._local_dir = self.path
@@ -165,6 +179,7 @@ class _Verifier:
             storage_options=self.location.storage_options,
             disk_cache=self._disk_cache,
             disk_cache_size=0,
+            store_timeout=self._timeout,
         )
 
     def _store(self, bundle: Bundle, marker: fmt.Marker) -> LocalShardStore | RemoteShardStore:
@@ -175,7 +190,11 @@ class _Verifier:
             for i in range(bundle.config.shard_count)
         }
         self._remote = RemoteShardStore(
-            self.location, marker.bundle_id, shard_sizes=sizes, disk_cache_size=0
+            self.location,
+            marker.bundle_id,
+            shard_sizes=sizes,
+            disk_cache_size=0,
+            store_timeout=self._timeout,
         )
         return self._remote
 
@@ -184,7 +203,7 @@ class _Verifier:
         if not self.location.is_local:
             # Fetched and checked against the remote marker (a mismatch raises: the index the
             # marker vouches for is not there); the checks below then run on the local copy.
-            self._local_dir = fetch_index(self.location, self._disk_cache)
+            self._local_dir = fetch_index(self.location, self._disk_cache, timeout=self._timeout)
         marker = read_marker(self._local_dir)
         if self._check_index_file(marker):
             try:

@@ -7,13 +7,19 @@ Two things, both over the fsspec file system of a remote ``Location`` (storage/l
   marker's size and CRC32C before use. A cached copy is used only when its marker is byte for
   byte the remote one; a remote index that does not match its marker (changed or damaged) is
   refused, never mixed with a cached one. The local directory then opens with ``IndexReader``.
-- ``RemoteShardStore``: the ``ShardStore`` (storage/store.py) of a remote bundle. Ranged GETs,
-  retried with exponential backoff up to a bound, then ``OSError(EIO)`` (the caller makes it the
-  ``CorruptDataError`` of the record); one log line per outage, not per request. Fetched ranges
-  are kept in a small memory tier and a bounded on-disk cache that survives restarts (under
-  ``ContentReader``'s decoded-record cache). Sequential access coalesces the following records
-  into one GET (1 → 4 MiB) and reads ahead in the background; threads asking for bytes a GET in
-  flight will bring wait for it (single-flight). ``nowait`` answers only from the caches.
+- ``RemoteShardStore``: the ``ShardStore`` (storage/store.py) of a remote bundle. Ranged GETs
+  through a ``Fetcher``: each bounded by the store timeout (``--store-timeout``), quick failures
+  retried with backoff within it, then ``OSError(EIO)`` (the caller makes it the
+  ``CorruptDataError`` of the record). The first GET that stalls or gives up declares an
+  *outage*: later GETs fail at once until a background probe is answered, with one WARNING when
+  it starts, one INFO when it ends, and the files whose reads failed named in a line at most
+  every 10 s (``failed_read``; storage/objectstore/outage.py). Fetched ranges are kept in a
+  small memory tier and a bounded on-disk cache that survives restarts (under
+  ``ContentReader``'s decoded-record cache). Sequential streams are found from the reads'
+  positions, whatever their size, and read ahead with several ranged GETs at once in a window
+  that grows to 32 MiB (storage/objectstore/readahead.py); other reads fetch only what they
+  touch. Threads asking for bytes a GET in flight will bring wait for it (single-flight).
+  ``nowait`` answers only from the caches.
 
 The store never checks record CRCs (``ShardSet`` does, on every record: the store declares
 ``partial_reads_cheap = False`` so the reader always loads whole records) and offers
@@ -58,6 +64,8 @@ from bundlefs.errors import (
     WouldBlock,
 )
 from bundlefs.storage.location import Location
+from bundlefs.storage.objectstore.outage import FailedRead, FailedReads
+from bundlefs.storage.objectstore.readahead import ReadAheadPolicy, ReadAheadSettings, Stream
 
 log = logging.getLogger(__name__)
 
@@ -65,24 +73,23 @@ ENV_CACHE_DIR = "BUNDLEFS_CACHE_DIR"
 DEFAULT_DISK_CACHE_SIZE = 1024 * 1024 * 1024
 # One GET asks for at most this much when access is sequential: large enough that per-request
 # latency (~10-50 ms on S3) stops dominating, small enough that a wrong guess costs little.
-DEFAULT_COALESCE = 4 * 1024 * 1024
-FIRST_WINDOW = 1024 * 1024  # the first coalesced GET of a stream; doubles up to the bound
-# A read starting up to this far after where another ended (or a little before: threads of one
-# reader arrive out of order) continues its stream.
-SEQUENTIAL_GAP = 256 * 1024
-SEQUENTIAL_BEHIND = 64 * 1024
-STREAMS_PER_SHARD = 8  # read positions remembered per shard (concurrent sequential readers)
-MEMORY_TIER = 32 * 1024 * 1024  # fetched ranges held in memory (coalesced windows)
-READ_AHEAD_THREADS = 4
-# Retries: 4 attempts, 0.2 + 0.4 + 0.8 s apart; during a known outage one attempt only, so a
-# mount answers EIO at once instead of stalling every read for the whole bound.
+DEFAULT_COALESCE = 8 * 1024 * 1024
+# Fetched ranges held in memory (read-ahead pieces are mostly read right after they arrive);
+# half as much again may be in flight ahead of sequential readers: the store's memory bound.
+MEMORY_TIER = 64 * 1024 * 1024
+READ_AHEAD_THREADS = 4  # read-ahead GETs at once: a stream's window is ~4 pieces
+# Retries of quick failures: up to 4 attempts, 0.2 + 0.4 + 0.8 s apart, all within the store
+# timeout; a stalled attempt is not retried (Fetcher).
 ATTEMPTS = 4
 BACKOFF = 0.2
 BACKOFF_MAX = 2.0
 # Bounded network waits: botocore's defaults (60 s read timeout, 5 retries of its own under
-# s3fs's own 5) would hang a read for minutes before our bound even starts.
+# s3fs's own 5) would hang a read for minutes before our bound even starts. The store timeout
+# (--store-timeout) bounds what the first reader of an outage waits; later ones fail at once
+# until a probe, one per PROBE_INTERVAL, is answered.
 CONNECT_TIMEOUT = 5
-READ_TIMEOUT = 20
+DEFAULT_STORE_TIMEOUT = 20.0
+PROBE_INTERVAL = 2.0
 INDEX_CHUNK = 8 * 1024 * 1024
 _TMP_MAX_AGE = 3600.0  # a temporary file older than this was left by a dead process
 _S3 = ("s3", "s3a")
@@ -99,18 +106,28 @@ def default_cache_dir() -> str:
     return os.path.join(base, "bundlefs")
 
 
-def remote_filesystem(location: Location) -> Any:
+def check_store_timeout(seconds: float) -> float:
+    """``seconds`` if it is a usable store timeout, else ``StorageError`` in one sentence."""
+    if not 0 < seconds <= 3600:  # also refuses NaN
+        raise StorageError(
+            f"the store timeout must be more than 0 and at most 3600 seconds, not {seconds}"
+        )
+    return float(seconds)
+
+
+def remote_filesystem(location: Location, timeout: float = DEFAULT_STORE_TIMEOUT) -> Any:
     """A private fsspec file system for ``location`` with bounded network waits.
 
     Private (not fsspec's shared instance): its retry settings are ours, and a writer in the same
     process keeps its own. For S3 the back-end's retries are turned off and ours (``Fetcher``)
-    are the only ones, so the bound is one number; the user's own settings win where given.
+    are the only ones, and its read timeout is the store timeout, so the bound is one number;
+    the user's own settings (``config_kwargs``) win where given.
     """
     options = dict(location.storage_options)
     if location.protocol in _S3:
         config = dict(options.get("config_kwargs") or {})
-        config.setdefault("connect_timeout", CONNECT_TIMEOUT)
-        config.setdefault("read_timeout", READ_TIMEOUT)
+        config.setdefault("connect_timeout", min(CONNECT_TIMEOUT, timeout))
+        config.setdefault("read_timeout", timeout)
         config.setdefault("retries", {"total_max_attempts": 1})
         options["config_kwargs"] = config
     options["skip_instance_cache"] = True
@@ -143,7 +160,18 @@ def is_denied(e: Exception) -> bool:
 
 
 class Fetcher:
-    """Ranged GETs with retries and backoff, counters, and one log line per outage."""
+    """Ranged GETs with retries and backoff, counters, and the store's outage state.
+
+    Every GET is bounded by ``timeout`` (the store timeout, ``--store-timeout``): retries of
+    quick failures (a refused connection, a 503) stop when the next one would start past it,
+    and an attempt that stalls for the whole timeout (a store that accepts connections and
+    never answers) is not retried. Either way the store is then *in an outage*: every later
+    GET fails at once, without touching the network, until a background probe (one small GET
+    every ``probe_interval`` seconds, with ``probe=True``) is answered. So a hung store costs
+    the first reader one timeout, and every other uncached read (the kernel's retry of a failed
+    read-ahead among them) fails in a moment instead of waiting its own timeout. One WARNING
+    when an outage starts, one INFO when it ends.
+    """
 
     def __init__(
         self,
@@ -153,6 +181,9 @@ class Fetcher:
         attempts: int = ATTEMPTS,
         backoff: float = BACKOFF,
         log_outages: bool = True,
+        timeout: float = DEFAULT_STORE_TIMEOUT,
+        probe: bool = False,
+        probe_interval: float = PROBE_INTERVAL,
     ) -> None:
         # Made on first use: after a fork the child must not touch the parent's network session,
         # and fsspec resets its event loop in the child only after our at-fork hook has run.
@@ -164,10 +195,26 @@ class Fetcher:
         self.log_outages = log_outages
         self.attempts = max(1, attempts)
         self.backoff = backoff
+        self.timeout = timeout
+        self.probe = probe
+        self.probe_interval = probe_interval
         self.lock = threading.Lock()
-        self.counters = {"requests": 0, "bytes_fetched": 0, "retries": 0, "failures": 0}
+        self.counters = {
+            "requests": 0,
+            "bytes_fetched": 0,
+            "retries": 0,
+            "failures": 0,
+            "failed_fast": 0,
+            "probes": 0,
+        }
         self.outage = False
+        self.outage_since = 0.0  # time.monotonic() of the outage's start
+        self._outage_url = ""
         self._failed_during_outage = 0
+        self._closed = threading.Event()
+        self._prober: threading.Thread | None = None
+        # Called (outside the lock) when an outage ends, e.g. to log what is still unreported.
+        self.on_recovered: Callable[[], None] | None = None
 
     @property
     def fs(self) -> Any:
@@ -177,19 +224,41 @@ class Fetcher:
                     self._fs = self._factory()
         return self._fs
 
+    def close(self) -> None:
+        self._closed.set()
+
     def get(self, url: str, start: int | None = None, end: int | None = None) -> bytes:
         """Bytes ``start … end`` of ``url`` (all of it without a range); short past the end.
 
-        Raises ``FileNotFoundError`` (no such object), ``PermissionError`` (refused) or, after
-        the retry bound, ``OSError(EIO)`` naming the last reason.
+        Raises ``FileNotFoundError`` (no such object), ``PermissionError`` (refused) or
+        ``OSError(EIO)`` naming the reason: after the retry bound, or at once in an outage of
+        a probed store.
         """
-        attempts = 1 if self.outage else self.attempts
+        where = f"bytes {start}-{end} of {url}" if start is not None else url
+        if self.outage and self.probe:
+            with self.lock:
+                self.counters["failed_fast"] += 1
+                self._failed_during_outage += 1
+            raise OSError(
+                errno.EIO,
+                f"cannot fetch {where}: the object store has not answered for "
+                f"{time.monotonic() - self.outage_since:.0f} s (outage; not retried until it "
+                "answers again)",
+            )
+        first = time.monotonic()
+        deadline = first + self.timeout
         last: Exception | None = None
-        for attempt in range(attempts):
+        attempt = 0
+        while True:
             if attempt:
-                time.sleep(min(self.backoff * 2 ** (attempt - 1), BACKOFF_MAX))
+                pause = min(self.backoff * 2 ** (attempt - 1), BACKOFF_MAX)
+                if time.monotonic() + pause >= deadline:
+                    break  # the next attempt would start past the store timeout
+                time.sleep(pause)
                 self._count("retries")
+            attempt += 1
             self._count("requests")
+            began = time.monotonic()
             try:
                 data = self.fs.cat_file(url, start=start, end=end)
             except OSError as e:
@@ -209,45 +278,101 @@ class Fetcher:
                 self._count("bytes_fetched", len(data))
                 self._recovered()
                 return bytes(data)
+            # A stall is not retried: another wait as long would double the reader's.
+            if is_stall(last, time.monotonic() - began, self.timeout):
+                break
+            if attempt >= self.attempts or self.outage:
+                break
         assert last is not None
-        self._gave_up(url, last)
-        where = f"bytes {start}-{end} of {url}" if start is not None else url
+        self._gave_up(url, last, first)
         raise OSError(
             errno.EIO,
-            f"cannot fetch {where} after {attempts} attempt(s): {error_reason(last)}",
+            f"cannot fetch {where} after {attempt} attempt(s): {error_reason(last)}",
         )
 
     def _count(self, key: str, n: int = 1) -> None:
         with self.lock:
             self.counters[key] += n
 
-    def _gave_up(self, url: str, e: Exception) -> None:
+    def _gave_up(self, url: str, e: Exception, since: float) -> None:
         with self.lock:
             self.counters["failures"] += 1
             if self.outage:
                 self._failed_during_outage += 1
                 return
             self.outage = True
+            self.outage_since = since  # when the fetch that found it began
+            self._outage_url = url
             self._failed_during_outage = 1
+            start_probe = self.probe and not self._closed.is_set()
+            if start_probe:
+                self._prober = threading.Thread(
+                    target=self._probe_loop, name="bundlefs-probe", daemon=True
+                )
+        if start_probe and self._prober is not None:
+            self._prober.start()
         if not self.log_outages:
             return
-        log.warning(
-            "%s: the object store is unreachable (%s); reads of records not cached fail with "
-            "EIO until it is back",
-            self.label,
-            error_reason(e),
-        )
+        if self.probe:
+            log.warning(
+                "%s: the object store is unreachable (%s); reads of records not cached fail "
+                "with EIO at once until it answers again (checked every %g s)",
+                self.label,
+                error_reason(e),
+                self.probe_interval,
+            )
+        else:
+            log.warning(
+                "%s: the object store is unreachable (%s); reads of records not cached fail "
+                "with EIO until it is back",
+                self.label,
+                error_reason(e),
+            )
+
+    def _probe_loop(self) -> None:
+        """One small GET per interval until one is answered (the outage then ends)."""
+        url = self._outage_url
+        while not self._closed.wait(self.probe_interval):
+            self._count("probes")
+            try:
+                self.fs.cat_file(url, start=0, end=1)
+            except Exception as e:
+                # An answer, even "no such object" or "denied", is a store that answers.
+                if not (is_fatal(e) or isinstance(e, PermissionError)):
+                    continue
+            self._recovered()
+            return
 
     def _recovered(self) -> None:
-        if not self.outage:  # an unlocked peek: the common case costs nothing
-            return
+        if self.outage:  # an unlocked peek: the common case costs nothing
+            self._end_outage()
+
+    def _end_outage(self) -> None:
         with self.lock:
-            was, self.outage = self.outage, False
+            if not self.outage:
+                return  # another thread ended it
+            self.outage = False
             failed = self._failed_during_outage
-        if was and self.log_outages:
-            log.warning(
-                "%s: the object store is reachable again (%d fetches failed)", self.label, failed
+            seconds = time.monotonic() - self.outage_since
+        if self.on_recovered is not None:
+            self.on_recovered()
+        if self.log_outages:
+            log.info(
+                "%s: the object store answers again after %.0f s (%d fetches failed)",
+                self.label,
+                seconds,
+                failed,
             )
+
+
+def is_stall(e: Exception | None, seconds: float, timeout: float) -> bool:
+    """Whether a failed attempt was the store not answering (a timeout), not a quick refusal."""
+    if e is None:
+        return False
+    if seconds >= 0.8 * timeout or isinstance(e, TimeoutError):
+        return True
+    text = f"{type(e).__name__} {e}".lower()
+    return "timeout" in text or "timed out" in text
 
 
 # -- the index -------------------------------------------------------------------------------------
@@ -352,6 +477,7 @@ def fetch_index(
     *,
     check: bool = True,
     fetcher: Fetcher | None = None,
+    timeout: float = DEFAULT_STORE_TIMEOUT,
 ) -> str:
     """The local directory holding ``location``'s marker and index, fetched if not cached.
 
@@ -361,7 +487,12 @@ def fetch_index(
     index does not match its marker: it was changed or damaged; it is refused).
     """
     if fetcher is None:
-        fetcher = Fetcher(lambda: remote_filesystem(location), location.url, log_outages=False)
+        fetcher = Fetcher(
+            lambda: remote_filesystem(location, timeout),
+            location.url,
+            log_outages=False,
+            timeout=timeout,
+        )
     cache = os.fspath(cache_dir) if cache_dir else default_cache_dir()
     root = os.path.join(cache, "index")
     for attempt in range(2):
@@ -815,13 +946,15 @@ class DiskRecordCache:
 class _Fetch:
     """One GET in flight: readers of bytes inside it wait for it instead of sending their own."""
 
-    __slots__ = ("name", "start", "stop", "done", "data", "error")
+    __slots__ = ("name", "start", "stop", "done", "data", "error", "background", "read_ahead")
 
-    def __init__(self, name: str, start: int, stop: int) -> None:
+    def __init__(self, name: str, start: int, stop: int, background: bool = False) -> None:
         self.name, self.start, self.stop = name, start, stop
         self.done = threading.Event()
         self.data = b""
         self.error: OSError | None = None
+        self.background = background  # counted in the store's bytes in flight ahead
+        self.read_ahead = False  # a sequential stream's piece: kept in memory only
 
     def slice(self, offset: int, end: int) -> bytes:
         if self.error is not None:
@@ -832,22 +965,15 @@ class _Fetch:
         return data[offset - self.start : end - self.start]
 
 
-class _Stream:
-    """A sequential reader of one shard: where it will read next, and its coalescing window."""
-
-    __slots__ = ("next", "window")
-
-    def __init__(self, next_offset: int) -> None:
-        self.next = next_offset
-        self.window = 0
-
-
 class RemoteShardStore:
     """The shard files of a bundle on an object store (a ``ShardStore``). Thread-safe.
 
-    ``shard_sizes`` (shard file name → size, from the index) bounds coalesced GETs to the object;
+    ``shard_sizes`` (shard file name → size, from the index) bounds read-ahead to the object;
     ``disk_cache`` is the cache root (``default_cache_dir()`` when None); ``disk_cache_size`` 0
-    keeps nothing on disk. ``stats()`` gives the counters ``bundlefs info`` shows.
+    keeps nothing on disk; ``coalesce`` is the largest read-ahead GET (0: no read-ahead);
+    ``memory`` bounds the fetched bytes held in memory (and half of it those in flight ahead of
+    readers); ``store_timeout`` bounds each fetch (``Fetcher``). ``stats()`` gives the counters
+    ``bundlefs info`` shows.
     """
 
     # Reading a slice of a raw record costs a round trip just as the whole record does, and only
@@ -870,18 +996,16 @@ class RemoteShardStore:
         attempts: int = ATTEMPTS,
         backoff: float = BACKOFF,
         filesystem: Any = None,
+        store_timeout: float = DEFAULT_STORE_TIMEOUT,
+        probe_interval: float = PROBE_INTERVAL,
     ) -> None:
         self.location = location
         self._bundle_id = bundle_id
         self._sizes = dict(shard_sizes or {})
-        self._coalesce = max(0, coalesce)
         self._attempts, self._backoff = attempts, backoff
-        self._fetcher = Fetcher(
-            (lambda: filesystem) if filesystem is not None else self._new_filesystem,
-            location.url,
-            attempts=attempts,
-            backoff=backoff,
-        )
+        self._timeout, self._probe_interval = store_timeout, probe_interval
+        self._filesystem = filesystem
+        self._fetcher = self._new_fetcher()
         self._urls: dict[str, str] = {}
         self._memory = _MemoryTier(memory)
         size = DEFAULT_DISK_CACHE_SIZE if disk_cache_size is None else disk_cache_size
@@ -892,9 +1016,17 @@ class RemoteShardStore:
                 self._disk = DiskRecordCache(os.path.join(root, "records"), bundle_id, size)
             except OSError as e:  # an unwritable cache is a slower bundle, not a broken one
                 log.warning("%s: no disk cache (%s): records are fetched every time", root, e)
+        settings = ReadAheadSettings(max_piece=max(1, coalesce))
+        if coalesce <= 0:
+            settings = dataclasses.replace(settings, max_window=0)
+        self._policy = ReadAheadPolicy(
+            settings.bounded(memory, self._disk.limit if self._disk is not None else None)
+        )
+        self._max_ahead = memory // 2  # bytes in flight ahead of readers, at most
+        self._ahead = 0  # bytes of background GETs in flight
+        self._failed = FailedReads()
         self._lock = threading.Lock()
         self._inflight: dict[str, list[_Fetch]] = {}
-        self._streams: dict[str, list[_Stream]] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
         self._counts = {
@@ -905,8 +1037,24 @@ class RemoteShardStore:
             "disk_hit_bytes": 0,
             "shared": 0,
             "prefetches": 0,
+            "prefetch_bytes": 0,
+            "disk_skipped_bytes": 0,
             "discards": 0,
         }
+
+    def _new_fetcher(self) -> Fetcher:
+        filesystem = self._filesystem
+        fetcher = Fetcher(
+            (lambda: filesystem) if filesystem is not None else self._new_filesystem,
+            self.location.url,
+            attempts=self._attempts,
+            backoff=self._backoff,
+            timeout=self._timeout,
+            probe=True,
+            probe_interval=self._probe_interval,
+        )
+        fetcher.on_recovered = self._outage_ended
+        return fetcher
 
     # -- ShardStore ------------------------------------------------------------------------------
 
@@ -918,14 +1066,16 @@ class RemoteShardStore:
             return b""
         with self._lock:
             self._counts["reads"] += 1
-            stream = self._track(name, offset, end)
+            stream = self._policy.observe(name, offset, end)
+        if stream is not None:
+            # Before this read's own fetch: its bytes then come in the first piece, and the
+            # pieces after it are on their way while it waits.
+            self._read_ahead(name, offset, stream)
         data = self._cached(name, offset, end, nowait)
         if data is None:
             if nowait:
                 raise WouldBlock
-            data = self._fetch(name, offset, end, stream)
-        if stream is not None and stream.window:
-            self._read_ahead(name, end, stream)
+            data = self._fetch(name, offset, end)
         return data
 
     def read_into(
@@ -955,31 +1105,49 @@ class RemoteShardStore:
         if self._disk is not None:
             self._disk.discard(name, offset, offset + length)
 
+    def failed_read(self, path: str | None, shard: int | None, record: int | None) -> FailedRead:
+        """A read of ``path`` failed with EIO: ``DAMAGE`` unless the store is in an outage, then
+        ``OUTAGE`` (counted in ``outage_eio_count`` and named in a line at most every 10 s), or
+        ``OUTAGE_RETRY`` for the same read retried by the kernel (not counted again)."""
+        if not self._fetcher.outage:
+            return FailedRead.DAMAGE
+        now = time.monotonic()
+        with self._lock:
+            counted = self._failed.note((path, shard, record), path, now)
+            line = self._failed.line(now)
+        if line is not None:
+            log.warning("%s: %s", self.location.url, line)
+        return FailedRead.OUTAGE if counted else FailedRead.OUTAGE_RETRY
+
+    def _outage_ended(self) -> None:
+        with self._lock:
+            line = self._failed.flush()
+        if line is not None:
+            log.warning("%s: %s", self.location.url, line)
+
     def forked(self) -> None:
         """In a child after ``fork()``: the parent's GETs in flight never finish here, its locks
-        may be held, and its network session belongs to its event loop."""
+        may be held, its prober thread does not exist, and its network session belongs to its
+        event loop."""
         self._lock = threading.Lock()
         self._inflight = {}
+        self._ahead = 0
         self._pool = None
-        self._fetcher = Fetcher(
-            self._new_filesystem,
-            self.location.url,
-            attempts=self._attempts,
-            backoff=self._backoff,
-        )
+        self._fetcher = self._new_fetcher()
         self._memory = _MemoryTier(self._memory.limit)
         if self._disk is not None:
             self._disk._lock = threading.Lock()
 
     def close(self) -> None:
         self._closed = True
+        self._fetcher.close()
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
         self._memory.clear()
 
     def _new_filesystem(self) -> Any:
-        return remote_filesystem(self.location)
+        return remote_filesystem(self.location, self._timeout)
 
     @property
     def filesystem(self) -> Any:
@@ -1013,6 +1181,7 @@ class RemoteShardStore:
             outage = self._fetcher.outage
         with self._lock:
             counts = dict(self._counts)
+            outage_eio = self._failed.count
         disk = self._disk
         return {
             "location": self.location.url,
@@ -1022,7 +1191,9 @@ class RemoteShardStore:
             "disk_cache": self._cache_root if disk is not None else None,
             "disk_bytes": disk.bytes if disk is not None else 0,
             "disk_cache_size": disk.limit if disk is not None else 0,
+            "store_timeout": self._timeout,
             "outage": outage,
+            "outage_eio_count": outage_eio,
         }
 
     # -- inside ------------------------------------------------------------------------------------
@@ -1032,21 +1203,6 @@ class RemoteShardStore:
         if url is None:
             url = self._urls[name] = self.location.child(name)
         return url
-
-    def _track(self, name: str, offset: int, end: int) -> _Stream | None:
-        """The sequential stream this read continues, if any (under the lock). Like the kernel's
-        read-ahead: a read that starts near where an earlier one ended continues its stream."""
-        streams = self._streams.setdefault(name, [])
-        for stream in streams:
-            if stream.next - SEQUENTIAL_BEHIND <= offset <= stream.next + SEQUENTIAL_GAP:
-                stream.next = max(stream.next, end)
-                streams.remove(stream)
-                streams.append(stream)  # most recent last
-                return stream
-        streams.append(_Stream(end))
-        if len(streams) > STREAMS_PER_SHARD:
-            del streams[0]
-        return None
 
     def _cached(self, name: str, offset: int, end: int, nowait: bool) -> bytes | None:
         data = self._memory.get(name, offset, end)
@@ -1071,58 +1227,51 @@ class RemoteShardStore:
                 return fetch
         return None
 
-    def _fetch(self, name: str, offset: int, end: int, stream: _Stream | None) -> bytes:
+    def _fetch(self, name: str, offset: int, end: int) -> bytes:
         """Bytes ``offset … end`` of an object that the caches do not hold whole: assembled from
         the pieces held, the GETs in flight and new GETs of only the gaps between them.
 
-        A record often straddles the end of one coalesced GET and the start of the next (windows
-        end on byte counts, not records). Fetching the whole record again fetched those bytes
-        twice: a cold iter_files fetched 2x the stored bytes (bench.object_store).
+        A record often straddles the end of one read-ahead GET and the start of the next
+        (pieces end on byte counts, not records). Fetching the whole record again fetched those
+        bytes twice: a cold iter_files fetched 2x the stored bytes (bench.object_store).
         """
         parts: list[bytes] = []
         pos = offset
         while pos < end:
-            data, fetched = self._piece(name, pos, end, stream)
-            if fetched:
-                stream = None  # the window grows once per read, not once per gap
+            data = self._piece(name, pos, end)
             parts.append(data)
             if not data:
                 break  # the object ends here: the caller sees a short read
             pos += len(data)
         return b"".join(parts)
 
-    def _piece(self, name: str, pos: int, end: int, stream: _Stream | None) -> tuple[bytes, bool]:
-        """Bytes from ``pos`` up to ``end`` or the end of the first piece holding ``pos``, and
-        whether this sent a GET of its own."""
+    def _piece(self, name: str, pos: int, end: int) -> bytes:
+        """Bytes from ``pos`` up to ``end`` or the end of the first piece holding ``pos``."""
         for tier in (self._memory, self._disk):
             held = tier.find(name, pos) if tier is not None else None
             if held is not None:
                 data = self._cached(name, pos, min(held[1], end), False)
                 if data:
-                    return data, False
+                    return data
         with self._lock:
             fetch = self._covering(name, pos, pos + 1)
             if fetch is not None:
                 self._counts["shared"] += 1
                 mine = False
             else:
-                # Only the gap up to the next bytes held or on their way; a sequential reader's
-                # GET reaches further ahead (coalescing), up to its window.
-                stop = self._clip(name, pos + 1, end)
-                if stop >= end and stream is not None and self._coalesce:
-                    stream.window = min(max(stream.window * 2, FIRST_WINDOW), self._coalesce)
-                    stop = max(end, self._clip(name, end, pos + stream.window))
-                fetch = self._register(name, pos, stop)
+                # Only the gap up to the next bytes held or on their way: a read that is part
+                # of no stream fetches what it touches and nothing more.
+                fetch = self._register(name, pos, self._clip(name, pos + 1, end))
                 mine = True
         if mine:
             self._run(fetch)
         else:
             fetch.done.wait()
-        return fetch.slice(pos, min(end, fetch.stop)), mine
+        return fetch.slice(pos, min(end, fetch.stop))
 
     def _clip(self, name: str, end: int, stop: int) -> int:
-        """Where a coalesced GET needed up to ``end`` should stop, at most ``stop``: not past the
-        object, nor into bytes already held or on their way (under the lock)."""
+        """Where a GET needed up to ``end`` should stop, at most ``stop``: not past the object,
+        nor into bytes already held or on their way (under the lock)."""
         size = self._sizes.get(name)
         if size is not None:
             stop = min(stop, size)
@@ -1132,9 +1281,11 @@ class RemoteShardStore:
         held += [f.start for f in self._inflight.get(name, ()) if f.start >= end]
         return min([stop] + [h for h in held if h is not None])
 
-    def _register(self, name: str, start: int, stop: int) -> _Fetch:
-        fetch = _Fetch(name, start, stop)
+    def _register(self, name: str, start: int, stop: int, background: bool = False) -> _Fetch:
+        fetch = _Fetch(name, start, stop, background)
         self._inflight.setdefault(name, []).append(fetch)
+        if background:
+            self._ahead += stop - start
         return fetch
 
     def _run(self, fetch: _Fetch) -> None:
@@ -1144,10 +1295,17 @@ class RemoteShardStore:
         # reader of its bytes waiting for ever.
         try:
             fetch.data = self._fetcher.get(self._url(fetch.name), fetch.start, fetch.stop)
+            log.debug(
+                "GET %s %d+%d (%s)",
+                fetch.name,
+                fetch.start,
+                fetch.stop - fetch.start,
+                "ahead" if fetch.background else "read",
+            )
             if fetch.data:
                 self._memory.put(fetch.name, fetch.start, fetch.data)
                 if self._disk is not None:
-                    self._disk.put(fetch.name, fetch.start, fetch.data)
+                    self._keep_on_disk(fetch)
         except FileNotFoundError as e:
             fetch.error = ShardUnavailable(errno.ENOENT, "no such object on the store", e.filename)
         except OSError as e:
@@ -1156,11 +1314,30 @@ class RemoteShardStore:
             fetch.error = OSError(errno.EIO, f"the fetch failed: {e!r}")
             raise
         finally:
-            with self._lock:
-                fetches = self._inflight.get(fetch.name, [])
-                if fetch in fetches:
-                    fetches.remove(fetch)
+            self._unregister(fetch)
             fetch.done.set()
+
+    def _keep_on_disk(self, fetch: _Fetch) -> None:
+        """Write fetched bytes to the disk cache, except the full-size pieces of a stream at
+        full speed: those stay in memory only. Writing them held a ``cat`` of 400 MB to the
+        page cache's and the disk's pace (~110 MB/s and a third of the daemon's CPU here, 340
+        MB/s without), and a large file read through once would evict the records the disk
+        cache is for. A stream's first, smaller pieces and every reader's own fetches are kept.
+        """
+        assert self._disk is not None
+        if fetch.read_ahead and len(fetch.data) >= self._policy.settings.max_piece:
+            with self._lock:
+                self._counts["disk_skipped_bytes"] += len(fetch.data)
+            return
+        self._disk.put(fetch.name, fetch.start, fetch.data)
+
+    def _unregister(self, fetch: _Fetch) -> None:
+        with self._lock:
+            fetches = self._inflight.get(fetch.name, [])
+            if fetch in fetches:
+                fetches.remove(fetch)
+                if fetch.background:
+                    self._ahead -= fetch.stop - fetch.start
 
     def _covered_until(self, name: str, pos: int, limit: int) -> int:
         """How far from ``pos`` the bytes are held or on their way (up to ``limit``)."""
@@ -1177,28 +1354,33 @@ class RemoteShardStore:
             pos = piece[1]
         return pos
 
-    def _read_ahead(self, name: str, end: int, stream: _Stream) -> None:
-        """Keep a sequential stream's next window coming: when less than half a window lies
-        ahead of the reader, fetch the next one in the background (the window grows)."""
-        size = self._sizes.get(name)
-        window = stream.window
-        if size is None or end >= size:
-            return
-        ahead = self._covered_until(name, end, end + window)
-        if ahead - end >= window // 2 or ahead >= size:
-            return
-        window = stream.window = min(window * 2, max(self._coalesce, window))
+    def _read_ahead(self, name: str, offset: int, stream: Stream) -> None:
+        """Keep a sequential stream's window ahead of its reader (at ``offset``) held or on its
+        way: the pieces ``ReadAheadPolicy`` plans, in the background, several at once."""
+        if self._fetcher.outage:
+            return  # every GET would fail at once: the reader's own read reports it
+        covered = self._covered_until(name, offset, offset + self._policy.settings.max_window)
         with self._lock:
-            stop = self._clip(name, ahead + 1, ahead + window)
-        if stop > ahead:
-            self._start_background(name, ahead, stop)
+            pieces = self._policy.plan(
+                stream, offset, covered, self._sizes.get(name), self._max_ahead - self._ahead
+            )
+        for start, stop in pieces:
+            self._start_background(name, start, stop, read_ahead=True)
 
-    def _start_background(self, name: str, start: int, stop: int) -> None:
+    def _start_background(
+        self, name: str, start: int, stop: int, *, read_ahead: bool = False
+    ) -> None:
         with self._lock:
-            if self._closed or self._covering(name, start, min(stop, start + 1)) is not None:
+            if self._closed or self._covering(name, start, start + 1) is not None:
                 return
-            fetch = self._register(name, start, stop)
+            # Not into bytes another thread's plan has put on their way meanwhile.
+            stop = self._clip(name, start + 1, stop)
+            if stop <= start:
+                return
+            fetch = self._register(name, start, stop, background=True)
+            fetch.read_ahead = read_ahead
             self._counts["prefetches"] += 1
+            self._counts["prefetch_bytes"] += stop - start
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(
                     READ_AHEAD_THREADS, thread_name_prefix="bundlefs-fetch"
@@ -1208,8 +1390,7 @@ class RemoteShardStore:
             pool.submit(self._run, fetch)
         except RuntimeError:  # closed meanwhile
             fetch.error = OSError(errno.EIO, "the bundle was closed")
-            with self._lock:
-                self._inflight.get(name, []).remove(fetch)
+            self._unregister(fetch)
             fetch.done.set()
 
 
