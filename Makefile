@@ -7,6 +7,9 @@ SYSTEM_PACKAGES := fuse3 libfuse3-dev pkg-config gcc attr patch rsync sqlite3 gi
 STAMP := $(VENV)/.installed
 # An unpatched pyfuse3 beside the venv: the tests run the daemon on it to cover the fallback path.
 STOCK_PYFUSE3 := build/stock-pyfuse3
+# pip's wheel and download cache stays in the checkout (make clean removes it), not in the home
+# directory.
+export PIP_CACHE_DIR := $(CURDIR)/build/pip-cache
 
 .PHONY: install system-deps test lint demo bench bench-quick bench-scale fuzz soak clean
 
@@ -39,8 +42,18 @@ $(STOCK_PYFUSE3)/.installed: third_party/pyfuse3/stock-requirements.txt | $(STAM
 	  --target $(STOCK_PYFUSE3) -r third_party/pyfuse3/stock-requirements.txt
 	touch $@
 
+# TESTS: what to run (default: the whole suite), e.g. make test TESTS=tests/test_verify.py.
+TESTS ?= tests
+# Everything the tests write goes under one temporary directory removed at the end: pytest's
+# base temporary directory, whatever uses TMPDIR (Dask's scratch space, staging directories), the
+# caches and logs under XDG_CACHE_HOME/XDG_STATE_HOME. --one-file-system: a mount a failed test
+# left inside is never descended into.
 test: install $(STOCK_PYFUSE3)/.installed
-	BUNDLEFS_STOCK_PYFUSE3=$(CURDIR)/$(STOCK_PYFUSE3) $(BIN)/python -m pytest -q tests
+	@scratch=$$(mktemp -d -t bundlefs-test.XXXXXX); \
+	TMPDIR=$$scratch XDG_CACHE_HOME=$$scratch/cache XDG_STATE_HOME=$$scratch/state \
+	  BUNDLEFS_STOCK_PYFUSE3=$(CURDIR)/$(STOCK_PYFUSE3) \
+	  $(BIN)/python -m pytest -q --basetemp=$$scratch/pytest $(TESTS); \
+	status=$$?; rm -rf --one-file-system "$$scratch"; exit $$status
 
 lint: install
 	$(BIN)/ruff check bundlefs tests bench setup.py third_party

@@ -209,6 +209,35 @@ class StorageError(BundleError):
     that cannot be fetched later is a ``CorruptDataError`` of the files it holds instead."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """A signal (SIGTERM, SIGHUP, SIGINT) the command line turned into an exception, so that
+    every clean-up Ctrl-C runs (``except BaseException``, ``finally``) runs for each of them."""
+
+    def __init__(self, signum: int, name: str) -> None:
+        super().__init__(name)
+        self.signum = signum
+        self.name = name
+
+
+def note_cleanup(exc: BaseException, what: str, path: str | None = None) -> None:
+    """Record on ``exc``, as it passes, what a clean-up did about it (``removed the partial
+    bundle …``): the command line says it in the one line of an interruption. ``path``: the
+    directory removed, so that one removed inside another later is not said twice."""
+    exc.__dict__.setdefault("_bundlefs_cleanup", []).append((what, path))
+
+
+def cleanups(exc: BaseException) -> list[str]:
+    """What clean-ups recorded on ``exc`` (``note_cleanup``), in the order they ran, but for
+    removals inside a directory another one removed."""
+    notes: list[tuple[str, str | None]] = exc.__dict__.get("_bundlefs_cleanup", [])
+    removed = [path.rstrip("/") + "/" for _what, path in notes if path]
+    return [
+        what
+        for what, path in notes
+        if path is None or not any(path.startswith(other) for other in removed)
+    ]
+
+
 @contextmanager
 def naming(path: str | bytes | os.PathLike) -> Iterator[None]:
     """An ``OSError`` raised inside without a file name (a ``write`` on a descriptor: ENOSPC,

@@ -13,6 +13,7 @@ import contextlib
 import os
 import random
 import shutil
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -287,11 +288,16 @@ def _caches_and_logs_stay_in_the_temp_dir(
     """Where bundlefs keeps things by default — remote bundles' index and record caches
     (``~/.cache/bundlefs``) and a detached daemon's log without syslog (``~/.local/state``) —
     is a temp directory for the whole run (subprocesses inherit it): tests change nothing in
-    the user's home."""
+    the user's home. So is Dask's ``dask-scratch-space`` (otherwise left in the system's
+    temporary directory by every cluster a test starts)."""
     base = tmp_path_factory.mktemp("home-dirs")
-    saved = {k: os.environ.get(k) for k in ("BUNDLEFS_CACHE_DIR", "XDG_STATE_HOME")}
+    keys = ("BUNDLEFS_CACHE_DIR", "XDG_STATE_HOME", "DASK_TEMPORARY_DIRECTORY")
+    saved = {k: os.environ.get(k) for k in keys}
     os.environ["BUNDLEFS_CACHE_DIR"] = str(base / "cache")
     os.environ["XDG_STATE_HOME"] = str(base / "state")
+    os.environ["DASK_TEMPORARY_DIRECTORY"] = str(base / "dask")
+    if "dask" in sys.modules:  # imported while collecting: it read its environment then
+        sys.modules["dask"].config.refresh()
     yield
     for key, value in saved.items():
         if value is None:

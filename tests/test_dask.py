@@ -54,6 +54,7 @@ from tests.conftest import (  # noqa: E402
     bundle_file_bytes,
     pseudo_random_bytes,
 )
+from tests.pausing import interrupted  # noqa: E402
 from tests.s3server import S3Server, s3_server  # noqa: E402
 from tests.trees import assert_one_line_error, build_rich_tree, run_cli  # noqa: E402
 
@@ -595,6 +596,43 @@ def test_cli_packs_on_a_local_cluster(tmp_path: Path) -> None:
     assert set(facts["phases"]) == {"listing", "packing", "merge", "publish"}
     assert_same_as_single_machine(single, dest)
     assert leftovers(tmp_path, "src", "single.bundle", "dask.bundle") == []
+
+
+def test_cli_local_cluster_leaves_no_scratch_space_in_the_temporary_directory(
+    tmp_path: Path,
+) -> None:
+    root = build_tree(tmp_path / "src", {"a": b"a", "d": {"b": b"b"}})
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    result = subprocess.run(
+        [sys.executable, "-m", "bundlefs", "pack", str(root), str(tmp_path / "b.bundle"),
+         "--dask", "local:1", "-q"],
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()
+    assert os.listdir(scratch) == []  # no dask-scratch-space, no bundlefs-dask-*
+
+
+def test_a_signal_during_a_dask_pack_removes_its_staging_area_and_says_so(tmp_path: Path) -> None:
+    root = build_tree(tmp_path / "src", {"a": b"a", "d": {"b": b"b"}})
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    # Paused as the merge of the partial bundles seals the result.
+    status, err = interrupted(
+        tmp_path, "bundlefs.storage.publish:seal", 1, signal.SIGTERM,
+        "pack", root, tmp_path / "b.bundle", "--dask", "local:1", "-q",
+        env={"TMPDIR": str(scratch)},
+    )  # fmt: skip
+    assert status == 143
+    assert len(err) == 1, err
+    assert err[0].startswith(
+        f"bundlefs: error: interrupted by SIGTERM; removed the partial bundle "
+        f"{tmp_path}/.b.bundle.dask.partial-"
+    )
+    assert sorted(os.listdir(tmp_path)) == ["src", "tmp"]
+    assert os.listdir(scratch) == []
 
 
 def bundle_tree_files(path: Path) -> int:

@@ -184,6 +184,16 @@ def test_extract_with_force_replaces_files_in_the_way(rich, tmp_path):
     assert (dest / "unrelated").read_bytes() == b"kept"
 
 
+def test_extract_to_a_dest_whose_parent_is_missing_says_which(rich, tmp_path):
+    _src, bundle = rich
+    line = assert_one_line_error(run_cli("extract", bundle, tmp_path / "no" / "out"))
+    assert (
+        line
+        == f"bundlefs: error: cannot create {tmp_path}/no/out: {tmp_path}/no is not a directory"
+    )
+    assert os.listdir(tmp_path) == []
+
+
 def test_extract_into_an_empty_existing_directory_needs_no_force(rich, tmp_path):
     _src, bundle = rich
     (tmp_path / "dest").mkdir()

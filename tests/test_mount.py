@@ -441,6 +441,74 @@ def test_umount_clears_a_stale_mount(sample_bundle_path, mount_bundle):
     assert stat.S_ISDIR(os.stat(m.mountpoint).st_mode)
 
 
+@pytest.fixture
+def truncated_bundle(pack_tree):
+    """Two files, each in a shard of its own; the second shard lost its second half."""
+    spec = {"a.bin": pseudo_random_bytes(200_000, 1), "b.bin": pseudo_random_bytes(200_000, 2)}
+    bundle = pack_tree(spec, shard_size=100_000, record_size=16 * 1024)
+    shard = bundle / fmt.shard_filename(1)
+    os.truncate(shard, shard.stat().st_size // 2)
+    return bundle, spec
+
+
+def test_a_mount_of_a_truncated_bundle_warns_and_serves_what_is_intact(
+    truncated_bundle, mount_bundle
+):
+    bundle, spec = truncated_bundle
+    # The warning at open, and the EIO of the read below.
+    m = mount_bundle(bundle, allowed_log=[r"shard 1 \(.*\) is [0-9,]+ bytes short", "truncated"])
+    assert "reads of what it lacks fail with EIO" in m.log_text()
+    assert (m.mountpoint / "a.bin").read_bytes() == spec["a.bin"]
+    with pytest.raises(OSError) as e:
+        (m.mountpoint / "b.bin").read_bytes()
+    assert e.value.errno == errno.EIO
+
+
+def test_mount_strict_refuses_a_truncated_bundle(truncated_bundle, tmp_path):
+    bundle, _spec = truncated_bundle
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    try:
+        result = run(*BUNDLEFS, "mount", "--strict", str(bundle), str(mnt))
+    finally:
+        if is_mounted(mnt):
+            run("fusermount3", "-u", "-z", str(mnt))
+    assert result.returncode == 1
+    warning, refusal = result.stderr.splitlines()
+    assert warning.startswith(f"bundlefs: warning: {bundle}: shard 1 (")
+    assert refusal == f"bundlefs: error: {bundle} is damaged; refusing to mount it (--strict)"
+
+
+@pytest.fixture
+def tmpfs_mount(tmp_path):
+    """A tmpfs mounted on a directory of the test (root only), unmounted whatever happens."""
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    if run("mount", "-t", "tmpfs", "-o", "size=1m", "none", str(mnt)).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        yield mnt
+    finally:
+        if is_mounted(mnt):
+            run("umount", str(mnt))
+
+
+def test_umount_refuses_a_mount_that_is_not_bundlefs(tmpfs_mount):
+    result = run(*BUNDLEFS, "umount", str(tmpfs_mount))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"bundlefs: error: {tmpfs_mount} is not a bundlefs mount (it is tmpfs); refusing to "
+        "unmount it (use --force, or fusermount3 -u or umount, for other file systems)"
+    ]
+    assert is_mounted(tmpfs_mount)
+
+
+def test_umount_force_unmounts_a_mount_that_is_not_bundlefs(tmpfs_mount):
+    result = run(*BUNDLEFS, "umount", "--force", str(tmpfs_mount))
+    assert result.returncode == 0, result.stderr
+    assert not is_mounted(tmpfs_mount)
+
+
 def test_info_json_on_a_mount_point_reports_daemon_statistics(sample_mount):
     import json
 

@@ -16,6 +16,7 @@ import sys
 
 import pytest
 
+from bundlefs.cli.output import EXIT_PACKED_SKIPPED
 from bundlefs.packing import partition
 from bundlefs.packing.archive import STDIN
 from bundlefs.packing.partition import fitted_count, plan_archives, plan_directory
@@ -40,7 +41,7 @@ def test_skipping_hundreds_of_unreadable_files_says_a_bounded_number_of_lines(tm
         for name in os.listdir(root / f"d{d}"):
             (root / f"d{d}" / name).chmod(0)
     result = _pack_without_read_permission(root, tmp_path / "b", "--skip-errors", "--json")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == EXIT_PACKED_SKIPPED, result.stderr  # published, entries left out
     warnings = result.stderr.splitlines()
     assert len(warnings) == SourceErrors.NAMED + 1, warnings[-3:]
     assert all(w.startswith("bundlefs: warning: skipping ") for w in warnings)
@@ -54,7 +55,7 @@ def test_the_summary_line_says_not_every_skipped_path_was_named(tmp_path):
     for name in os.listdir(root):
         (root / name).chmod(0)
     result = _pack_without_read_permission(root, tmp_path / "b", "--skip-errors")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == EXIT_PACKED_SKIPPED, result.stderr  # published, entries left out
     assert f"({SourceErrors.NAMED + 5} skipped, the first named: see" in result.stdout
 
 

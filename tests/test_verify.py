@@ -3,15 +3,17 @@ for damage (only for a directory that is not a bundle at all)."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 
 import pytest
 
-from bundlefs import NotABundleError, PackOptions, pack
+from bundlefs import Bundle, NotABundleError, PackOptions, pack
 from bundlefs.core.format import MARKER_NAME, shard_filename
 from bundlefs.read.verify import verify
-from tests.conftest import flip_byte
+from tests.conftest import flip_byte, pseudo_random_bytes
 from tests.trees import assert_one_line_error, build_rich_tree, run_cli
 
 RECORD = 16 * 1024
@@ -146,3 +148,90 @@ def test_an_unreadable_shard_descriptor_is_reported_for_its_shard_alone(tmp_path
     assert not report.ok
     shard_problems = {p.shard for p in report.problems if p.kind == "shard"}
     assert shard_problems == {1}, [str(p) for p in report.problems]
+
+
+# -- damage noticed early, reported short (issue 22) -----------------------------------------------
+
+
+@pytest.fixture
+def truncated(tmp_path):
+    """A bundle of 300 files in 2 shards whose first shard lost its last quarter."""
+    src = tmp_path / "src"
+    for d in range(3):
+        (src / f"d{d}").mkdir(parents=True)
+        for i in range(100):
+            (src / f"d{d}" / f"f{i:03}").write_bytes(pseudo_random_bytes(3000, d * 1000 + i))
+    bundle = tmp_path / "t.bundle"
+    pack(str(src), str(bundle), PackOptions(record_size=RECORD, shard_size=600_000))
+    assert len(list(bundle.glob("shard-*"))) == 2
+    shard = bundle / shard_filename(0)
+    size = shard.stat().st_size
+    os.truncate(shard, size * 3 // 4)
+    return bundle, size, size * 3 // 4
+
+
+def test_opening_a_bundle_names_a_truncated_shard(truncated):
+    bundle, size, now = truncated
+    with Bundle(bundle) as b:
+        [damage] = b.damaged_shards
+        assert (damage.shard, damage.expected, damage.actual) == (0, size, now)
+        assert str(damage) == (
+            f"shard 0 ({shard_filename(0)}) is {size - now:,} bytes short: {now:,} of the "
+            f"{size:,} its table entry says (truncated?)"
+        )
+
+
+def test_opening_an_intact_bundle_finds_no_damaged_shard(intact):
+    with Bundle(intact) as b:
+        assert b.damaged_shards == []
+
+
+def test_info_warns_of_a_truncated_shard_and_lists_it_in_json(truncated):
+    bundle, _size, _now = truncated
+    result = run_cli("info", bundle)
+    assert result.returncode == 0
+    [line] = result.stderr.decode().splitlines()
+    assert line.startswith(f"bundlefs: warning: {bundle}: shard 0 ({shard_filename(0)}) is ")
+    assert line.endswith(f"('bundlefs verify {bundle}' names them)")
+    facts = json.loads(run_cli("info", "--json", bundle).stdout)
+    assert [d["shard"] for d in facts["damaged_shards"]] == [0]
+
+
+def test_verify_summarises_a_truncated_shard_first_and_briefly(truncated):
+    bundle, size, now = truncated
+    result = run_cli("verify", bundle)
+    assert result.returncode == 1
+    lines = result.stdout.decode().splitlines()
+    assert len(lines) <= 12, lines
+    assert lines[1:3] == [
+        "shard 0:",
+        "  1 shard problem:",
+    ]
+    assert lines[3].startswith(f"    shard 0 ({shard_filename(0)}) is {size - now:,} bytes short")
+    assert (
+        lines[-1]
+        == f"'bundlefs verify --list {bundle}' prints every problem and every damaged file"
+    )
+    # Positions cited are in the file the index describes, never past its indexed size.
+    for position in re.findall(r"stored at byte ([0-9,]+)", result.stdout.decode()):
+        assert int(position.replace(",", "")) < size
+    assert result.stderr.decode().startswith(f"bundlefs: error: {bundle} is damaged: ")
+
+
+def test_verify_list_prints_every_damaged_file_and_json_the_whole_report(truncated):
+    bundle, _size, _now = truncated
+    report = verify(bundle)
+    listed = run_cli("verify", "--list", bundle).stdout.decode().splitlines()
+    assert set(report.damaged_files) <= {line.strip() for line in listed}
+    facts = json.loads(run_cli("verify", "--json", bundle).stdout)
+    assert facts["damaged_files"] == report.damaged_files
+    assert len(facts["problems"]) == len(report.problems)
+
+
+def test_verify_bytes_checked_is_infos_stored_bytes_and_never_more(intact, truncated):
+    info = json.loads(run_cli("info", "--json", intact).stdout)
+    report = verify(intact)
+    assert report.bytes_checked == report.stored_bytes == info["stored_bytes"]
+    assert report.index_bytes == info["index_bytes"]
+    damaged = verify(truncated[0])
+    assert 0 < damaged.bytes_checked < damaged.stored_bytes

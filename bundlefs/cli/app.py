@@ -7,7 +7,8 @@ umount) — and they all write through ``output``. Policy, in one place (``main`
 - every ``BundleError``, and every ``OSError`` on a user's path, becomes ONE sentence on stderr
   (``bundlefs: error: …``) and exit status 1; usage errors exit 2 — argparse's, and every
   ``UsageError`` (a malformed size, number, choice, ``KEY=VALUE`` or time, an unknown ``-o``
-  option, wherever it is given); Ctrl-C exits 130; never a traceback;
+  option, wherever it is given); Ctrl-C, SIGTERM and SIGHUP run the same clean-up, say in one
+  line what it removed and exit 128 + the signal (130, 143, 129); never a traceback;
 - log warnings (the packer's skipped and changed files) appear as ``bundlefs: warning: …``;
 - progress lines go to stderr, only when it is a terminal, and never with ``--quiet``;
 - storage options on the process's own command line are moved off it before anything runs
@@ -23,9 +24,12 @@ May import: every layer below, and the other ``bundlefs.cli`` modules.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from bundlefs.cli import (
@@ -44,7 +48,6 @@ from bundlefs.cli.options import DISK_CACHE, PARENTS, STORAGE
 from bundlefs.cli.output import (
     EXIT_BROKEN_PIPE,
     EXIT_FAILURE,
-    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
     PROG,
@@ -52,7 +55,7 @@ from bundlefs.cli.output import (
     setup_logging,
     status,
 )
-from bundlefs.errors import BundleError, UsageError
+from bundlefs.errors import BundleError, Interrupted, UsageError, cleanups
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ class Command:
     # Shared option groups (cli/options.py): STORAGE where a bundle is named (it may be a URL),
     # DISK_CACHE where one is read.
     options: tuple[str, ...] = ()
+    # The mount daemon handles its signals itself (it unmounts on SIGTERM).
+    own_signals: bool = False
 
 
 _READS = (STORAGE, DISK_CACHE)
@@ -123,7 +128,12 @@ COMMANDS: list[Command] = [
         _READS,
     ),
     Command(
-        "mount", "mount a bundle read-only", mount.add_mount_arguments, mount.run_mount, _READS
+        "mount",
+        "mount a bundle read-only",
+        mount.add_mount_arguments,
+        mount.run_mount,
+        _READS,
+        own_signals=True,
     ),
     Command("umount", "unmount a bundle", mount.add_umount_arguments, mount.run_umount),
     Command("gc", "remove what killed packs left in a directory", gc.add_arguments, gc.run),
@@ -170,6 +180,51 @@ def _os_error(e: OSError) -> str:
     return what
 
 
+# What a terminal (Ctrl-C), a service manager (systemctl stop) or a batch scheduler (a job's time
+# limit, a closed session) sends to stop a command.
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _stop_signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP interrupt a command as Ctrl-C does: an exception in the main thread
+    (``Interrupted``), so the same clean-up runs for each. Once one has arrived the others are
+    only noted, so that the clean-up itself is not cut short. A signal the command was started
+    with ignored (``nohup``, a background job) stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def after_the_first(signum: int, frame: object) -> None:
+        pass
+
+    def interrupt(signum: int, frame: object) -> None:
+        for s in installed:
+            signal.signal(s, after_the_first)
+        raise Interrupted(signum, signal.Signals(signum).name)
+
+    previous = {s: signal.getsignal(s) for s in _STOP_SIGNALS}
+    installed = [s for s, h in previous.items() if h != signal.SIG_IGN]
+    for s in installed:
+        signal.signal(s, interrupt)
+    try:
+        yield
+    finally:
+        for s in installed:
+            signal.signal(s, previous[s])
+
+
+def _interrupted(e: KeyboardInterrupt) -> int:
+    """The one line of an interruption, with what the clean-up removed; 128 + the signal."""
+    signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
+    said = f"interrupted by {signal.Signals(signum).name}"
+    done = cleanups(e)
+    if done:
+        said += "; " + "; ".join(done)
+    error(said)
+    return 128 + signum
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status (the console script passes it to ``sys.exit``)."""
     try:
@@ -182,10 +237,12 @@ def main(argv: list[str] | None = None) -> int:
         command: Command = args._command
         setup_logging()
         status.enabled = sys.stderr.isatty() and not getattr(args, "quiet", False)
-        return command.run(args)
-    except KeyboardInterrupt:
-        error("interrupted")
-        return EXIT_INTERRUPTED
+        if command.own_signals:
+            return command.run(args)
+        with _stop_signals_interrupt():
+            return command.run(args)
+    except KeyboardInterrupt as e:
+        return _interrupted(e)
     except BrokenPipeError:
         # The reader of our stdout went away (``bundlefs cat … | head``): not worth a message.
         devnull = os.open(os.devnull, os.O_WRONLY)

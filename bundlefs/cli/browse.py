@@ -2,7 +2,8 @@
 
 ``info`` also takes a bundlefs mount point: it reads the mount table and asks the daemon, through
 xattrs of the mount root, what it serves and its statistics (``bundlefs.mount.table``), never
-through a FUSE binding. It mentions what killed packs left beside a bundle (``bundlefs gc``).
+through a FUSE binding. It mentions what killed packs left beside a bundle (``bundlefs gc``),
+and warns of a shard whose size is not its table's (``Bundle.damaged_shards``).
 A bundle at a URL (docs/storage.md) adds where it lives and its store's counters.
 
 May import: the library layers, ``bundlefs.mount.table``, ``bundlefs.cli.output``,
@@ -21,7 +22,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from bundlefs.cli.options import BUNDLE_HELP, open_bundle, storage_options
-from bundlefs.cli.output import EXIT_FAILURE, EXIT_OK, count, error, out, out_json, ratio
+from bundlefs.cli.output import EXIT_FAILURE, EXIT_OK, count, error, out, out_json, ratio, warn
 from bundlefs.core.units import format_size
 from bundlefs.errors import BundleError, IsADirectory, NotABundleError
 from bundlefs.storage.location import has_scheme, parse_location
@@ -69,6 +70,12 @@ def run_info(args: argparse.Namespace) -> int:
         leftovers = [] if remote else _leftover_partials(os.path.dirname(os.path.abspath(path)))
         if leftovers:
             facts["stale_partials"] = [p.to_dict() for p in leftovers]
+    damaged: list[dict[str, object]] = facts.get("damaged_shards", [])  # type: ignore[assignment]
+    for damage in damaged:
+        warn(
+            f"{path}: {damage['message']}; files stored in what it lacks do not read "
+            f"('bundlefs verify {path}' names them)"
+        )
     if args.json:
         out_json(facts)
         return EXIT_OK
@@ -84,7 +91,10 @@ def _bundle_facts(path: str, args: argparse.Namespace) -> dict[str, object]:
     killed packs left says so, and how to remove it."""
     try:
         with _open_bundle(path, args) as bundle:
-            return bundle.info().to_dict()
+            facts = bundle.info().to_dict()
+            if bundle.damaged_shards:
+                facts["damaged_shards"] = [d.to_dict() for d in bundle.damaged_shards]
+            return facts
     except NotABundleError as e:
         leftovers = _leftover_partials(path) if os.path.isdir(path) else []
         if not leftovers:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from bundlefs.cli.options import BUNDLE_HELP, open_bundle
 from bundlefs.cli.output import EXIT_OK, count, files_progress, out, status
-from bundlefs.errors import ExportError, naming
+from bundlefs.errors import ExportError, naming, note_cleanup
 
 if TYPE_CHECKING:
     from bundlefs.read.export import ExportSummary
@@ -77,8 +77,10 @@ def _export_file(bundle, path: str, progress) -> ExportSummary:
             f.flush()
             os.fsync(f.fileno())
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
+        if isinstance(e, KeyboardInterrupt):
+            note_cleanup(e, f"removed the partial tar {temporary}")
         raise
     return summary

@@ -61,7 +61,10 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     verb = "would remove" if args.dry_run else "removed"
     for partial in dead:
-        out(f"{verb} {partial.path} ({format_size(partial.size)}), left by a killed pack")
+        out(
+            f"{verb} {partial.path} ({format_size(partial.size)}), left by a killed pack "
+            "(or extract)"
+        )
     for partial in live:
         out(f"kept {partial.path}: a pack is writing it")
     out(_summary(directory, dead, verb, freed))

@@ -129,6 +129,12 @@ def add_mount_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-index-check", action="store_true", help="skip the index checksum")
     p.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse a bundle with a damaged shard (default: warn, and serve the intact files); "
+        "-o strict",
+    )
+    p.add_argument(
         "--log-file",
         metavar="FILE",
         help="log here (default: stderr in the foreground; syslog, or without /dev/log "
@@ -177,7 +183,7 @@ def parse_mount_options(groups: list[str]) -> dict[str, object]:
                 )
             if name in _IGNORED_OPTIONS or name.startswith(("x-systemd.", "x-")):
                 continue
-            if key in ("allow_other", "foreground"):
+            if key in ("allow_other", "foreground", "strict"):
                 values[key] = True
             elif key in ("nonempty", "allow_nonempty"):
                 values["allow_nonempty"] = True
@@ -225,6 +231,7 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
     values: dict[str, object] = dict(
         foreground=args.foreground,
         allow_nonempty=args.allow_nonempty,
+        strict=args.strict,
         cache_size=args.cache_size,
         allow_other=args.allow_other,
         owner=args.owner,
@@ -274,6 +281,7 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
         index_resident=DEFAULT_INDEX_RESIDENT if resident is None else resident,
         prefetch=not args.no_prefetch,
         check_index=not args.no_index_check,
+        strict=bool(values["strict"]),
         # Absolute: the detached daemon changes its directory to / before it opens the log.
         log_file=_absolute_or_none(_text_or_none(values["log_file"])),
         debug=args.debug,
@@ -359,10 +367,15 @@ def run_mount(args: argparse.Namespace) -> int:
 def add_umount_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("mountpoint", metavar="MOUNTPOINT", help="where a bundle is mounted")
     p.add_argument("-z", "--lazy", action="store_true", help="detach now, clean up when unused")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="unmount it even if it is not a bundlefs mount (refused by default)",
+    )
 
 
 def run_umount(args: argparse.Namespace) -> int:
     from bundlefs.mount.daemon import unmount
 
-    unmount(args.mountpoint, lazy=args.lazy)
+    unmount(args.mountpoint, lazy=args.lazy, force=args.force)
     return EXIT_OK

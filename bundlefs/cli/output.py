@@ -32,6 +32,10 @@ from bundlefs.core.units import format_size, parse_size
 from bundlefs.errors import SizeError
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+# pack published a bundle, but not a faithful copy of SRC: files changed while they were
+# read (GNU tar's status 1 case), or entries were left out (--skip-errors, special files).
+# Distinct, so that ``pack SRC DEST && rm -rf SRC`` never removes what the bundle lacks.
+EXIT_PACKED_CHANGED, EXIT_PACKED_SKIPPED = 3, 4
 EXIT_BROKEN_PIPE = 141  # what a shell reports for a writer killed by SIGPIPE
 
 PROG = "bundlefs"

@@ -16,7 +16,19 @@ import time
 from typing import TYPE_CHECKING
 
 from bundlefs.cli.options import storage_options
-from bundlefs.cli.output import EXIT_OK, count, out, out_json, rate, ratio, size, status, warn
+from bundlefs.cli.output import (
+    EXIT_OK,
+    EXIT_PACKED_CHANGED,
+    EXIT_PACKED_SKIPPED,
+    count,
+    out,
+    out_json,
+    rate,
+    ratio,
+    size,
+    status,
+    warn,
+)
 from bundlefs.core import format as fmt
 from bundlefs.core.units import format_size
 from bundlefs.errors import PackError, UsageError
@@ -339,11 +351,12 @@ def run(args: argparse.Namespace) -> int:
             f"{'is not a file' if len(unused) == 1 else 'are not files'} of the bundle, e.g. "
             f"{unused[0]!r}"
         )
+    done = _exit_status(summary)
     if args.json:  # --json always prints its object: -q quiets the human text only
         out_json(summary.to_dict())
-        return EXIT_OK
+        return done
     if args.quiet:
-        return EXIT_OK
+        return done
     c = summary.config
     notes = []
     if summary.skipped:
@@ -369,6 +382,16 @@ def run(args: argparse.Namespace) -> int:
         f"{count(c.data_bytes, 'byte')} into {count(summary.stored_bytes, 'stored byte')} "
         f"(ratio {ratio(c.data_bytes, summary.stored_bytes)}) {timing}: {summary.dest}{note}"
     )
+    return done
+
+
+def _exit_status(summary: PackSummary) -> int:
+    """0 only when the bundle holds SRC as it was: entries left out (4) weigh more than files
+    that changed (3), whose bytes are in it, if not consistently. Either way it is published."""
+    if summary.skipped:
+        return EXIT_PACKED_SKIPPED
+    if summary.changed:
+        return EXIT_PACKED_CHANGED
     return EXIT_OK
 
 

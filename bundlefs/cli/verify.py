@@ -1,4 +1,9 @@
-"""``bundlefs verify BUNDLE``: the progress line, the report (human or ``--json``), the status.
+"""``bundlefs verify BUNDLE``: the progress line, the report, the status.
+
+The report is a summary by default — per shard, then the rest of the bundle, per kind of problem:
+the count and the first few (a truncated shard first: it explains the rest) — so a damaged
+bundle is a screenful, not thousands of lines; ``--list`` prints every problem and every damaged
+file, ``--json`` the whole report.
 
 May import: the library layers, ``bundlefs.cli.output``, ``bundlefs.cli.options``.
 """
@@ -9,18 +14,32 @@ import argparse
 import time
 from typing import TYPE_CHECKING
 
-from bundlefs.cli.options import BUNDLE_HELP, bundle_options, open_bundle
+from bundlefs.cli.options import BUNDLE_HELP, bundle_options
 from bundlefs.cli.output import EXIT_FAILURE, EXIT_OK, count, error, out, out_json, rate, status
 from bundlefs.core.units import format_size
-from bundlefs.errors import BundleError
 
 if TYPE_CHECKING:
-    from bundlefs.read.verify import VerifyProgress
+    from bundlefs.read.verify import Problem, VerifyProgress, VerifyReport
+
+
+# Problems (or damaged files) shown per group before "… and N more": --list shows all.
+_FIRST = 3
+# The order kinds are shown in within a group: what explains the rest comes first.
+_KINDS = ("marker", "index", "config", "shard", "record", "entry", "file")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("bundle", metavar="BUNDLE", help=BUNDLE_HELP)
-    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    out_format = p.add_mutually_exclusive_group()
+    out_format.add_argument(
+        "--list",
+        action="store_true",
+        help="print every problem and every damaged file (default: a summary per shard and "
+        f"per kind of problem, the first {_FIRST} of each)",
+    )
+    out_format.add_argument(
+        "--json", action="store_true", help="print the whole report as one JSON object"
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress")
 
 
@@ -44,37 +63,78 @@ def run(args: argparse.Namespace) -> int:
             f"checked {count(report.files, 'file')}, {count(report.dirs, 'dir')}, "
             f"{count(report.symlinks, 'symlink')}, {count(report.hardlinks, 'hard link')}, "
             f"{count(report.records, 'record')} in {count(report.shards, 'shard')}: "
-            f"{_checked_bytes(args, report.bytes_checked)} in {report.seconds:.2f} s "
+            f"{_checked_bytes(report)} in {report.seconds:.2f} s "
             f"({rate(report.bytes_checked, report.seconds)})"
         )
         if report.ok:
             out(f"OK: {report.bundle} is intact")
+        elif args.list:
+            _print_every_problem(report)
         else:
-            out(f"{len(report.problems)} problems:")
-            for problem in report.problems:
-                out(f"  {problem.message}")
-            if report.damaged_files:
-                out(f"{len(report.damaged_files)} damaged files:")
-                for path in report.damaged_files:
-                    out(f"  {path}")
+            _print_summary(report, args.bundle)
     if report.ok:
         return EXIT_OK
     error(
-        f"{report.bundle} is damaged: {len(report.problems)} problems, "
-        f"{len(report.damaged_files)} damaged files"
+        f"{report.bundle} is damaged: {count(len(report.problems), 'problem')}, "
+        f"{count(len(report.damaged_files), 'damaged file')}"
     )
     return EXIT_FAILURE
 
 
-def _checked_bytes(args: argparse.Namespace, checked: int) -> str:
+def _print_every_problem(report: VerifyReport) -> None:
+    out(f"{count(len(report.problems), 'problem')}:")
+    for problem in report.problems:
+        out(f"  {problem.message}")
+    if report.damaged_files:
+        out(f"{count(len(report.damaged_files), 'damaged file')}:")
+        for path in report.damaged_files:
+            out(f"  {path}")
+
+
+def _print_summary(report: VerifyReport, bundle: str) -> None:
+    """Per shard (then the rest of the bundle), per kind of problem: the count and the first
+    few; damaged files as their count and first names."""
+    groups: dict[int | None, dict[str, list[Problem]]] = {}
+    for problem in report.problems:
+        groups.setdefault(problem.shard, {}).setdefault(problem.kind, []).append(problem)
+    order = sorted(s for s in groups if s is not None) + ([None] if None in groups else [])
+    for shard in order:
+        out(f"shard {shard}:" if shard is not None else "the rest of the bundle:")
+        kinds = groups[shard]
+        for kind in sorted(kinds, key=lambda k: _KINDS.index(k) if k in _KINDS else len(_KINDS)):
+            problems = kinds[kind]
+            if kind == "file":
+                names = [p.path or p.message for p in problems]
+                shown = ", ".join(names[:_FIRST])
+                more = f" and {len(names) - _FIRST:,} more" if len(names) > _FIRST else ""
+                out(f"  {count(len(names), 'damaged file')}: {shown}{more}")
+                continue
+            out(f"  {count(len(problems), kind + ' problem')}:")
+            for problem in problems[:_FIRST]:
+                out(f"    {problem.message}")
+            if len(problems) > _FIRST:
+                out(f"    … and {len(problems) - _FIRST:,} more")
+    other_names = len(report.damaged_files) - sum(
+        len(kinds.get("file", [])) for kinds in groups.values()
+    )
+    if other_names > 0:
+        out(f"{count(other_names, 'more name')} of damaged files (hard links)")
+    out(f"'bundlefs verify --list {bundle}' prints every problem and every damaged file")
+
+
+def _checked_bytes(report: VerifyReport) -> str:
     """What was checked, in the figures ``info`` prints (file data, stored bytes, index size),
-    so the two commands agree; the raw count where the bundle does not open for its facts."""
-    try:
-        with open_bundle(args.bundle, args) as bundle:
-            facts = bundle.info()
-    except (BundleError, OSError):
-        return f"{count(checked, 'byte')} read"
+    so the two commands agree; the stored bytes read sound as well where they fall short (a
+    damaged shard), and the raw count where the bundle did not open for its facts."""
+    if report.data_bytes is None:
+        return f"{count(report.bytes_checked, 'byte')} read"
+    sound = (
+        ""
+        if report.bytes_checked == report.stored_bytes
+        else f" ({report.bytes_checked:,} of them read sound)"
+    )
     return (
-        f"{count(facts.config.data_bytes, 'byte')} of file data, stored in "
-        f"{count(facts.shard_bytes, 'byte')} of shards, and a {facts.index_bytes:,}-byte index"
+        f"{count(report.data_bytes, 'byte')} of file data, stored in "
+        f"{count(report.stored_bytes, 'byte')} of shards{sound}, and a "
+        f"{report.index_bytes:,}-byte index"
     )

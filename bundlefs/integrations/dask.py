@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 
+import dask
 from distributed import Client, Future, LocalCluster, as_completed
 from distributed.scheduler import KilledWorker
 
@@ -167,12 +170,26 @@ def parse_spec(spec: str) -> int | str:
 
 
 @contextlib.contextmanager
+def _quiet_about_busy_ports() -> Iterator[None]:
+    """The scheduler's HTTP endpoint takes another port when 8787 is taken (another cluster,
+    another user's) and says so in a four-line UserWarning: noise on a pack's stderr."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
+        yield
+
+
+@contextlib.contextmanager
 def connect(spec: str) -> Iterator[Client]:
     """A client for ``--dask SPEC``: a new ``LocalCluster`` of N single-threaded worker
     processes for ``local:N`` (closed at the end), else the scheduler at the address."""
     target = parse_spec(spec)
     if isinstance(target, int):
+        # The workers' scratch space (``dask-scratch-space``, otherwise left in the system's
+        # temporary directory) goes in a directory of our own, removed with the cluster.
         with (
+            tempfile.TemporaryDirectory(prefix="bundlefs-dask-") as scratch,
+            dask.config.set({"temporary-directory": scratch}),
+            _quiet_about_busy_ports(),
             LocalCluster(
                 n_workers=target,
                 threads_per_worker=1,

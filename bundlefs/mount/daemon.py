@@ -38,7 +38,7 @@ from bundlefs.mount import worker
 from bundlefs.mount.bindings import load as load_fuse_bindings
 from bundlefs.mount.bindings import stock_reason
 from bundlefs.mount.supervisor import Supervisor
-from bundlefs.mount.table import is_mountpoint, mount_info, resolved_mount_path
+from bundlefs.mount.table import BUNDLEFS_FSTYPE, mount_info, resolved_mount_path
 from bundlefs.read.bundle import DEFAULT_CACHE_SIZE, Bundle
 from bundlefs.storage.location import parse_location
 
@@ -74,6 +74,7 @@ class MountOptions:
     index_resident: int = DEFAULT_INDEX_RESIDENT
     prefetch: bool = True
     check_index: bool = True
+    strict: bool = False  # refuse a bundle with a damaged shard instead of serving the rest
     log_file: str | None = None
     debug: bool = False
     auto_unmount: bool = True
@@ -223,6 +224,11 @@ def mount(options: MountOptions, log_setup: LogSetup | None = None) -> int:
         name_cache=0,
         **options.remote_options(),
     )
+    for damage in bundle.damaged_shards:
+        log.warning("%s: %s; reads of what it lacks fail with EIO", options.bundle, damage)
+    if bundle.damaged_shards and options.strict:
+        bundle.close()
+        raise MountError(f"{options.bundle} is damaged; refusing to mount it (--strict)")
 
     from bundlefs.mount.operations import BundleOperations, MountSettings, no_open_unavailable
 
@@ -473,11 +479,18 @@ def notify_systemd(message: str) -> None:
 # -- unmounting ----------------------------------------------------------------------------------
 
 
-def unmount(mountpoint: str, *, lazy: bool = False) -> None:
-    """Unmount a bundlefs mount, including a stale one whose daemon is gone."""
+def unmount(mountpoint: str, *, lazy: bool = False, force: bool = False) -> None:
+    """Unmount a bundlefs mount, including a stale one whose daemon is gone; any other mount
+    only with ``force`` (a mistyped path must never take down someone else's file system)."""
     path = resolved_mount_path(mountpoint)
-    if not is_mountpoint(path):
+    info = mount_info(path)
+    if info is None:
         raise MountError(f"{mountpoint} is not a mount point")
+    if info.fstype != BUNDLEFS_FSTYPE and not force:
+        raise MountError(
+            f"{mountpoint} is not a bundlefs mount (it is {info.fstype}); refusing to unmount "
+            "it (use --force, or fusermount3 -u or umount, for other file systems)"
+        )
     # Never stat the mount first: a hung daemon would hang us too. A dead daemon's mount is
     # unmounted like any other; only a busy one needs --lazy.
     tool = shutil.which("fusermount3") or shutil.which("fusermount")

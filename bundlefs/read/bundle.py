@@ -125,6 +125,37 @@ class BundleDirEntry(Generic[AnyStr]):
 
 
 @dataclass(frozen=True, slots=True)
+class ShardDamage:
+    """A shard file whose size is not what the shard table says, seen when the bundle opened
+    (a stat, no read). The files stored in it may fail to read (EIO); ``verify`` names them."""
+
+    shard: int
+    name: str  # the file's name in the bundle directory
+    expected: int  # its size by the shard table
+    actual: int | None  # its size now; None: the file is missing
+
+    def __str__(self) -> str:
+        where = f"shard {self.shard} ({self.name})"
+        if self.actual is None:
+            return f"{where} is missing"
+        if self.actual < self.expected:
+            return (
+                f"{where} is {self.expected - self.actual:,} bytes short: {self.actual:,} of "
+                f"the {self.expected:,} its table entry says (truncated?)"
+            )
+        return f"{where} is {self.actual:,} bytes, not the {self.expected:,} its table entry says"
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "shard": self.shard,
+            "name": self.name,
+            "expected_bytes": self.expected,
+            "actual_bytes": self.actual,
+            "message": str(self),
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class BundleInfo:
     path: str
     config: fmt.Config
@@ -166,6 +197,22 @@ class BundleInfo:
             facts["location"] = self.location
             facts["storage"] = dict(self.storage or {})
         return facts
+
+
+def _shard_damage(store: LocalShardStore, index: IndexReader, count: int) -> list[ShardDamage]:
+    """The shards whose file size differs from the shard table's (``Bundle.damaged_shards``)."""
+    version = index.marker.format_version
+    found = []
+    for shard in range(count):
+        name = fmt.shard_filename(shard, version)
+        try:
+            expected = index.shard_info(shard).file_size
+            actual = store.file_size(name)
+        except (FormatError, OSError):
+            continue  # an unreadable descriptor or file: the first read (and verify) says so
+        if actual != expected:
+            found.append(ShardDamage(shard, name, expected, actual))
+    return found
 
 
 def _shown(path: Path) -> str | bytes:
@@ -293,6 +340,14 @@ class Bundle:
         )
         self._shard_bytes: int | None = None
         self._store = store
+        # A truncated (or missing, or grown) shard is said at once, not by the first read that
+        # fails: one stat per shard. A bundle at a URL is not asked (a request per shard);
+        # ``verify`` checks it.
+        self.damaged_shards: list[ShardDamage] = (
+            _shard_damage(store, self._index, self.config.shard_count)
+            if isinstance(store, LocalShardStore)
+            else []
+        )
         _open_bundles.add(self)
 
     @property

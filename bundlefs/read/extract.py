@@ -10,18 +10,25 @@ hard links and (as root) owners are restored, and nothing is ever written outsid
 - a PATH to extract is resolved inside the bundle without following symlinks: a PATH through a
   symlink is refused rather than redirected.
 
+Interruptions: a new DEST is filled under a temporary sibling (``publish.stage``, as a pack is)
+and renamed once complete, so a failed or interrupted extract leaves nothing; into an existing
+empty DEST, an interruption empties it again; into a non-empty one (``force``) it is said where
+the partial tree is (``note_cleanup``).
+
 Conflicts: DEST may be missing or an empty directory. A non-empty DEST needs ``force``; then files
 and symlinks in the way are replaced, existing directories are merged into, and a directory where
 a non-directory belongs is an error. A file whose content is damaged is removed again, reported in
 the summary, and the rest is still extracted. Imports: bundle, verify, format, errors.
 
-May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.read``.
+May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.read``, ``bundlefs.storage.publish``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import shutil
 import stat as statmod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -32,9 +39,12 @@ from bundlefs.errors import (
     EntryNotFound,
     ExtractError,
     NotADirectory,
+    PackError,
     naming,
+    note_cleanup,
 )
 from bundlefs.read.bundle import Bundle
+from bundlefs.storage import publish
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -72,14 +82,60 @@ def extract(
     if owners is None:
         owners = os.geteuid() == 0
     selected = _select(bundle, paths)
-    dest_fd = _open_dest(dest_s, force)
+    writer = _Writer(bundle, dest_s, force, owners, progress)
+    if not os.path.lexists(dest_s):
+        # A new DEST is filled under a temporary name and renamed once complete: an extract
+        # that fails or is interrupted leaves no partial tree that looks whole (a killed one
+        # leaves ``.DEST.partial-PID``, which ``bundlefs gc`` removes).
+        parent = os.path.dirname(os.path.abspath(dest_s))
+        if not os.path.isdir(parent):
+            raise ExtractError(f"cannot create {dest_s}: {parent} is not a directory")
+        try:
+            with publish.stage(dest_s, "partial tree") as (work, _work_id):
+                _extract_into(writer, work, selected)
+                try:
+                    publish.move_new(work, dest_s)
+                except FileExistsError:
+                    raise ExtractError(
+                        f"{dest_s} appeared while extracting; nothing was extracted"
+                    ) from None
+        except PackError as e:  # the temporary directory could not be made
+            raise ExtractError(f"cannot extract into {dest_s}: {e}") from None
+        return writer.summary
+    empty = _check_dest(dest_s, force)
     try:
-        writer = _Writer(bundle, dest_s, force, owners, progress)
+        _extract_into(writer, dest_s, selected)
+    except KeyboardInterrupt as e:
+        # An existing DEST stays: what was empty is emptied again, a --force one is said.
+        if empty:
+            _empty(dest_s)
+            note_cleanup(e, f"removed what it had extracted into {dest_s}")
+        else:
+            note_cleanup(e, f"{dest_s} holds a partly extracted tree")
+        raise
+    return writer.summary
+
+
+def _extract_into(
+    writer: _Writer, dest: str, selected: list[tuple[list[bytes], fmt.Entry]]
+) -> None:
+    dest_fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
         for parts, entry in selected:
             writer.extract_path(dest_fd, parts, entry, whole_bundle=not parts)
-        return writer.summary
     finally:
         os.close(dest_fd)
+
+
+def _empty(directory: str) -> None:
+    """Remove everything in ``directory`` (all of it this extract's), not descending mounts."""
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
 
 
 def _select(bundle: Bundle, paths: Sequence[str | bytes]) -> list[tuple[list[bytes], fmt.Entry]]:
@@ -120,17 +176,14 @@ def _select(bundle: Bundle, paths: Sequence[str | bytes]) -> list[tuple[list[byt
     return [(list(k), e) for k, e in out]
 
 
-def _open_dest(dest: str, force: bool) -> int:
-    try:
-        os.mkdir(dest, 0o755)
-    except FileExistsError:
-        if not os.path.isdir(dest) or os.path.islink(dest):
-            raise ExtractError(f"{dest} exists and is not a directory") from None
-        if os.listdir(dest) and not force:
-            raise ExtractError(
-                f"{dest} exists and is not empty (use --force to extract into it)"
-            ) from None
-    return os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+def _check_dest(dest: str, force: bool) -> bool:
+    """That an existing ``dest`` may be extracted into; whether it is empty."""
+    if not os.path.isdir(dest) or os.path.islink(dest):
+        raise ExtractError(f"{dest} exists and is not a directory")
+    empty = not os.listdir(dest)
+    if not empty and not force:
+        raise ExtractError(f"{dest} exists and is not empty (use --force to extract into it)")
+    return empty
 
 
 def _check_name(name: bytes) -> None:

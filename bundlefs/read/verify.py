@@ -27,7 +27,7 @@ from typing import Any
 from bundlefs.core import format as fmt
 from bundlefs.core import integrity
 from bundlefs.errors import BundleError, CorruptDataError, FormatError
-from bundlefs.read.bundle import Bundle
+from bundlefs.read.bundle import Bundle, ShardDamage
 from bundlefs.storage.index import check_index_file
 from bundlefs.storage.location import Location, parse_location
 from bundlefs.storage.publish import read_marker
@@ -83,7 +83,13 @@ class VerifyReport:
     hardlinks: int = 0
     shards: int = 0
     records: int = 0
-    bytes_checked: int = 0  # stored record bytes plus file content bytes read and checked
+    # Shard bytes read and found sound: each shard's header block and its records' stored
+    # bytes (to the block boundary each is padded to). An intact bundle's equals
+    # ``stored_bytes``, what ``info`` prints as "stored bytes"; it never exceeds it.
+    bytes_checked: int = 0
+    stored_bytes: int = 0  # the shard files' sizes by the shard table
+    data_bytes: int | None = None  # the files' bytes, as ``info`` prints them; None: unopened
+    index_bytes: int = 0  # the index file, checked whole (its CRC) before anything else
     seconds: float = 0.0
     problems: list[Problem] = field(default_factory=list)
     damaged_files: list[str] = field(default_factory=list)
@@ -105,6 +111,9 @@ class VerifyReport:
             "shards": self.shards,
             "records": self.records,
             "bytes_checked": self.bytes_checked,
+            "stored_bytes": self.stored_bytes,
+            "data_bytes": self.data_bytes,
+            "index_bytes": self.index_bytes,
             "seconds": round(self.seconds, 3),
             "problems": [p.to_dict() for p in self.problems],
             "damaged_files": self.damaged_files,
@@ -246,12 +255,13 @@ class _Verifier:
         except BundleError as e:
             self.problem("index", f"the index is damaged: {e}")
             return False
-        self.report.bytes_checked += marker.index_size
+        self.report.index_bytes = marker.index_size
         return True
 
     # -- shards and records ------------------------------------------------------------------------
 
     def _check_shards(self, bundle: Bundle) -> None:
+        self.report.data_bytes = bundle.config.data_bytes
         for shard in range(bundle.config.shard_count):
             try:
                 info = bundle.content.shard_info(shard)
@@ -260,6 +270,7 @@ class _Verifier:
                 self._mark_bad(shard, 0, fmt.MAX_SHARD_STREAM)
                 continue
             self._shard_sizes[shard] = info.uncompressed_size
+            self.report.stored_bytes += info.file_size
             file_size = self._check_shard_file(bundle, shard, info)
             self._check_records(bundle, shard, info, file_size)
 
@@ -309,16 +320,15 @@ class _Verifier:
             reason = e.strerror or str(e)
             self.problem("shard", f"shard {shard}: cannot read {path}: {reason}", shard=shard)
             return None
+        # First: a shard of the wrong size (truncated, most often) explains what follows.
+        if size != info.file_size:
+            self.problem("shard", str(ShardDamage(shard, name, info.file_size, size)), shard=shard)
         try:
             fmt.check_shard_header(header, shard, self._bundle_id, info)
         except BundleError as e:
             self.problem("shard", f"shard {shard}: bad header: {e}", shard=shard)
-        if size != info.file_size:
-            self.problem(
-                "shard",
-                f"shard {shard}: file is {size} bytes, the index says {info.file_size}",
-                shard=shard,
-            )
+        else:
+            self.report.bytes_checked += min(size, bundle.config.block_size)
         return size
 
     def _check_records(
@@ -339,7 +349,12 @@ class _Verifier:
                 return
             count += 1
             self.report.records += 1
-            where = f"shard {shard} record at offset {record.offset}"
+            # Where it is in the file (what a user can compare with the shard's size); the
+            # stream offset is what the index and the damaged files' messages use.
+            where = (
+                f"shard {shard} record stored at byte {record.stored_offset:,} "
+                f"(stream offset {record.offset:,})"
+            )
             bad = None
             if record.offset != expected:
                 what = "gap before" if record.offset > expected else "overlap at"
@@ -352,7 +367,12 @@ class _Verifier:
             if bad is None:
                 try:
                     self._shards.load(record)
-                    self.report.bytes_checked += record.stored_length
+                    if record.stored_length:
+                        end = record.stored_offset + record.stored_length
+                        padded = fmt.pad_to(end, bundle.config.block_size)
+                        self.report.bytes_checked += min(padded, file_size or end) - (
+                            record.stored_offset
+                        )
                 except CorruptDataError as e:
                     bad = f"{where}: {e.detail}"
             if bad is not None:
@@ -538,18 +558,18 @@ class _Verifier:
             return f"extends past the end of shard {entry.shard}'s stream"
         message = None
         try:
-            for piece in bundle.content.iter_content(entry, path):
-                self.report.bytes_checked += len(piece)
+            for _piece in bundle.content.iter_content(entry, path):
+                pass  # its CRC is checked as it is read; the records' bytes are counted above
         except CorruptDataError as e:
             message = e.detail + (f" (shard {e.shard})" if e.shard is not None else "")
             if e.record is not None:
-                message = f"{e.detail} (shard {e.shard}, record at offset {e.record})"
+                message = f"{e.detail} (shard {e.shard}, record at stream offset {e.record:,})"
         except (BundleError, OSError) as e:
             message = str(e)
         bad = self._bad_range_in(entry.shard, entry.offset, entry.offset + entry.size)
         if message is None and bad is not None:
             # Its own bytes check out, but it shares a damaged record: name it all the same.
-            message = f"shares a damaged record (shard {entry.shard}, offset {bad[0]})"
+            message = f"shares a damaged record (shard {entry.shard}, stream offset {bad[0]:,})"
         return message
 
 

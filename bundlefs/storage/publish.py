@@ -29,7 +29,13 @@ from dataclasses import dataclass
 from bundlefs.core import format as fmt
 from bundlefs.core.checksum import crc32c
 from bundlefs.core.libc import RENAME_EXCHANGE, RENAME_NOREPLACE, renameat2
-from bundlefs.errors import IncompleteBundleError, NotABundleError, PackError, naming
+from bundlefs.errors import (
+    IncompleteBundleError,
+    NotABundleError,
+    PackError,
+    naming,
+    note_cleanup,
+)
 from bundlefs.storage.shards import write_shard_header
 
 log = logging.getLogger(__name__)
@@ -60,6 +66,12 @@ def read_marker(bundle_dir: str) -> fmt.Marker:
         if not os.path.isdir(bundle_dir):
             raise NotABundleError(f"{bundle_dir} does not exist or is not a directory") from None
         if os.path.isdir(os.path.join(bundle_dir, fmt.INDEX_DIR)):
+            parent, name = os.path.split(os.path.abspath(bundle_dir))
+            if _ANY_PARTIAL.fullmatch(name):
+                raise IncompleteBundleError(
+                    f"{bundle_dir} is a partial bundle (no completion marker): a pack under way, "
+                    f"or what a killed one left, which 'bundlefs gc {parent}' removes"
+                ) from None
             raise IncompleteBundleError(
                 f"{bundle_dir} is an incomplete bundle (no completion marker: was pack killed?)"
             ) from None
@@ -201,11 +213,13 @@ def _lock_directory(path: str) -> int:
 
 
 @contextlib.contextmanager
-def stage(dest: str) -> Iterator[tuple[str, tuple[int, int]]]:
+def stage(dest: str, what: str = "partial bundle") -> Iterator[tuple[str, tuple[int, int]]]:
     """A fresh, locked temporary sibling of ``dest``: yields (its path, its (st_dev, st_ino)).
 
     Stale siblings of killed packers are removed first. If the body raises, the directory is
-    removed; either way the lock is held until the body is done (publishing included).
+    removed (an interruption notes so on its exception, ``note_cleanup``, naming it ``what``:
+    ``extract`` stages a "partial tree"); either way the lock is held until the body is done
+    (publishing included).
     """
     remove_stale_partials(dest)
     work = partial_dir(dest)
@@ -221,11 +235,20 @@ def stage(dest: str) -> Iterator[tuple[str, tuple[int, int]]]:
     try:
         st = os.fstat(lock)
         yield work, (st.st_dev, st.st_ino)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(work, ignore_errors=True)
+        if isinstance(e, KeyboardInterrupt):
+            note_cleanup(e, _removed(work, what), work)
         raise
     finally:
         os.close(lock)
+
+
+def _removed(path: str, what: str) -> str:
+    """What an interruption's clean-up of ``path`` did, said as it is (a removal may fail)."""
+    if os.path.lexists(path):
+        return f"could not remove the {what} {path} ('bundlefs gc' removes it)"
+    return f"removed the {what} {path}"
 
 
 # -- sealing ---------------------------------------------------------------------------------------
@@ -283,7 +306,7 @@ def publish(work: str, dest: str, force: bool) -> None:
     """
     if not os.path.lexists(dest):
         try:
-            _move_new(work, dest)
+            move_new(work, dest)
         except FileExistsError:
             pass  # appeared while packing: replaced below if allowed, like one there before
         except OSError as e:
@@ -305,7 +328,8 @@ def publish(work: str, dest: str, force: bool) -> None:
         os.close(old_lock)
 
 
-def _move_new(work: str, dest: str) -> None:
+def move_new(work: str, dest: str) -> None:
+    """Rename ``work`` to ``dest``, never replacing anything there (``FileExistsError``)."""
     try:
         renameat2(work, dest, RENAME_NOREPLACE)
         return

@@ -19,7 +19,9 @@ the packer builds and seals the bundle in a local staging directory as always, t
 6. delete the old bundle's objects the new one does not have (extra shards).
 
 A publish killed anywhere before step 5 leaves no ``COMPLETE``: nothing opens, and a later pack to
-the URL overwrites the leftovers without ``--force``. Every failure of the store (bad credentials,
+the URL overwrites the leftovers without ``--force``. One interrupted (Ctrl-C, or a SIGTERM/SIGHUP
+the command line turns into one) before it is done deletes what it uploaded, the marker first,
+and notes so on the exception (``_withdraw``). Every failure of the store (bad credentials,
 a missing bucket, a network still down after the back-end's retries) is one ``PackError``
 sentence.
 
@@ -37,12 +39,12 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
 from bundlefs.core import format as fmt
-from bundlefs.errors import BundleError, PackError
+from bundlefs.errors import BundleError, PackError, note_cleanup
 from bundlefs.storage.location import Location
 from bundlefs.storage.publish import not_a_bundle, read_marker
 from bundlefs.storage.remote import error_reason
@@ -191,6 +193,7 @@ class RemotePublisher:
         self.root = location.path.rstrip("/")
         self.uploaded: UploadProgress | None = None  # the last publish's, once it ran
         self._upload_count = _Upload(UploadProgress(0, 0), None)
+        self._running: list[Future[None]] = []  # uploads under way when an interruption came
 
     # -- errors ------------------------------------------------------------------------------------
 
@@ -285,20 +288,48 @@ class RemotePublisher:
             # marker with new shards or index.
             with self._store_errors("removing the old completion marker"):
                 self.fs.rm_file(self._object(fmt.MARKER_NAME))
-        self._parallel(
-            names, lambda name: self._upload(work, name, uploaded), "uploading the bundle"
-        )
-        self._parallel(
-            names, lambda name: self._check_uploaded(work, name, sizes[name]), "checking uploads"
-        )
-        with self._store_errors("writing the completion marker"):
-            self._upload(work, fmt.MARKER_NAME, uploaded, small=True)
-            self._check_uploaded(work, fmt.MARKER_NAME, fmt.MARKER_SIZE, published=True)
+        try:
+            self._parallel(
+                names, lambda name: self._upload(work, name, uploaded), "uploading the bundle"
+            )
+            self._parallel(
+                names,
+                lambda name: self._check_uploaded(work, name, sizes[name]),
+                "checking uploads",
+            )
+            with self._store_errors("writing the completion marker"):
+                self._upload(work, fmt.MARKER_NAME, uploaded, small=True)
+                self._check_uploaded(work, fmt.MARKER_NAME, fmt.MARKER_SIZE, published=True)
+        except KeyboardInterrupt as e:
+            note_cleanup(e, self._withdraw([fmt.MARKER_NAME, *names], replaced=state.complete))
+            raise
         counted.seconds = time.monotonic() - counted.started
         stale = sorted(set(state.objects) - set(names) - {fmt.MARKER_NAME})
         if stale:
             self._remove_stale(stale)
         return counted
+
+    def _withdraw(self, names: list[str], *, replaced: bool) -> str:
+        """After an interruption: delete what this publish uploaded (the marker first, if it got
+        that far), once the uploads under way have ended. Returns what it did, in words."""
+        # The uploads running when the interruption came are not cancelled by it (the threads
+        # finish them before the process can exit); deleting before they land would leave them.
+        wait(self._running)
+        self._running = []
+        said = f"the bundle that was at {self.url} no longer opens" if replaced else ""
+        try:
+            there = self.scan().objects
+            gone = [n for n in names if n in there]
+            for name in gone:
+                self.fs.rm_file(self._object(name))
+        except Exception as e:  # noqa: BLE001 - any back-end's failure: say it, as it is
+            return (
+                f"could not remove what it had uploaded to {self.url} ({error_reason(e)}): "
+                "nothing opens there, and a later pack to it replaces it"
+            ) + (f"; {said}" if said else "")
+        objects = "object" if len(gone) == 1 else "objects"
+        done = f"removed the {len(gone)} {objects} it had uploaded to {self.url}"
+        return done + (f" ({said}: its completion marker went first)" if said else "")
 
     def _upload(
         self,
@@ -359,14 +390,17 @@ class RemotePublisher:
                     task(name)
                 return
             pool = ThreadPoolExecutor(min(self.jobs, len(names)))
+            futures: list[Future[None]] = []
             try:
-                futures = [pool.submit(task, name) for name in names]
+                for name in names:
+                    futures.append(pool.submit(task, name))
                 wait(futures, return_when=FIRST_EXCEPTION)
             except BaseException:
                 # ^C (or SystemExit): `with` would wait for every upload queued. The ones not
                 # started never start, the caller removes the staging directory and exits;
-                # COMPLETE is never written.
+                # COMPLETE is never written. The ones running are kept for ``_withdraw``.
                 pool.shutdown(wait=False, cancel_futures=True)
+                self._running = [f for f in futures if not f.done()]
                 raise
             # A failure: the rest are cancelled, but the ones running are waited for, so that
             # nothing of this pack is still being written when it returns (a caller that packs

@@ -398,7 +398,8 @@ def _missing_marker(location: Location, fs: Any) -> NotABundleError:
         names = []
     if fmt.INDEX_DIR in names or any(n.startswith(fmt.SHARD_PREFIX) for n in names):
         return IncompleteBundleError(
-            f"{location.url} is an incomplete bundle (no completion marker: was the upload killed?)"
+            f"{location.url} is an incomplete bundle (no completion marker: was the upload "
+            "killed?); nothing opens it, and a pack to that URL replaces it"
         )
     if names:
         return NotABundleError(f"{location.url} is not a bundle (no completion marker)")

@@ -102,6 +102,21 @@ class LocalShardStore:
                 self._fds[name] = fd
         return fd
 
+    def file_size(self, name: str) -> int | None:
+        """The size of shard file ``name`` now, from a stat (no read); None if it is missing.
+
+        Raises ``OSError`` for any other failure, ``BundleClosedError`` after ``close``.
+        """
+        fd = self._fds.get(name)
+        if fd is not None:
+            return os.fstat(fd).st_size
+        if self._dir_fd is None:
+            raise BundleClosedError("the bundle is closed")
+        try:
+            return os.stat(name, dir_fd=self._dir_fd).st_size
+        except FileNotFoundError:
+            return None
+
     def forked(self) -> None:
         """In a child after ``fork()``: a lock another thread held then would stay held here.
         The descriptors stay valid (pread shares no file position)."""
