@@ -213,6 +213,11 @@ class BundleOperations(pyfuse3.Operations):
         if self.on_ready is not None:
             self.on_ready()
 
+    @property
+    def loads_inline(self) -> bool:
+        """Whether record loads run on the event loop (no load threads)."""
+        return self._offload is None
+
     def use_counters(self, mount_counters: counters.MountCounters, slot: int) -> None:
         """Count into ``slot`` of counters shared by every worker of the mount (after a fork)."""
         self.mount_counters = mount_counters

@@ -197,7 +197,9 @@ class Supervisor:
         set_parent_death_signal(signal.SIGTERM)
         if os.getppid() != supervisor:
             return 1  # the supervisor died before the line above: nobody to serve for
-        worker.clone_session(self.pyfuse3.get_session_fd())
+        # Loads inline (no threads reporting back to the loop): receive with a blocking read.
+        blocking = self.ops.loads_inline and worker.supports_blocking_receive(self.pyfuse3)
+        worker.clone_session(self.pyfuse3.get_session_fd(), blocking=blocking)
         counters = self.counters.slot(slot)
         counters.started(os.getpid(), time.time_ns())
         self.ops.use_counters(self.counters, slot)
@@ -206,7 +208,11 @@ class Supervisor:
         if self.worker_setup is not None:
             self.worker_setup(slot)
         ended = worker.serve(
-            self.ops, self.pyfuse3, stop_signals=(signal.SIGTERM,), stats_signal=None
+            self.ops,
+            self.pyfuse3,
+            stop_signals=(signal.SIGTERM,),
+            stats_signal=None,
+            blocking=blocking,
         )
         if os.getppid() != supervisor and self.auto_unmount:
             log.warning("worker %d: the supervisor died; unmounting", slot)

@@ -45,14 +45,33 @@ def serve(
     *,
     stop_signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT),
     stats_signal: int | None = signal.SIGUSR1,
+    blocking: bool = False,
 ) -> int:
     """Serve requests until the session ends or a stop signal arrives; how it ended.
 
+    ``blocking``: receive with a blocking read (``pyfuse3.main(blocking=True)``, the patched
+    build): one system call per request, and one worker woken per request instead of every
+    idle one. Only where nothing but the loop itself needs the loop (no load threads); stop
+    signals then end it from a plain signal handler, which the interrupted read lets run.
     Raises whatever ends pyfuse3's loop otherwise (the caller logs it).
     """
     import trio
 
     stopped_by: list[int] = []
+    if blocking:
+
+        def stop(signum: int, _frame: object) -> None:
+            stopped_by.append(signum)
+            pyfuse3.terminate()
+
+        for signum in stop_signals:
+            signal.signal(signum, stop)
+
+        async def main_blocking() -> None:
+            await pyfuse3.main(1, 1, blocking=True)
+
+        trio.run(main_blocking)
+        return ENDED_BY_SIGNAL if stopped_by else ENDED_UNMOUNTED
     watched = stop_signals + ((stats_signal,) if stats_signal is not None else ())
 
     async def watch_signals() -> None:
@@ -105,8 +124,14 @@ def handshake(ops: BundleOperations, pyfuse3: ModuleType) -> bool:
     return bool(done)
 
 
-def clone_session(session_fd: int) -> None:
-    """Replace ``session_fd``, in this process only, by a non-blocking clone of its connection.
+def supports_blocking_receive(pyfuse3: ModuleType) -> bool:
+    """Whether this binding's ``main`` takes ``blocking`` (third_party/pyfuse3)."""
+    return "blocking" in (getattr(pyfuse3.main, "__doc__", None) or "")
+
+
+def clone_session(session_fd: int, *, blocking: bool = False) -> None:
+    """Replace ``session_fd``, in this process only, by a clone of its connection (made
+    non-blocking unless ``blocking``: see ``serve``).
 
     A forked worker calls this first: the descriptor it inherited is shared with every other
     process of the mount (one open file, one queue of requests being processed).
@@ -117,4 +142,4 @@ def clone_session(session_fd: int) -> None:
         os.dup2(clone, session_fd, inheritable=False)
     finally:
         os.close(clone)
-    os.set_blocking(session_fd, False)
+    os.set_blocking(session_fd, blocking)
