@@ -297,6 +297,8 @@ class Fetcher:
     def _gave_up(self, url: str, e: Exception, since: float) -> None:
         with self.lock:
             self.counters["failures"] += 1
+            if self._closed.is_set():
+                return  # a read-ahead still in flight when its reader closed: nobody to tell
             if self.outage:
                 self._failed_during_outage += 1
                 return
