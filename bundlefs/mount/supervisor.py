@@ -183,8 +183,10 @@ class Supervisor:
         except BaseException:
             log.exception("worker %d failed", slot)
         finally:
-            logging.shutdown()  # flush the log; then leave without the parent's exit handlers
-            os._exit(code)
+            try:
+                logging.shutdown()  # flush the log; then leave without the parent's exit handlers
+            finally:
+                os._exit(code)  # whatever happens: a worker must never run the supervisor's code
 
     def _serve_as_worker(self, slot: int, supervisor: int) -> int:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)

@@ -17,6 +17,7 @@ May import: pyfuse3 and trio (only when called), ``bundlefs.mount.operations``.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -62,12 +63,18 @@ def serve(
 
         def stop(signum: int, _frame: object) -> None:
             stopped_by.append(signum)
-            pyfuse3.terminate()
+            # Only while the loop runs: terminate() needs trio's context, and a signal may come
+            # just before the loop starts or after it ended (the supervisor stopping a worker
+            # that is already leaving because the mount went away).
+            with contextlib.suppress(RuntimeError):
+                pyfuse3.terminate()
 
         for signum in stop_signals:
             signal.signal(signum, stop)
 
         async def main_blocking() -> None:
+            if stopped_by:
+                return  # stopped before the loop began
             await pyfuse3.main(1, 1, blocking=True)
 
         trio.run(main_blocking)
