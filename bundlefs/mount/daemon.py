@@ -35,10 +35,11 @@ from typing import TYPE_CHECKING, Any
 from bundlefs.core.libc import set_mmap_threshold
 from bundlefs.errors import BundleError, MountError
 from bundlefs.mount import worker
+from bundlefs.mount.bindings import WITHOUT_FUSE, stock_reason
 from bundlefs.mount.bindings import load as load_fuse_bindings
-from bundlefs.mount.bindings import stock_reason
 from bundlefs.mount.supervisor import Supervisor
 from bundlefs.mount.table import BUNDLEFS_FSTYPE, mount_info, resolved_mount_path
+from bundlefs.mount.worker import FUSE_DEVICE
 from bundlefs.read.bundle import DEFAULT_CACHE_SIZE, Bundle
 from bundlefs.storage.location import parse_location
 
@@ -108,18 +109,10 @@ def default_workers() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
 
-# Where FUSE is out of reach, a user can still read a bundle: every such error says so.
-_WITHOUT_FUSE = "the Python API (bundlefs.Bundle) reads bundles without FUSE"
-_FUSE_DEVICE = "/dev/fuse"
 _FUSE_DEVICE_NUMBER = os.makedev(10, 229)  # the misc device the kernel's fuse module registers
 
 
 # -- mounting ------------------------------------------------------------------------------------
-
-
-def _fuse_bindings() -> ModuleType:
-    """The FUSE binding (``bindings``: patched, else stock), or a one-sentence ``MountError``."""
-    return load_fuse_bindings()
 
 
 def _check_mountpoint(path: str, *, allow_nonempty: bool = False) -> None:
@@ -160,18 +153,18 @@ def _check_fuse_device() -> None:
     user who may not open it can still mount through the setuid ``fusermount3``.
     """
     try:
-        fd = os.open(_FUSE_DEVICE, os.O_RDWR | os.O_CLOEXEC)
+        fd = os.open(FUSE_DEVICE, os.O_RDWR | os.O_CLOEXEC)
     except FileNotFoundError:
         raise MountError(
-            f"{_FUSE_DEVICE} does not exist, so FUSE is not available here (load the module "
-            f"with modprobe fuse, or give a container the device); {_WITHOUT_FUSE}"
+            f"{FUSE_DEVICE} does not exist, so FUSE is not available here (load the module "
+            f"with modprobe fuse, or give a container the device); {WITHOUT_FUSE}"
         ) from None
     except OSError as e:
         if e.errno == errno.EACCES and os.getuid() != 0 and shutil.which("fusermount3"):
             return
         raise MountError(
-            f"cannot open {_FUSE_DEVICE} ({e.strerror}), so FUSE is not available here; "
-            f"{_WITHOUT_FUSE}"
+            f"cannot open {FUSE_DEVICE} ({e.strerror}), so FUSE is not available here; "
+            f"{WITHOUT_FUSE}"
         ) from None
     try:
         st = os.fstat(fd)
@@ -179,7 +172,7 @@ def _check_fuse_device() -> None:
         os.close(fd)
     if not stat.S_ISCHR(st.st_mode) or st.st_rdev != _FUSE_DEVICE_NUMBER:
         raise MountError(
-            f"{_FUSE_DEVICE} is not the FUSE device, so FUSE is not available here; {_WITHOUT_FUSE}"
+            f"{FUSE_DEVICE} is not the FUSE device, so FUSE is not available here; {WITHOUT_FUSE}"
         )
     if os.getuid() != 0 and not shutil.which("fusermount3"):
         raise MountError("not permitted: fusermount3 is not installed (apt-get install fuse3)")
@@ -208,7 +201,7 @@ def mount(options: MountOptions, log_setup: LogSetup | None = None) -> int:
     ``log_setup`` is called once mounted (in the daemon, after it detached); without one the
     logging configuration is left as it is.
     """
-    pyfuse3 = _fuse_bindings()
+    pyfuse3 = load_fuse_bindings()  # or a one-sentence MountError
     _check_mountpoint(options.mountpoint, allow_nonempty=options.allow_nonempty)
     _check_fuse_device()
     _return_freed_buffers_to_the_os()
