@@ -142,12 +142,10 @@ def _read_errno(path: Path) -> tuple[int | None, float]:
     return None, time.monotonic() - started
 
 
-def test_a_hung_store_fails_the_first_read_within_the_store_timeout_and_the_rest_at_once(
-    private_s3_server, small_files_bundle, mount_bundle, tmp_path
-):
-    server = private_s3_server
-    path, files = small_files_bundle
-    url = upload_bundle(server, path, "s3://outage/small.bundle")
+def _mount_for_an_outage(server, path, files, bucket, mount_bundle, tmp_path):
+    """A mount of the bundle at s3://BUCKET with no disk cache, no prefetch and a short store
+    timeout, its shard's header already fetched; (the mount, the sorted file names)."""
+    url = upload_bundle(server, path, f"s3://{bucket}/small.bundle")
     m = mount_bundle(
         url,
         *_options(server, tmp_path, "--disk-cache-size", "0", "--no-prefetch"),
@@ -157,6 +155,15 @@ def test_a_hung_store_fails_the_first_read_within_the_store_timeout_and_the_rest
     names = sorted(files)
     # The shard's header is then known; the last file, so that no read-ahead holds the others.
     assert (m.mountpoint / names[-1]).read_bytes() == files[names[-1]]
+    return m, names
+
+
+def test_a_hung_store_fails_the_first_read_within_the_store_timeout_and_the_rest_at_once(
+    private_s3_server, small_files_bundle, mount_bundle, tmp_path
+):
+    server = private_s3_server
+    path, files = small_files_bundle
+    m, names = _mount_for_an_outage(server, path, files, "outage", mount_bundle, tmp_path)
     server.pause()
     try:
         code, first = _read_errno(m.mountpoint / names[1])
@@ -182,15 +189,7 @@ def test_reads_succeed_within_seconds_of_the_store_resuming(
 ):
     server = private_s3_server
     path, files = small_files_bundle
-    url = upload_bundle(server, path, "s3://resume/small.bundle")
-    m = mount_bundle(
-        url,
-        *_options(server, tmp_path, "--disk-cache-size", "0", "--no-prefetch"),
-        "--store-timeout", str(STORE_TIMEOUT),
-        allowed_log=[r"object store is unreachable", r"read failed with EIO \(object store"],
-    )  # fmt: skip
-    names = sorted(files)
-    assert (m.mountpoint / names[-1]).read_bytes() == files[names[-1]]
+    m, names = _mount_for_an_outage(server, path, files, "resume", mount_bundle, tmp_path)
     server.pause()
     try:
         assert _read_errno(m.mountpoint / names[1])[0] == errno.EIO
