@@ -212,7 +212,6 @@ class Fetcher:
         self._outage_url = ""
         self._failed_during_outage = 0
         self._closed = threading.Event()
-        self._prober: threading.Thread | None = None
         # Called (outside the lock) when an outage ends, e.g. to log what is still unreported.
         self.on_recovered: Callable[[], None] | None = None
 
@@ -306,35 +305,29 @@ class Fetcher:
             self.outage_since = since  # when the fetch that found it began
             self._outage_url = url
             self._failed_during_outage = 1
-            start_probe = self.probe and not self._closed.is_set()
-            if start_probe:
-                self._prober = threading.Thread(
-                    target=self._probe_loop, name="bundlefs-probe", daemon=True
-                )
-        if start_probe and self._prober is not None:
-            self._prober.start()
+        if self.probe:
+            threading.Thread(target=self._probe_loop, name="bundlefs-probe", daemon=True).start()
         if not self.log_outages:
             return
-        if self.probe:
-            log.warning(
-                "%s: the object store is unreachable (%s); reads of records not cached fail "
-                "with EIO at once until it answers again (checked every %g s)",
-                self.label,
-                error_reason(e),
-                self.probe_interval,
-            )
-        else:
-            log.warning(
-                "%s: the object store is unreachable (%s); reads of records not cached fail "
-                "with EIO until it is back",
-                self.label,
-                error_reason(e),
-            )
+        until = (
+            f"at once until it answers again (checked every {self.probe_interval:g} s)"
+            if self.probe
+            else "until it is back"
+        )
+        log.warning(
+            "%s: the object store is unreachable (%s); reads of records not cached fail with "
+            "EIO %s",
+            self.label,
+            error_reason(e),
+            until,
+        )
 
     def _probe_loop(self) -> None:
         """One small GET per interval until one is answered (the outage then ends)."""
         url = self._outage_url
-        while not self._closed.wait(self.probe_interval):
+        # Until the outage ends, by this probe or by any other GET that is answered (a later
+        # outage starts a prober of its own).
+        while self.outage and not self._closed.wait(self.probe_interval):
             self._count("probes")
             try:
                 self.fs.cat_file(url, start=0, end=1)
@@ -1389,11 +1382,18 @@ class RemoteShardStore:
                 )
             pool = self._pool
         try:
-            pool.submit(self._run, fetch)
+            future = pool.submit(self._run, fetch)
         except RuntimeError:  # closed meanwhile
-            fetch.error = OSError(errno.EIO, "the bundle was closed")
-            self._unregister(fetch)
-            fetch.done.set()
+            self._abandon(fetch)
+            return
+        # close() cancels the pieces not yet started: their waiters must wake, not wait for ever.
+        future.add_done_callback(lambda f: self._abandon(fetch) if f.cancelled() else None)
+
+    def _abandon(self, fetch: _Fetch) -> None:
+        """A background fetch that will never run (the store closed): fail its waiters."""
+        fetch.error = OSError(errno.EIO, "the bundle was closed")
+        self._unregister(fetch)
+        fetch.done.set()
 
 
 def list_shard_names(location: Location, fs: Any) -> list[str]:

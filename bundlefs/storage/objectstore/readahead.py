@@ -50,7 +50,7 @@ class ReadAheadSettings:
         limit = min(self.max_window, memory // 2)
         if disk is not None:
             limit = min(limit, disk // 4)
-        window = max(min(limit, self.max_window), 0)
+        window = max(limit, 0)
         return dataclasses.replace(
             self,
             max_window=window,
