@@ -52,11 +52,15 @@ class CorruptDataError(FormatError):
         path: str | None = None,
         shard: int | None = None,
         record: int | None = None,
+        unreadable: bool = False,
     ) -> None:
         self.bundle = bundle
         self.path = path
         self.shard = shard
         self.record = record
+        # The stored bytes could not be read at all (an I/O error, an object store away), as
+        # opposed to read and found wrong: only the first may be an outage rather than damage.
+        self.unreadable = unreadable
         self.detail = message
         super().__init__(self._describe())
 
@@ -82,6 +86,7 @@ class CorruptDataError(FormatError):
             path=path if path is not None else self.path,
             shard=self.shard,
             record=self.record,
+            unreadable=self.unreadable,
         )
 
 

@@ -447,7 +447,8 @@ class Bundle:
         """A read failed with ``error``: damage, or the object store's outage (then the store
         names the file in its log; ``OUTAGE_RETRY`` is the same read retried by the kernel, not
         to be counted again). Always ``DAMAGE`` for a local bundle."""
-        if isinstance(self._store, RemoteShardStore):
+        if isinstance(self._store, RemoteShardStore) and error.unreadable:
+            # Bytes the store did not deliver (a checksum mismatch is damage, outage or not).
             return self._store.failed_read(error.path, error.shard, error.record)
         return FailedRead.DAMAGE
 

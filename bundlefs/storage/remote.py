@@ -1101,11 +1101,11 @@ class RemoteShardStore:
             self._disk.discard(name, offset, offset + length)
 
     def failed_read(self, path: str | None, shard: int | None, record: int | None) -> FailedRead:
-        """A read of ``path`` failed with EIO: ``DAMAGE`` unless the store is in an outage, then
-        ``OUTAGE`` (counted in ``outage_eio_count`` and named in a line at most every 10 s), or
-        ``OUTAGE_RETRY`` for the same read retried by the kernel (not counted again)."""
-        if not self._fetcher.outage:
-            return FailedRead.DAMAGE
+        """A read of ``path`` failed because the store did not deliver its bytes: ``OUTAGE``
+        (counted in ``outage_eio_count`` and named in a line at most every 10 s), or
+        ``OUTAGE_RETRY`` for the same read retried by the kernel (not counted again). Decided
+        by the failure, not by whether the outage is still on when the mount asks: a probe
+        that ends it meanwhile must not turn the read into "damaged data"."""
         now = time.monotonic()
         with self._lock:
             counted = self._failed.note((path, shard, record), path, now)

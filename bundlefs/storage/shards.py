@@ -287,8 +287,13 @@ def _read_errors(record: fmt.Record) -> Iterator[None]:
     try:
         yield
     except OSError as e:
+        # EIO: the bytes did not arrive (a disk error, an object store that gave up); a missing
+        # object or a refusal is not an outage.
         raise CorruptDataError(
-            f"read error: {e.strerror}", shard=record.shard, record=record.offset
+            f"read error: {e.strerror}",
+            shard=record.shard,
+            record=record.offset,
+            unreadable=e.errno == errno.EIO,
         ) from None
     except OverflowError:  # an offset past what off_t holds: only a forged index says that
         raise CorruptDataError(
