@@ -9,7 +9,7 @@ import pytest
 import bundlefs
 from bundlefs.core import format as fmt
 from bundlefs.errors import BundleClosedError, BundleError, CorruptDataError
-from bundlefs.storage import index as index_module
+from bundlefs.storage import lmdb_env
 from tests.conftest import flip_byte, pseudo_random_bytes
 
 
@@ -36,11 +36,11 @@ def test_a_failed_open_leaves_no_lmdb_environment_behind(pack_tree, copy_bundle)
     # A config LMDB can read but the reader refuses: the failure comes after LMDB is open.
     forged = dataclasses.replace(config_of(bundle), entry_count=99)
     forge(bundle, config_put(fmt.encode_config(forged)))
-    before = dict(index_module._envs)
+    before = dict(lmdb_env._envs)
     for _ in range(3):
         with pytest.raises(BundleError):
             bundlefs.Bundle(bundle)
-    assert index_module._envs == before
+    assert lmdb_env._envs == before
 
 
 def _remove_deep_tree(root, depth: int) -> None:

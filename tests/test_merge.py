@@ -336,7 +336,7 @@ def test_a_merge_with_a_zstd_shard_says_zstd(pack_tree, tmp_path) -> None:
 
 
 def test_sealing_never_stamps_a_shard_file_with_other_names(pack_tree, tmp_path) -> None:
-    from bundlefs.storage.shards import write_shard_header
+    from bundlefs.storage.shard_writer import write_shard_header
 
     a = pack_tree({"f": b"x"}, name="a")
     os.link(a / fmt.shard_filename(0), tmp_path / "other-name")

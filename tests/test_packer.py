@@ -15,8 +15,8 @@ import pytest
 from bundlefs import Bundle, PackError, PackOptions, pack
 from bundlefs.core import format as fmt
 from bundlefs.errors import EntryNotFound
-from bundlefs.storage import shards
-from bundlefs.storage.shards import ShardWriter
+from bundlefs.storage import shard_writer
+from bundlefs.storage.shard_writer import ShardWriter
 from tests.conftest import (
     FIXED_MTIME_NS,
     HardLink,
@@ -445,13 +445,13 @@ def test_writeback_started_while_packing_changes_no_byte(
     pack(str(src), str(tmp_path / "default.bundle"), PackOptions(jobs=1, created_ns=1))
     started = []
     monkeypatch.setattr(ShardWriter, "WRITEBACK_BYTES", 1)  # after every record
-    real = shards.start_writeback  # still called: the kernel must accept what we ask
+    real = shard_writer.start_writeback  # still called: the kernel must accept what we ask
 
     def record(*args: int) -> None:
         started.append(args)
         real(*args)
 
-    monkeypatch.setattr(shards, "start_writeback", record)
+    monkeypatch.setattr(shard_writer, "start_writeback", record)
     pack(str(src), str(tmp_path / "eager.bundle"), PackOptions(jobs=1, created_ns=1))
     assert len(started) >= 2
     assert bundle_file_bytes(tmp_path / "default.bundle") == bundle_file_bytes(

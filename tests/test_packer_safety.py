@@ -26,9 +26,9 @@ from bundlefs.core import libc
 from bundlefs.errors import PackError
 from bundlefs.packing import content, packer
 from bundlefs.storage import publish
-from bundlefs.storage.index import IndexWriter
+from bundlefs.storage.index_writer import IndexWriter
 from bundlefs.storage.publish import partial_dir, remove_stale_partials
-from bundlefs.storage.shards import ShardWriter
+from bundlefs.storage.shard_writer import ShardWriter
 from tests.conftest import build_tree
 
 FORCE = PackOptions(force=True)

@@ -119,7 +119,7 @@ def _leftover_partials(directory: str) -> list[Partial]:
 
 def _replaced_by(path: str, served: dict[str, object], args: argparse.Namespace) -> str | None:
     """What is at ``path`` now if it is not the bundle served (its id), else None."""
-    from bundlefs.storage.publish import read_marker
+    from bundlefs.storage.marker import read_marker
 
     if has_scheme(path) and not parse_location(path).is_local:
         return _remote_replaced_by(path, served, args)

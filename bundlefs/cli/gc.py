@@ -36,7 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Imported here, as every command's library: building the parser loads none of them.
-    from bundlefs.storage.publish import find_partials, is_bundle, remove_dead_partials
+    from bundlefs.storage.marker import is_bundle
+    from bundlefs.storage.publish import find_partials, remove_dead_partials
 
     path = os.path.abspath(args.directory)
     if is_bundle(path):

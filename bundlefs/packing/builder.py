@@ -29,7 +29,7 @@ from bundlefs.core.content_types import ContentTypeRules
 from bundlefs.errors import PackError
 from bundlefs.packing.content import ContentWriter
 from bundlefs.packing.sources import EntrySource, SourceErrors, SourceItem, Stat
-from bundlefs.storage.index import IndexWriter
+from bundlefs.storage.index_writer import IndexWriter
 
 if TYPE_CHECKING:
     from bundlefs.packing.packer import PackProgress

@@ -33,8 +33,8 @@ from bundlefs.packing.sources import (
     Stat,
     StoredContent,
 )
-from bundlefs.storage.index import IndexWriter
-from bundlefs.storage.shards import ShardWriter
+from bundlefs.storage.index_writer import IndexWriter
+from bundlefs.storage.shard_writer import ShardWriter
 
 if TYPE_CHECKING:
     from bundlefs.packing.packer import PackProgress

@@ -43,7 +43,8 @@ from bundlefs.packing.packer import (
 )
 from bundlefs.packing.sources import SourceErrors, SourceItem, StoredContent
 from bundlefs.storage import publish
-from bundlefs.storage.index import IndexReader, IndexWriter
+from bundlefs.storage.index import IndexReader
+from bundlefs.storage.index_writer import IndexWriter
 from bundlefs.storage.location import parse_location
 from bundlefs.storage.publish_remote import RemotePublisher
 

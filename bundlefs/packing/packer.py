@@ -31,11 +31,12 @@ from bundlefs.packing.content import ContentWriter
 from bundlefs.packing.objects import ObjectSource
 from bundlefs.packing.sources import DirectorySource, EntrySource, SourceErrors
 from bundlefs.storage import publish
-from bundlefs.storage.index import IndexWriter
+from bundlefs.storage.codec import zstd_module
+from bundlefs.storage.index_writer import IndexWriter
 from bundlefs.storage.location import Location, parse_location
+from bundlefs.storage.marker import is_bundle, not_a_bundle
 from bundlefs.storage.objects import is_remote_prefix
 from bundlefs.storage.publish_remote import RemotePublisher, UploadProgress, staging_path
-from bundlefs.storage.shards import zstd_module
 
 DEFAULT_SHARD_SIZE = 4 * 1024**3
 ZSTD_LEVELS = (-7, 22)  # the levels zstd:LEVEL accepts (zstd's fast levels to its slowest)
@@ -252,8 +253,8 @@ def check_places(source: str, dest: str, force: bool) -> None:
             )
         if not force:
             raise PackError(f"{dest} already exists (use --force to replace it)")
-        if not publish.is_bundle(dest):
-            raise publish.not_a_bundle(dest)
+        if not is_bundle(dest):
+            raise not_a_bundle(dest)
 
 
 def check_options(options: PackOptions) -> PackOptions:

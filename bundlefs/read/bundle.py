@@ -42,6 +42,7 @@ from bundlefs.errors import (
 from bundlefs.read.cache import CacheStats, RecordCache
 from bundlefs.read.content import ContentReader
 from bundlefs.read.tree import DEFAULT_NAME_CACHE, TreeModel
+from bundlefs.storage.codec import zstd_module
 from bundlefs.storage.index import IndexReader
 from bundlefs.storage.location import Location, parse_location
 from bundlefs.storage.objectstore.outage import FailedRead
@@ -51,7 +52,7 @@ from bundlefs.storage.remote import (
     check_store_timeout,
     fetch_index,
 )
-from bundlefs.storage.shards import ShardSet, zstd_module
+from bundlefs.storage.shards import ShardSet
 from bundlefs.storage.store import LocalShardStore
 
 DEFAULT_CACHE_SIZE = 256 * 1024 * 1024

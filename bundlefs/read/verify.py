@@ -30,7 +30,7 @@ from bundlefs.errors import BundleError, CorruptDataError, FormatError
 from bundlefs.read.bundle import Bundle, ShardDamage
 from bundlefs.storage.index import check_index_file
 from bundlefs.storage.location import Location, parse_location
-from bundlefs.storage.publish import read_marker
+from bundlefs.storage.marker import read_marker
 from bundlefs.storage.remote import (
     DEFAULT_STORE_TIMEOUT,
     RemoteShardStore,

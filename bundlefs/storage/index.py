@@ -1,11 +1,13 @@
-"""LMDB access: ``IndexReader`` (validated, read-only, lock-free) and ``IndexWriter`` (bulk loads).
+"""The read half of the LMDB index: ``IndexReader`` (validated, read-only, lock-free, fork-safe).
 
 The reader checks the completion marker, the index size, LMDB's meta pages and the index checksum
 *before* LMDB maps the file, because LMDB trusts its file completely (a truncated file faults the
 process with SIGBUS). It knows nothing about shards beyond their descriptors. LMDB's own errors
-end here: callers see ``FormatError`` (reading) or ``IndexWriteError`` (writing).
+end here: callers see ``FormatError``. The environment per process and the at-fork rule are
+storage/lmdb_env.py's; the write half is ``IndexWriter`` (storage/index_writer.py).
 
-May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.publish`` (the marker).
+May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.marker``,
+``bundlefs.storage.lmdb_env``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import weakref
 from collections.abc import Iterator
 
 import lmdb
@@ -25,43 +26,12 @@ from bundlefs.core.libc import ResidentMapping
 from bundlefs.errors import (
     BundleClosedError,
     FormatError,
-    IndexWriteError,
     NotABundleError,
 )
-from bundlefs.storage.publish import read_marker
+from bundlefs.storage import lmdb_env
+from bundlefs.storage.marker import read_marker
 
-# Open readers, so that a forked child (a DataLoader worker) reopens LMDB instead of using the
-# parent's environment, which must never cross a fork.
 log = logging.getLogger(__name__)
-
-_open_readers: weakref.WeakSet[IndexReader] = weakref.WeakSet()
-
-# One LMDB environment per index file per process, shared by the readers of that file: py-lmdb
-# refuses to open an environment twice in one process, yet two Bundles of one path must both work.
-# Keyed by the data file's identity, so a bundle replaced at the same path is not confused with it.
-_envs: dict[tuple[int, int], list] = {}  # (st_dev, st_ino) of data.mdb -> [environment, users]
-_envs_lock = threading.Lock()
-
-
-# Environments a forked child inherited (their ids): used, never closed. py-lmdb's close (and
-# its dealloc) waits until no thread is inside LMDB, and a parent thread that was inside at the
-# fork stays counted in the child for ever: closing the parent's environment to reopen it hung
-# 3 of 10 children forked during reads. Nor can a child open the same file a second time while
-# the inherited one lives (py-lmdb refuses). Reading it is safe: it is read-only and without a
-# lock file (MDB_NOLOCK), so no reader table or lock ties it to the parent's pid; the child
-# starts its own read transactions on the inherited mapping.
-_inherited: set[int] = set()
-
-
-def _after_fork_in_child() -> None:
-    global _envs_lock
-    _envs_lock = threading.Lock()  # another thread may have held it when the process forked
-    _inherited.update(id(held[0]) for held in _envs.values())
-    for reader in list(_open_readers):
-        reader._forked()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def check_index_file(bundle_dir: str, marker: fmt.Marker, checksum: bool = True) -> tuple[int, int]:
@@ -122,7 +92,7 @@ class IndexReader:
         except BaseException:
             self.close()  # else the shared environment would stay open for the process's life
             raise
-        _open_readers.add(self)
+        lmdb_env.on_fork(self)
 
     # -- opening ---------------------------------------------------------------------------------
 
@@ -141,20 +111,11 @@ class IndexReader:
                 # Replaced since it was validated (a `pack --force` over it, then a fork):
                 # serving the new index with the old marker and caches could mix two bundles.
                 raise FormatError("the bundle was replaced on disk; open it again")
-            with _envs_lock:
-                held = _envs.get(self._env_key)
-                if held is None:
-                    env = lmdb.open(
-                        os.path.join(self.bundle_dir, fmt.INDEX_DIR),
-                        readonly=True,
-                        lock=False,
-                        readahead=False,
-                        max_dbs=len(fmt.ALL_DBS) + 1,
-                        subdir=True,
-                    )
-                    held = _envs[self._env_key] = [env, 0]
-                held[1] += 1
-                self._env = held[0]
+            self._env = lmdb_env.acquire(
+                os.path.join(self.bundle_dir, fmt.INDEX_DIR),
+                self._env_key,
+                max_dbs=len(fmt.ALL_DBS) + 1,
+            )
             self._dbs = {
                 name: self._env.open_db(name, create=False)
                 for name in fmt.databases(self.marker.format_version)
@@ -173,36 +134,22 @@ class IndexReader:
         env, self._env = self._env, None
         if env is None:
             return
-        with _envs_lock:
-            held = _envs.get(self._env_key)
-            if held is not None and held[0] is env:
-                held[1] -= 1
-                if held[1] or id(env) in _inherited:
-                    return  # an inherited one stays open and registered: see _inherited
-                del _envs[self._env_key]
-        env.close()
+        lmdb_env.release(self._env_key, env)
 
-    def _forked(self) -> None:
-        # The parent's read transactions are not this process's: every thread starts its own on
-        # the inherited environment (see _inherited for why it is not reopened).
+    def forked(self) -> None:
+        """In a child after ``fork()`` (lmdb_env calls it): the parent's read transactions are
+        not this process's; every thread starts its own on the inherited environment (see
+        ``lmdb_env._inherited`` for why it is not reopened)."""
         self._local = threading.local()
 
     def hold_resident(self) -> int:
         """Fault the whole index into memory and keep it mapped until ``close``; its size.
 
-        LMDB maps the index with read-ahead off, so a cold lookup pays a disk read for every
-        B-tree page it touches, on the caller's thread (the mount's event loop). Mapped pages
-        stay in memory: the kernel reclaims them only when memory is really short. Raises
-        ``OSError`` where the kernel cannot (MADV_POPULATE_READ needs Linux 5.14).
+        See ``lmdb_env.resident_mapping``: the lookups on the caller's thread (the mount's event
+        loop) then pay no disk reads. Raises ``OSError`` where the kernel cannot.
         """
-        fd = os.open(self.index_path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            st = os.fstat(fd)
-            if (st.st_dev, st.st_ino) != self._identity:
-                raise OSError("the index file was replaced")
-            mapping = ResidentMapping(fd, st.st_size)
-        finally:
-            os.close(fd)
+        assert self._identity is not None
+        mapping = lmdb_env.resident_mapping(self.index_path, self._identity)
         with self._resident_lock:
             if self._closed or self._resident is not None:
                 mapping.close()
@@ -218,7 +165,7 @@ class IndexReader:
                 self._resident.close()
                 self._resident = None
         self._local = threading.local()  # every thread's transaction goes with the environment
-        _open_readers.discard(self)
+        lmdb_env.forget(self)
         self._release_env()
 
     # -- transactions ----------------------------------------------------------------------------
@@ -397,101 +344,3 @@ class IndexReader:
         if codec is None:
             codec = self._codecs[shard] = self.shard_info(shard).codec
         return codec
-
-
-class IndexWriter:
-    """Writes a fresh index with sorted appends. Owned by the packer; one writer per index.
-
-    Every LMDB failure (a full disk or map, an I/O error) is raised as ``IndexWriteError``, so no
-    caller above the storage layer needs to know LMDB.
-    """
-
-    # Deterministic commit points keep the dirty set bounded and the output byte-identical.
-    COMMIT_EVERY = 50_000
-
-    def __init__(self, index_dir: str, map_size: int = 1 << 40) -> None:
-        os.makedirs(index_dir, exist_ok=True)
-        try:
-            self._env = lmdb.open(
-                index_dir,
-                map_size=map_size,
-                subdir=True,
-                lock=False,  # we own the directory exclusively; no lock.mdb in the bundle
-                max_dbs=len(fmt.ALL_DBS) + 1,
-                sync=False,  # the packer fsyncs once at the end
-                metasync=False,
-            )
-        except lmdb.Error as e:
-            raise IndexWriteError(str(e)) from e
-        try:
-            self._dbs = {name: self._env.open_db(name) for name in fmt.ALL_DBS}
-            self._txn = self._env.begin(write=True)
-        except lmdb.Error as e:
-            self._env.close()
-            raise IndexWriteError(str(e)) from e
-        self._pending = 0
-
-    def _put(self, db: bytes, key: bytes, value: bytes, *, append: bool) -> None:
-        try:
-            if not self._txn.put(key, value, db=self._dbs[db], append=append, overwrite=not append):
-                raise FormatError(f"index key {key!r} was written twice")
-            self._pending += 1
-            if self._pending >= self.COMMIT_EVERY:
-                self._txn.commit()
-                self._txn = self._env.begin(write=True)
-                self._pending = 0
-        except lmdb.Error as e:
-            raise IndexWriteError(str(e)) from e
-
-    def put_entry(self, entry: fmt.Entry) -> None:
-        self._put(fmt.DB_ENTRIES, fmt.entry_key(entry.ino), fmt.encode_entry(entry), append=True)
-
-    def replace_entry(self, entry: fmt.Entry) -> None:
-        """Rewrite an entry already written (the packer keeps the value's length, so LMDB
-        overwrites it in place)."""
-        self._put(fmt.DB_ENTRIES, fmt.entry_key(entry.ino), fmt.encode_entry(entry), append=False)
-
-    def put_record(self, record: fmt.Record) -> None:
-        key = fmt.record_key(record.shard, record.offset)
-        self._put(fmt.DB_RECORDS, key, fmt.encode_record(record), append=True)
-
-    def put_shard(self, index: int, info: fmt.ShardInfo) -> None:
-        value = fmt.encode_shard_info(info, fmt.FORMAT_VERSION, index)
-        self._put(fmt.DB_SHARDS, fmt.shard_key(index), value, append=True)
-
-    def put_owner(self, index: int, uid: int, gid: int) -> None:
-        self._put(fmt.DB_OWNERS, fmt.owner_key(index), fmt.encode_owner(uid, gid), append=True)
-
-    def put_content_type(self, index: int, media_type: str) -> None:
-        key = fmt.content_type_key(index)
-        self._put(fmt.DB_TYPES, key, fmt.encode_content_type(media_type), append=True)
-
-    def put_meta(self, items: dict[str, str]) -> None:
-        """The bundle's metadata, all at once (LMDB sorts the keys)."""
-        if len(items) > fmt.MAX_META_KEYS:
-            raise FormatError(f"more than {fmt.MAX_META_KEYS} metadata items")
-        for key in sorted(items, key=str.encode):
-            value = fmt.encode_meta_value(items[key])
-            self._put(fmt.DB_META, fmt.meta_key(key), value, append=True)
-
-    def put_config(self, config: fmt.Config) -> None:
-        self._put(fmt.DB_CONFIG, fmt.CONFIG_KEY, fmt.encode_config(config), append=False)
-
-    def close(self) -> None:
-        """Commit, flush to disk and close."""
-        try:
-            self._txn.commit()
-            self._env.sync(True)
-            self._env.close()
-        except lmdb.Error as e:
-            raise IndexWriteError(str(e)) from e
-
-    def abort(self) -> None:
-        """Discard what was written and close; LMDB errors raise ``IndexWriteError``."""
-        try:
-            try:
-                self._txn.abort()
-            finally:
-                self._env.close()
-        except lmdb.Error as e:
-            raise IndexWriteError(str(e)) from e

@@ -6,10 +6,10 @@ directory until it is done, old bundle removed and all; ``remove_stale_partials`
 siblings nobody holds locked, so a killed packer's leftovers go and a live one's stay, across PID
 namespaces and hosts. ``find_partials`` and ``remove_dead_partials`` apply the same test to every
 partial in a directory (``bundlefs gc``, and ``info`` mentioning leftovers). The completion marker
-``COMPLETE`` is written last (``write_marker``) and is what every reader checks first
-(``read_marker``): both live here.
+``COMPLETE`` is written last (``write_marker``, storage/marker.py).
 
-May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.shards``.
+May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.marker``,
+``bundlefs.storage.shard_writer``.
 """
 
 from __future__ import annotations
@@ -20,9 +20,7 @@ import fcntl
 import hashlib
 import logging
 import os
-import re
 import shutil
-import stat as statmod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -30,64 +28,24 @@ from bundlefs.core import format as fmt
 from bundlefs.core.checksum import crc32c
 from bundlefs.core.libc import RENAME_EXCHANGE, RENAME_NOREPLACE, renameat2
 from bundlefs.errors import (
-    IncompleteBundleError,
-    NotABundleError,
     PackError,
-    naming,
     note_cleanup,
 )
-from bundlefs.storage.shards import write_shard_header
+from bundlefs.storage.marker import (
+    ANY_PARTIAL,
+    PARTIAL_TAG,
+    is_bundle,
+    not_a_bundle,
+    write_marker,
+)
+from bundlefs.storage.shard_writer import write_shard_header
 
 log = logging.getLogger(__name__)
 
-_PARTIAL_TAG = ".partial-"
-_ANY_PARTIAL = re.compile(r"\..+" + re.escape(_PARTIAL_TAG) + r"[0-9]+")
 _ASIDE_TAG = ".previous-"  # the old bundle during a two-rename replacement; never auto-removed
 # renameat2 refusals that mean "not here" (old kernel or libc, or a filesystem such as NFS without
 # the flag), so the portable sequence of plain renames is used instead.
 _NO_RENAMEAT2 = (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP)
-
-
-def not_a_bundle(dest: str) -> PackError:
-    """The refusal to replace something at ``dest`` that is not a bundle (with ``force``)."""
-    return PackError(f"{dest} exists and is not a bundle; refusing to replace it")
-
-
-# -- the completion marker -------------------------------------------------------------------------
-
-
-def read_marker(bundle_dir: str) -> fmt.Marker:
-    """Read and validate ``COMPLETE``; explains what is wrong when it is absent."""
-    path = os.path.join(bundle_dir, fmt.MARKER_NAME)
-    try:
-        with open(path, "rb") as f:
-            data = f.read(fmt.MARKER_SIZE + 1)
-    except FileNotFoundError:
-        if not os.path.isdir(bundle_dir):
-            raise NotABundleError(f"{bundle_dir} does not exist or is not a directory") from None
-        if os.path.isdir(os.path.join(bundle_dir, fmt.INDEX_DIR)):
-            parent, name = os.path.split(os.path.abspath(bundle_dir))
-            if _ANY_PARTIAL.fullmatch(name):
-                raise IncompleteBundleError(
-                    f"{bundle_dir} is a partial bundle (no completion marker): a pack under way, "
-                    f"or what a killed one left, which 'bundlefs gc {parent}' removes"
-                ) from None
-            raise IncompleteBundleError(
-                f"{bundle_dir} is an incomplete bundle (no completion marker: was pack killed?)"
-            ) from None
-        raise NotABundleError(f"{bundle_dir} is not a bundle (no completion marker)") from None
-    except (IsADirectoryError, NotADirectoryError):
-        raise NotABundleError(f"{bundle_dir} is not a bundle") from None
-    return fmt.decode_marker(data, crc32c)
-
-
-def write_marker(bundle_dir: str, marker: fmt.Marker) -> None:
-    """Write ``COMPLETE`` and fsync it (its directory is the caller's to sync)."""
-    path = os.path.join(bundle_dir, fmt.MARKER_NAME)
-    with open(path, "wb") as f, naming(path):
-        f.write(fmt.encode_marker(marker, crc32c))
-        f.flush()
-        os.fsync(f.fileno())
 
 
 # -- staging ---------------------------------------------------------------------------------------
@@ -96,7 +54,7 @@ def write_marker(bundle_dir: str, marker: fmt.Marker) -> None:
 def partial_dir(dest: str) -> str:
     """The temporary sibling this process builds the bundle for ``dest`` in."""
     parent, name = os.path.split(os.path.abspath(dest))
-    return os.path.join(parent, f".{name}{_PARTIAL_TAG}{os.getpid()}")
+    return os.path.join(parent, f".{name}{PARTIAL_TAG}{os.getpid()}")
 
 
 @dataclass(frozen=True)
@@ -114,11 +72,11 @@ class Partial:
 def _partial_names(directory: str, bundle_name: str | None) -> list[str]:
     """The names in ``directory`` that are partials (of ``bundle_name`` only, if given), sorted."""
     if bundle_name is not None:
-        prefix = f".{bundle_name}{_PARTIAL_TAG}"
+        prefix = f".{bundle_name}{PARTIAL_TAG}"
         return sorted(n for n in os.listdir(directory) if n.startswith(prefix))
     # Any bundle's: only names exactly as ``partial_dir`` makes them, so a directory of the
     # user's that merely contains the tag is never taken for one.
-    return sorted(n for n in os.listdir(directory) if _ANY_PARTIAL.fullmatch(n))
+    return sorted(n for n in os.listdir(directory) if ANY_PARTIAL.fullmatch(n))
 
 
 @contextlib.contextmanager
@@ -276,25 +234,6 @@ def seal(work: str, shard_count: int, own_shards: Iterable[int] | None = None) -
 
 
 # -- publishing ------------------------------------------------------------------------------------
-
-
-def is_bundle(path: str) -> bool:
-    """Whether ``path`` is a bundle, complete or not, that ``force`` may replace.
-
-    A real directory (not a symlink) with an ``index/`` directory and either ``COMPLETE`` or
-    ``index/data.mdb``: every bundle has these, and a directory of anything else is not replaced.
-    """
-    try:
-        if not statmod.S_ISDIR(os.lstat(path).st_mode):
-            return False
-        if not statmod.S_ISDIR(os.lstat(os.path.join(path, fmt.INDEX_DIR)).st_mode):
-            return False
-    except OSError:
-        return False
-    return any(
-        os.path.isfile(os.path.join(path, p))
-        for p in (fmt.MARKER_NAME, os.path.join(fmt.INDEX_DIR, fmt.INDEX_FILE))
-    )
 
 
 def publish(work: str, dest: str, force: bool) -> None:

@@ -46,7 +46,7 @@ from typing import Any
 from bundlefs.core import format as fmt
 from bundlefs.errors import BundleError, PackError, note_cleanup
 from bundlefs.storage.location import Location
-from bundlefs.storage.publish import not_a_bundle, read_marker
+from bundlefs.storage.marker import not_a_bundle, read_marker
 from bundlefs.storage.remote import error_reason
 
 log = logging.getLogger(__name__)

@@ -1,26 +1,22 @@
-"""Shard files: the record codec, ``ShardWriter`` (append, pad, header) and ``ShardSet`` (reads).
+"""The read half of shard files: ``ShardSet`` (records through a ``ShardStore``).
 
 ``ShardSet`` reads stored bytes through a ``ShardStore`` (storage/store.py: local files today,
 an object store tomorrow) and owns what a record means: every record read checks the record's
 CRC32C before decompressing, and decompression is bounded by the length the index promises: a
-forged length cannot make a reader allocate more than ``record_size``.
-May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.store``.
+forged length cannot make a reader allocate more than ``record_size`` (storage/codec.py). The write
+half is storage/shard_writer.py.
+
+May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.codec``,
+``bundlefs.storage.store``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import os
-import threading
-from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, Future
-
-import lz4.block
 
 from bundlefs.core import format as fmt
-from bundlefs.core import libc
 from bundlefs.core.checksum import crc32c
 from bundlefs.errors import (
     BundleError,
@@ -29,256 +25,9 @@ from bundlefs.errors import (
     ShardUnavailable,
     UnsupportedVersionError,
     WouldBlock,
-    naming,
 )
+from bundlefs.storage.codec import decode_record_payload
 from bundlefs.storage.store import ShardStore
-
-DEFAULT_ZSTD_LEVEL = 3  # zstd's own default: most of its ratio at several hundred MB/s per core
-
-# zstd (de)compressor objects must not be shared between threads; the pool and the mount's read
-# threads each get their own.
-_zstd_local = threading.local()
-
-
-def zstd_module():
-    """The ``zstandard`` binding, or ``BundleError`` naming the extra that installs it."""
-    try:
-        import zstandard
-    except ImportError:
-        raise BundleError(
-            "zstd compression needs the zstandard package: pip install 'bundlefs[zstd]'"
-        ) from None
-    return zstandard
-
-
-def _zstd_compress(data: bytes, level: int) -> bytes:
-    compressors = getattr(_zstd_local, "compressors", None)
-    if compressors is None:
-        compressors = _zstd_local.compressors = {}
-    compressor = compressors.get(level)
-    if compressor is None:
-        # No checksum of its own (the record CRC covers the stored bytes); the content size is
-        # in the frame, which the reader checks against the index's length.
-        compressor = compressors[level] = zstd_module().ZstdCompressor(
-            level=level, write_checksum=False, write_content_size=True
-        )
-    return compressor.compress(data)
-
-
-def _zstd_decompress(stored: bytes, length: int) -> bytes:
-    """Exactly one frame that records ``length`` as its content size (docs/format.md §3.4).
-
-    zstandard sizes its output from the frame's own header and ignores ``max_output_size`` when
-    the header has one: a 17-byte frame claiming 1 TiB made it allocate that (found by a second
-    read of this change). So the declared size is checked first, and nothing may follow the frame.
-    """
-    zstd = zstd_module()
-    declared = zstd.frame_content_size(stored)  # -1: not recorded; ZstdError: not a frame
-    if declared != length:
-        raise zstd.ZstdError(f"the frame declares {declared} bytes, the record {length}")
-    decompressor = getattr(_zstd_local, "decompressor", None)
-    if decompressor is None:
-        decompressor = _zstd_local.decompressor = zstd.ZstdDecompressor()
-    return decompressor.decompress(stored, max_output_size=length, allow_extra_data=False)
-
-
-def encode_record_payload(
-    data: bytes, compression: int, level: int | None = None
-) -> tuple[bytes, int]:
-    """Choose how to store one record: (stored bytes, record flags)."""
-    # An edge byte decides almost every record at once; only then compare the whole record.
-    if not data[0] and not data[-1] and data == bytes(len(data)):
-        return b"", fmt.RECORD_ZEROS
-    packed = None
-    if compression == fmt.COMPRESSION_LZ4:
-        packed = lz4.block.compress(data, store_size=False)
-    elif compression == fmt.COMPRESSION_ZSTD:
-        packed = _zstd_compress(data, DEFAULT_ZSTD_LEVEL if level is None else level)
-    if packed is not None and len(packed) < len(data):
-        return packed, 0
-    return bytes(data), fmt.RECORD_RAW
-
-
-def decode_record_payload(
-    record: fmt.Record, stored: bytes, codec: int = fmt.COMPRESSION_LZ4
-) -> bytes:
-    """Expand the stored bytes of a record whose CRC has been checked.
-
-    ``codec`` is how the record's shard stores a record without ZEROS or RAW (its shard table
-    entry's, or the bundle's ``Config.record_codec`` before version 3).
-    """
-    if record.flags & fmt.RECORD_ZEROS:
-        return bytes(record.length)
-    if record.flags & fmt.RECORD_RAW:
-        return stored
-    if codec == fmt.COMPRESSION_ZSTD:
-        undecodable: tuple[type[Exception], ...] = (zstd_module().ZstdError,)
-    else:
-        undecodable = (lz4.block.LZ4BlockError,)
-    try:
-        if codec == fmt.COMPRESSION_ZSTD:
-            data = _zstd_decompress(stored, record.length)
-        else:
-            data = lz4.block.decompress(stored, uncompressed_size=record.length)
-    except undecodable:
-        raise CorruptDataError(
-            "record does not decompress", shard=record.shard, record=record.offset
-        ) from None
-    if len(data) != record.length:
-        raise CorruptDataError(
-            f"record decompressed to {len(data)} bytes, expected {record.length}",
-            shard=record.shard,
-            record=record.offset,
-        )
-    return data
-
-
-def _encode_record(data: bytes, compression: int, level: int | None) -> tuple[bytes, int, int]:
-    stored, flags = encode_record_payload(data, compression, level)
-    return stored, flags, crc32c(stored)
-
-
-def start_writeback(fd: int, offset: int, length: int) -> None:
-    """Ask the kernel to start writing ``length`` bytes at ``offset`` to disk, without waiting.
-
-    An optimisation only (where it is missing or refused, the final fsync does all the work): the
-    disk writes while the packer reads and compresses, so the fsync before sealing has little
-    left to wait for (it took ~15% of a pack of small files when all the writeback waited on it).
-    """
-    with contextlib.suppress(OSError):
-        libc.sync_file_range(fd, offset, length, libc.SYNC_FILE_RANGE_WRITE)
-
-
-class ShardWriter:
-    """Appends records to one shard file; the header is written last, with the bundle id.
-
-    With a ``pool``, records are compressed and checksummed on its threads (lz4 and CRC32C release
-    the GIL) up to ``COMPRESS_AHEAD`` records ahead, and still written strictly in stream order, so
-    the file is the same as without one. Every ``WRITEBACK_BYTES`` written, writeback of them is
-    started, so the disk works while the packer does and the final fsync is short.
-    """
-
-    COMPRESS_AHEAD = 8
-    WRITEBACK_BYTES = 8 * 1024 * 1024
-
-    def __init__(
-        self,
-        path: str,
-        index: int,
-        config: fmt.Config,
-        pool: Executor | None = None,
-        *,
-        level: int | None = None,
-    ) -> None:
-        self.path = path
-        self.index = index
-        self._config = config
-        self._level = level  # the compressor's level (zstd); not part of the format
-        self._pool = pool
-        # "x": a new file, never one already there (a merged bundle's shards are links of
-        # other bundles' files, which nothing may truncate).
-        self._file = open(path, "xb")  # noqa: SIM115 - closed in finish()/abort()
-        with naming(path):
-            self._file.write(bytes(config.block_size))  # header block, filled in by write_header()
-        self._file_size = config.block_size
-        self._written_back = 0  # file offset up to which writeback has been started
-        self._pending = bytearray()  # the record being filled
-        self._pending_start = 0  # its offset in the uncompressed stream
-        self._encoding: deque[tuple[int, int, Future]] = deque()  # (offset, length, encoding)
-        self.stream_size = 0  # bytes written to the uncompressed stream so far
-        self.records: list[fmt.Record] = []  # records written to the file, drained by the packer
-        self.record_count = 0
-
-    def write(self, data: bytes | memoryview) -> None:
-        """Append bytes to the uncompressed stream, emitting full records."""
-        view = memoryview(data)
-        record_size = self._config.record_size
-        while view:
-            room = record_size - len(self._pending)
-            self._pending += view[:room]
-            view = view[room:]
-            if len(self._pending) == record_size:
-                self._emit()
-        self.stream_size += len(data)
-
-    def cut(self) -> None:
-        """End the current record early, so the next byte starts a record."""
-        if self._pending:
-            self._emit()
-
-    def _emit(self) -> None:
-        data = bytes(self._pending)
-        offset = self._pending_start
-        self._pending_start += len(data)
-        self._pending.clear()
-        if self._pool is None:
-            self._store(
-                offset, len(data), _encode_record(data, self._config.compression, self._level)
-            )
-            return
-        encoding = self._pool.submit(_encode_record, data, self._config.compression, self._level)
-        self._encoding.append((offset, len(data), encoding))
-        if len(self._encoding) >= self.COMPRESS_AHEAD:
-            self._store_oldest()
-
-    def _store_oldest(self) -> None:
-        offset, length, encoding = self._encoding.popleft()
-        self._store(offset, length, encoding.result())
-
-    def _store(self, offset: int, length: int, encoded: tuple[bytes, int, int]) -> None:
-        stored, flags, crc = encoded
-        record = fmt.Record(
-            shard=self.index,
-            offset=offset,
-            stored_offset=self._file_size,
-            stored_length=len(stored),
-            length=length,
-            crc32c=crc,
-            flags=flags,
-        )
-        if stored:
-            padded = fmt.pad_to(len(stored), self._config.block_size)
-            with naming(self.path):  # a full disk is said with the shard's name
-                self._file.write(stored)
-                self._file.write(bytes(padded - len(stored)))
-                self._file_size += padded
-                if self._file_size - self._written_back >= self.WRITEBACK_BYTES:
-                    self._file.flush()
-                    written = self._file_size - self._written_back
-                    start_writeback(self._file.fileno(), self._written_back, written)
-                    self._written_back = self._file_size
-        self.records.append(record)
-        self.record_count += 1
-
-    def finish(self) -> fmt.ShardInfo:
-        self.cut()
-        while self._encoding:
-            self._store_oldest()
-        with naming(self.path):
-            self._file.flush()
-            os.fsync(self._file.fileno())
-        self._file.close()
-        return fmt.ShardInfo(
-            self._file_size, self.stream_size, self.record_count, self._config.record_codec
-        )
-
-    def abort(self) -> None:
-        for _offset, _length, encoding in self._encoding:
-            encoding.cancel()
-        self._encoding.clear()
-        self._file.close()
-
-
-def write_shard_header(path: str, index: int, bundle_id: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-    try:
-        if os.fstat(fd).st_nlink > 1:  # a shard linked from another bundle keeps its header
-            raise OSError(errno.EMLINK, "refusing to stamp a shard file with other names", path)
-        with naming(path):
-            os.pwrite(fd, fmt.encode_shard_header(index, bundle_id, fmt.FORMAT_VERSION), 0)
-            os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,114 @@
+"""The write half of the LMDB index: ``IndexWriter`` (sorted appends, deterministic commits).
+
+LMDB's errors end here: callers see ``IndexWriteError`` (or ``FormatError`` for a key written
+twice). The read half is ``IndexReader`` (storage/index.py).
+
+May import: ``bundlefs.core``, ``bundlefs.errors``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import lmdb
+
+from bundlefs.core import format as fmt
+from bundlefs.errors import FormatError, IndexWriteError
+
+
+class IndexWriter:
+    """Writes a fresh index with sorted appends. Owned by the packer; one writer per index.
+
+    Every LMDB failure (a full disk or map, an I/O error) is raised as ``IndexWriteError``, so no
+    caller above the storage layer needs to know LMDB.
+    """
+
+    # Deterministic commit points keep the dirty set bounded and the output byte-identical.
+    COMMIT_EVERY = 50_000
+
+    def __init__(self, index_dir: str, map_size: int = 1 << 40) -> None:
+        os.makedirs(index_dir, exist_ok=True)
+        try:
+            self._env = lmdb.open(
+                index_dir,
+                map_size=map_size,
+                subdir=True,
+                lock=False,  # we own the directory exclusively; no lock.mdb in the bundle
+                max_dbs=len(fmt.ALL_DBS) + 1,
+                sync=False,  # the packer fsyncs once at the end
+                metasync=False,
+            )
+        except lmdb.Error as e:
+            raise IndexWriteError(str(e)) from e
+        try:
+            self._dbs = {name: self._env.open_db(name) for name in fmt.ALL_DBS}
+            self._txn = self._env.begin(write=True)
+        except lmdb.Error as e:
+            self._env.close()
+            raise IndexWriteError(str(e)) from e
+        self._pending = 0
+
+    def _put(self, db: bytes, key: bytes, value: bytes, *, append: bool) -> None:
+        try:
+            if not self._txn.put(key, value, db=self._dbs[db], append=append, overwrite=not append):
+                raise FormatError(f"index key {key!r} was written twice")
+            self._pending += 1
+            if self._pending >= self.COMMIT_EVERY:
+                self._txn.commit()
+                self._txn = self._env.begin(write=True)
+                self._pending = 0
+        except lmdb.Error as e:
+            raise IndexWriteError(str(e)) from e
+
+    def put_entry(self, entry: fmt.Entry) -> None:
+        self._put(fmt.DB_ENTRIES, fmt.entry_key(entry.ino), fmt.encode_entry(entry), append=True)
+
+    def replace_entry(self, entry: fmt.Entry) -> None:
+        """Rewrite an entry already written (the packer keeps the value's length, so LMDB
+        overwrites it in place)."""
+        self._put(fmt.DB_ENTRIES, fmt.entry_key(entry.ino), fmt.encode_entry(entry), append=False)
+
+    def put_record(self, record: fmt.Record) -> None:
+        key = fmt.record_key(record.shard, record.offset)
+        self._put(fmt.DB_RECORDS, key, fmt.encode_record(record), append=True)
+
+    def put_shard(self, index: int, info: fmt.ShardInfo) -> None:
+        value = fmt.encode_shard_info(info, fmt.FORMAT_VERSION, index)
+        self._put(fmt.DB_SHARDS, fmt.shard_key(index), value, append=True)
+
+    def put_owner(self, index: int, uid: int, gid: int) -> None:
+        self._put(fmt.DB_OWNERS, fmt.owner_key(index), fmt.encode_owner(uid, gid), append=True)
+
+    def put_content_type(self, index: int, media_type: str) -> None:
+        key = fmt.content_type_key(index)
+        self._put(fmt.DB_TYPES, key, fmt.encode_content_type(media_type), append=True)
+
+    def put_meta(self, items: dict[str, str]) -> None:
+        """The bundle's metadata, all at once (LMDB sorts the keys)."""
+        if len(items) > fmt.MAX_META_KEYS:
+            raise FormatError(f"more than {fmt.MAX_META_KEYS} metadata items")
+        for key in sorted(items, key=str.encode):
+            value = fmt.encode_meta_value(items[key])
+            self._put(fmt.DB_META, fmt.meta_key(key), value, append=True)
+
+    def put_config(self, config: fmt.Config) -> None:
+        self._put(fmt.DB_CONFIG, fmt.CONFIG_KEY, fmt.encode_config(config), append=False)
+
+    def close(self) -> None:
+        """Commit, flush to disk and close."""
+        try:
+            self._txn.commit()
+            self._env.sync(True)
+            self._env.close()
+        except lmdb.Error as e:
+            raise IndexWriteError(str(e)) from e
+
+    def abort(self) -> None:
+        """Discard what was written and close; LMDB errors raise ``IndexWriteError``."""
+        try:
+            try:
+                self._txn.abort()
+            finally:
+                self._env.close()
+        except lmdb.Error as e:
+            raise IndexWriteError(str(e)) from e
