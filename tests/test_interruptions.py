@@ -155,7 +155,7 @@ def test_a_signal_during_an_upload_removes_what_was_uploaded(
     staging.mkdir()
     source = [tree] if command == "pack" else [bundle]
     status, err = interrupted(
-        tmp_path, "bundlefs.storage.publish_remote:RemotePublisher._upload", 3, signal.SIGTERM,
+        tmp_path, "bundlefs.storage.objectstore.upload:RemotePublisher._upload", 3, signal.SIGTERM,
         command, *source, url, "--staging", staging,
         "--storage-option", f"endpoint_url={store.endpoint}",
         env={"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"},

@@ -30,7 +30,7 @@ from bundlefs.packing.objects import ObjectSource  # noqa: E402
 from bundlefs.packing.packer import PackOptions, pack  # noqa: E402
 from bundlefs.packing.sources import SourceErrors  # noqa: E402
 from bundlefs.storage.location import parse_location  # noqa: E402
-from bundlefs.storage.objects import WINDOW, ObjectInfo  # noqa: E402
+from bundlefs.storage.objectstore.listing import WINDOW, ObjectInfo  # noqa: E402
 from tests.conftest import pseudo_random_bytes  # noqa: E402
 from tests.s3server import REGION, S3Server, free_port, s3_server, split_url  # noqa: E402
 from tests.trees import assert_one_line_error, run_cli  # noqa: E402

@@ -29,7 +29,8 @@ from bundlefs import (
 from bundlefs.errors import BundleError, StorageError, WouldBlock
 from bundlefs.read.verify import verify
 from bundlefs.storage.location import parse_location
-from bundlefs.storage.remote import DiskRecordCache, RemoteShardStore
+from bundlefs.storage.objectstore.disk_cache import DiskRecordCache
+from bundlefs.storage.objectstore.shard_store import RemoteShardStore
 from tests.conftest import SAMPLE_FILES, build_tree, pseudo_random_bytes
 from tests.mounting import wait_until
 from tests.s3server import S3Server, free_port, private_s3_server, s3_server, upload_bundle
@@ -200,7 +201,7 @@ def test_a_bundle_replaced_while_open_never_serves_the_new_bytes(
         }
         other = pack_tree(spec, name="replacement", record_size=16 * 1024)
         upload_bundle(s3_server, other, sample_url)
-        old._store._memory.clear()  # type: ignore[union-attr]  # as if it had been evicted
+        old._store._held.memory.clear()  # type: ignore[union-attr]  # as if it had been evicted
         old.cache.clear()
         assert _files_read_correctly_or_refused(old) > 0
     with _open(s3_server, sample_url, cache) as new:  # a new open sees the new bundle
@@ -549,7 +550,7 @@ def test_a_record_straddling_a_window_in_flight_fetches_only_what_no_one_has(tmp
     # Bytes [0, 1 MiB) are held; the window [1 MiB, 2 MiB) is in flight; a record across the
     # boundary must take its head from memory and wait for its tail, not GET itself again.
     from bundlefs.storage.location import parse_location
-    from bundlefs.storage.remote import RemoteShardStore
+    from bundlefs.storage.objectstore.shard_store import RemoteShardStore
 
     mib = 1 << 20
     data = pseudo_random_bytes(3 * mib, seed=5, compressible=False)
@@ -583,8 +584,8 @@ def test_a_nowait_read_never_waits_for_the_disk_cache_lock(tmp_path):
     )  # fmt: skip
     try:
         assert store.read(SHARD0, 0, 100) == data[:100]  # now on disk
-        store._memory.clear()
-        disk = store._disk
+        store._held.memory.clear()
+        disk = store._held.disk
         assert disk is not None
         answers: list[object] = []
 

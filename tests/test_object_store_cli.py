@@ -34,9 +34,9 @@ pytest.importorskip("moto")
 
 from bundlefs import Bundle, PackError, pack  # noqa: E402
 from bundlefs.core import format as fmt  # noqa: E402
-from bundlefs.storage import publish_remote  # noqa: E402
 from bundlefs.storage.location import parse_location  # noqa: E402
-from bundlefs.storage.publish_remote import (  # noqa: E402
+from bundlefs.storage.objectstore import upload as upload_module  # noqa: E402
+from bundlefs.storage.objectstore.upload import (  # noqa: E402
     ATTEMPTS,
     READ_TIMEOUT,
     UPLOAD_READ_TIMEOUT,
@@ -247,13 +247,13 @@ def test_a_prefix_holding_other_objects_is_refused_even_with_force(endpoint, buc
 # A pack that stops for good once its first object is in the store: what SIGKILL interrupts.
 _STALLING_PACK = """
 import os, sys, time
-from bundlefs.storage import publish_remote
-upload = publish_remote.RemotePublisher._upload
+from bundlefs.storage.objectstore import upload
+real_upload = upload.RemotePublisher._upload
 def stalling(self, work, name, uploaded):
-    upload(self, work, name, uploaded)
+    real_upload(self, work, name, uploaded)
     open(os.environ["STALL_FLAG"], "w").close()
     time.sleep(600)
-publish_remote.RemotePublisher._upload = stalling
+upload.RemotePublisher._upload = stalling
 from bundlefs.cli.app import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -417,7 +417,7 @@ def test_an_interrupted_upload_does_not_wait_for_the_objects_queued(monkeypatch)
     started: list[str] = []
     finished: list[str] = []
     release, waiting, interrupted = threading.Event(), threading.Event(), threading.Event()
-    wait = publish_remote.wait
+    wait = upload_module.wait
 
     def watched_wait(*args: Any, **kwargs: Any) -> Any:
         waiting.set()  # every upload is queued: the publisher waits for them
@@ -439,7 +439,7 @@ def test_an_interrupted_upload_does_not_wait_for_the_objects_queued(monkeypatch)
             interrupted.set()
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(publish_remote, "wait", watched_wait)
+    monkeypatch.setattr(upload_module, "wait", watched_wait)
     previous = signal.signal(signal.SIGINT, sigint)
     try:
         with pytest.raises(KeyboardInterrupt):

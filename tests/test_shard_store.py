@@ -12,21 +12,25 @@ import pytest
 
 from bundlefs import Bundle, CorruptDataError
 from bundlefs.core import format as fmt
-from bundlefs.errors import ShardUnavailable, WouldBlock
+from bundlefs.errors import BundleClosedError, ShardUnavailable, WouldBlock
 from bundlefs.read.cache import RecordCache
 from bundlefs.read.content import ContentReader
 from bundlefs.storage.index import IndexReader
 from bundlefs.storage.shards import ShardSet
+from bundlefs.storage.store import ShardStoreBase
 
 
-class MemoryShardStore:
+class MemoryShardStore(ShardStoreBase):
     """Shard files held as bytes: the whole ShardStore interface, and nothing of the disk."""
 
     def __init__(self, files: dict[str, bytes]) -> None:
         self.files = files
         self.reads = 0
+        self.closed = False
 
     def read(self, name: str, offset: int, length: int, *, nowait: bool = False) -> bytes:
+        if self.closed:
+            raise BundleClosedError("the bundle is closed")
         self.reads += 1
         try:
             return self.files[name][offset : offset + length]
@@ -45,6 +49,7 @@ class MemoryShardStore:
 
     def close(self) -> None:
         self.files = {}
+        self.closed = True
 
 
 @pytest.fixture

@@ -142,16 +142,16 @@ def _remote_replaced_by(
     """
     from bundlefs.core import format as fmt
     from bundlefs.core.checksum import crc32c
-    from bundlefs.storage.remote import remote_filesystem
+    from bundlefs.storage.objectstore.index_fetch import fetch_marker
 
     location = parse_location(url, storage_options(args))
     if not location.storage_options:
         return None
     try:
-        data = remote_filesystem(location).cat_file(location.child(fmt.MARKER_NAME))
-    except FileNotFoundError:
+        data = fetch_marker(location)
+    except NotABundleError:
         return "nothing that opens (no completion marker: a pack --force is uploading?)"
-    except Exception:  # noqa: BLE001 - any back-end's failure: we cannot tell, so say nothing
+    except BundleError:  # unreachable, refused, no back-end: we cannot tell, so say nothing
         return None
     try:
         on_store = fmt.decode_marker(data, crc32c).bundle_id.hex()

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from bundlefs.packing.packer import PackOptions, PackProgress, PackSummary
-    from bundlefs.storage.publish_remote import UploadProgress
+    from bundlefs.storage.objectstore.upload_progress import UploadProgress
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -46,7 +46,7 @@ from bundlefs.storage import publish
 from bundlefs.storage.index import IndexReader
 from bundlefs.storage.index_writer import IndexWriter
 from bundlefs.storage.location import parse_location
-from bundlefs.storage.publish_remote import RemotePublisher
+from bundlefs.storage.objectstore.upload import RemotePublisher
 
 CLASH_RULES = ("error", "last", "first")
 _FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)

@@ -9,8 +9,8 @@ below it). What each entry gets:
   Dask, the driver's), mtime = the object's LastModified, size = the listing's; its content is
   read from the store when the builder stores it: small objects (up to ``_READ_AHEAD_MAX``)
   whole and up to ``_READ_AHEAD_FILES`` ahead on the pack's threads, larger ones streamed in
-  bounded ranged GETs (``bundlefs.storage.objects``). An object that changed size since it was
-  listed is stored as read and reported in ``changed``, as a file that changed;
+  bounded ranged GETs (``bundlefs.storage.objectstore.listing``). An object that changed size
+  since it was listed is stored as read and reported in ``changed``, as a file that changed;
 - a directory (the root included): mode 0755, the same owner, mtime = the pack's creation time
   (deterministic, and the same in every partition of a distributed pack, which a time taken from
   the objects below a directory would not be);
@@ -41,7 +41,7 @@ from bundlefs.errors import PackError
 from bundlefs.packing.archive import ArchiveStat
 from bundlefs.packing.sources import Content, SourceErrors, SourceItem, Stat, excluded_below
 from bundlefs.storage.location import Location
-from bundlefs.storage.objects import ObjectInfo, ObjectReader, ObjectStore
+from bundlefs.storage.objectstore.listing import ObjectInfo, ObjectReader, ObjectStore
 
 log = logging.getLogger(__name__)
 

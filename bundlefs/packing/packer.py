@@ -35,8 +35,9 @@ from bundlefs.storage.codec import zstd_module
 from bundlefs.storage.index_writer import IndexWriter
 from bundlefs.storage.location import Location, parse_location
 from bundlefs.storage.marker import is_bundle, not_a_bundle
-from bundlefs.storage.objects import is_remote_prefix
-from bundlefs.storage.publish_remote import RemotePublisher, UploadProgress, staging_path
+from bundlefs.storage.objectstore.listing import is_remote_prefix
+from bundlefs.storage.objectstore.upload import RemotePublisher, staging_path
+from bundlefs.storage.objectstore.upload_progress import UploadProgress
 
 DEFAULT_SHARD_SIZE = 4 * 1024**3
 ZSTD_LEVELS = (-7, 22)  # the levels zstd:LEVEL accepts (zstd's fast levels to its slowest)
@@ -321,7 +322,8 @@ def pack(
     progress: Callable[[PackProgress], None] | None = None,
 ) -> PackSummary:
     """Pack the tree at ``source`` into a new bundle at ``dest``: a directory, or a URL
-    (``s3://bucket/x.bundle``: built locally, then uploaded, ``bundlefs.storage.publish_remote``).
+    (``s3://bucket/x.bundle``: built locally, then uploaded,
+    ``bundlefs.storage.objectstore.upload``).
 
     ``source`` is a directory, an archive (tar, plain or gzip/bzip2/xz/zstd compressed, or zip;
     "-" is a tar on stdin), a list of archives (tar shards: read in order into one tree), an

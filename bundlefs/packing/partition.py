@@ -66,8 +66,8 @@ from bundlefs.packing.sources import Content, DirectorySource, SourceErrors, Sou
 from bundlefs.packing.user_data import UserDataFile
 from bundlefs.storage import publish
 from bundlefs.storage.location import Location, parse_location
-from bundlefs.storage.objects import ObjectInfo
-from bundlefs.storage.publish_remote import RemotePublisher, staging_path
+from bundlefs.storage.objectstore.listing import ObjectInfo
+from bundlefs.storage.objectstore.upload import RemotePublisher, staging_path
 
 # Partitions per worker when the caller gives no count: a few per worker, so a slow or
 # restarted worker delays the end by a fraction of its share, not all of it.

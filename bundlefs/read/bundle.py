@@ -45,15 +45,11 @@ from bundlefs.read.tree import DEFAULT_NAME_CACHE, TreeModel
 from bundlefs.storage.codec import zstd_module
 from bundlefs.storage.index import IndexReader
 from bundlefs.storage.location import Location, parse_location
-from bundlefs.storage.objectstore.outage import FailedRead
-from bundlefs.storage.remote import (
-    DEFAULT_STORE_TIMEOUT,
-    RemoteShardStore,
-    check_store_timeout,
-    fetch_index,
-)
+from bundlefs.storage.objectstore.client import DEFAULT_STORE_TIMEOUT, check_store_timeout
+from bundlefs.storage.objectstore.index_fetch import fetch_index
+from bundlefs.storage.objectstore.shard_store import RemoteShardStore
 from bundlefs.storage.shards import ShardSet
-from bundlefs.storage.store import LocalShardStore
+from bundlefs.storage.store import FailedRead, LocalShardStore
 
 DEFAULT_CACHE_SIZE = 256 * 1024 * 1024
 
@@ -440,15 +436,13 @@ class Bundle:
     def storage_stats(self) -> dict[str, object] | None:
         """A bundle at a URL: its store's counters (requests, bytes fetched, cache hits…,
         docs/storage.md); None for a local bundle."""
-        if isinstance(self._store, RemoteShardStore):
-            return self._store.stats()
-        return None
+        return self._store.stats()
 
     def storage_failed_read(self, error: CorruptDataError) -> FailedRead:
         """A read failed with ``error``: damage, or the object store's outage (then the store
         names the file in its log; ``OUTAGE_RETRY`` is the same read retried by the kernel, not
         to be counted again). Always ``DAMAGE`` for a local bundle."""
-        if isinstance(self._store, RemoteShardStore) and error.unreadable:
+        if error.unreadable:
             # Bytes the store did not deliver (a checksum mismatch is damage, outage or not).
             return self._store.failed_read(error.path, error.shard, error.record)
         return FailedRead.DAMAGE

@@ -31,13 +31,9 @@ from bundlefs.read.bundle import Bundle, ShardDamage
 from bundlefs.storage.index import check_index_file
 from bundlefs.storage.location import Location, parse_location
 from bundlefs.storage.marker import read_marker
-from bundlefs.storage.remote import (
-    DEFAULT_STORE_TIMEOUT,
-    RemoteShardStore,
-    check_store_timeout,
-    fetch_index,
-    list_shard_names,
-)
+from bundlefs.storage.objectstore.client import DEFAULT_STORE_TIMEOUT, check_store_timeout
+from bundlefs.storage.objectstore.index_fetch import fetch_index
+from bundlefs.storage.objectstore.shard_store import RemoteShardStore, list_shard_names
 from bundlefs.storage.shards import ShardSet
 from bundlefs.storage.store import LocalShardStore
 

@@ -77,15 +77,13 @@ class ShardSet:
         self._shard_info = shard_info
         self._names: dict[int, str] = {}  # shard -> file name, once its header matched
         self._codecs: dict[int, int] = {}  # shard -> codec, set with its name
-        # Whether reading a slice of a record costs less than the whole record (a local file:
-        # yes; an object store: one round trip either way, and only a whole record can be
-        # CRC-checked). ContentReader reads raw slices only where this is true.
-        self.partial_reads_cheap: bool = getattr(store, "partial_reads_cheap", True)
-        # Whether a read that is not served from a cache may wait long (a network round trip,
-        # retries): then the mount never reads inline on its event loop.
-        self.reads_may_stall: bool = getattr(store, "reads_may_stall", False)
-        # A store that keeps copies (an object store's disk cache) can drop a damaged one.
-        self._discard = getattr(store, "discard", None)
+        # The store's capabilities (storage/store.py), for the readers above: ContentReader
+        # reads raw slices only where they are cheap, and the mount never reads inline on its
+        # event loop from a store whose reads may stall.
+        self.partial_reads_cheap: bool = store.partial_reads_cheap
+        self.reads_may_stall: bool = store.reads_may_stall
+        # A store that keeps copies (an object store's caches) can drop a damaged one.
+        self._holds_copies: bool = store.holds_copies
 
     def _name(self, shard: int, nowait: bool = False) -> str:
         """The shard's file name, its header checked on first use."""
@@ -127,9 +125,11 @@ class ShardSet:
         stored = b""
         if not record.flags & fmt.RECORD_ZEROS:
             stored = self._pread(record, record.stored_length, record.stored_offset, nowait)
-        if crc32c(stored) != record.crc32c and self._discard is not None and not nowait:
+        if crc32c(stored) != record.crc32c and self._holds_copies and not nowait:
             # Perhaps only the store's copy is damaged: drop it and read the record once more.
-            self._discard(self._name(record.shard), record.stored_offset, record.stored_length)
+            self._store.discard(
+                self._name(record.shard), record.stored_offset, record.stored_length
+            )
             stored = self._pread(record, record.stored_length, record.stored_offset)
         if crc32c(stored) != record.crc32c:
             raise CorruptDataError(
@@ -187,8 +187,8 @@ class ShardSet:
             got = self._store.read_into(name, offset, view, nowait=nowait)
         if got != len(view):
             raise _truncated(record)
-        if check_record and crc32c(view) != record.crc32c and self._discard and not nowait:
-            self._discard(name, offset, len(view))  # as in load: the store's copy, once more
+        if check_record and crc32c(view) != record.crc32c and self._holds_copies and not nowait:
+            self._store.discard(name, offset, len(view))  # as in load: the store's copy, once more
             with _read_errors(record):
                 got = self._store.read_into(name, offset, view)
             if got != len(view):

@@ -1,10 +1,14 @@
 """Where shard bytes live: the one small interface the read path reads through.
 
 ``ShardStore`` reads a byte range of a named shard file; that is all the read path above needs
-from storage (records, CRCs and decompression are ``ShardSet``'s job, one level up). A bundle on
-local disk is ``LocalShardStore`` (pread/preadv on file descriptors opened relative to the bundle
-directory); a bundle on an object store becomes a second implementation of the same interface,
-not a fork of the read path.
+from storage (records, CRCs and decompression are ``ShardSet``'s job, one level up). It states
+what it can do as capabilities (``partial_reads_cheap``, ``reads_may_stall``, ``holds_copies``)
+and answers ``discard``, ``forked``, ``stats`` and ``failed_read`` whatever it is, so the read
+path asks, never probes; ``ShardStoreBase`` gives the defaults of a plain store. A bundle on local
+disk is ``LocalShardStore`` (pread/preadv on file descriptors opened relative to the bundle
+directory); a bundle on an object store is ``RemoteShardStore``
+(storage/objectstore/shard_store.py), a second implementation of the same interface, not a fork
+of the read path. ``tests/test_store_contract.py`` runs one suite over every store.
 
 May import: the standard library, ``bundlefs.errors``.
 """
@@ -12,12 +16,22 @@ May import: the standard library, ``bundlefs.errors``.
 from __future__ import annotations
 
 import contextlib
+import enum
 import errno
 import os
 import threading
 from typing import Protocol
 
 from bundlefs.errors import BundleClosedError, FormatError, ShardUnavailable, WouldBlock
+
+
+class FailedRead(enum.Enum):
+    """What a read that failed with EIO was: damage, or the object store's outage (a new failed
+    read, or the same one retried by the kernel; storage/objectstore/outage.py)."""
+
+    DAMAGE = "damage"
+    OUTAGE = "outage"
+    OUTAGE_RETRY = "outage-retry"
 
 
 class ShardStore(Protocol):
@@ -29,6 +43,16 @@ class ShardStore(Protocol):
     ``BundleClosedError`` after ``close``. A range past the end of a shard comes back
     short; the caller decides whether that is damage.
     """
+
+    # Whether reading a slice of a record costs less than the whole record (a local file: yes;
+    # an object store: one round trip either way, and only a whole record can be CRC-checked).
+    partial_reads_cheap: bool
+    # Whether a read not served from a cache may wait long (a network round trip, retries):
+    # then the mount never reads inline on its event loop.
+    reads_may_stall: bool
+    # Whether the store keeps copies of what it read (an object store's caches), so that
+    # ``discard`` and a second read can cure a record that failed its CRC.
+    holds_copies: bool
 
     def read(self, name: str, offset: int, length: int, *, nowait: bool = False) -> bytes:
         """Up to ``length`` bytes of shard ``name`` from ``offset``."""
@@ -47,6 +71,43 @@ class ShardStore(Protocol):
     def close(self) -> None:
         """Release every resource. Must not race reads in other threads."""
         ...
+
+    def discard(self, name: str, offset: int, length: int) -> None:
+        """Drop held copies of these bytes (they failed a record CRC): the next read fetches."""
+        ...
+
+    def forked(self) -> None:
+        """In a child after ``fork()``: drop what belonged to the parent's threads."""
+        ...
+
+    def stats(self) -> dict[str, object] | None:
+        """Counters for ``bundlefs info`` (docs/storage.md, "Reading"); None: nothing to say."""
+        ...
+
+    def failed_read(self, path: str | None, shard: int | None, record: int | None) -> FailedRead:
+        """What a read of ``path`` that failed with EIO (the bytes did not arrive) was."""
+        ...
+
+
+class ShardStoreBase:
+    """The defaults of a store that reads its shards where they are: cheap slices, no long
+    waits, no copies, no counters, every failed read damage."""
+
+    partial_reads_cheap: bool = True
+    reads_may_stall: bool = False
+    holds_copies: bool = False
+
+    def discard(self, name: str, offset: int, length: int) -> None:
+        return None  # nothing held: the next read reads the shard again anyway
+
+    def forked(self) -> None:
+        return None
+
+    def stats(self) -> dict[str, object] | None:
+        return None
+
+    def failed_read(self, path: str | None, shard: int | None, record: int | None) -> FailedRead:
+        return FailedRead.DAMAGE
 
 
 def _preadv(fd: int, buffer: bytearray | memoryview, offset: int, nowait: bool) -> int:
@@ -71,7 +132,7 @@ def _preadv(fd: int, buffer: bytearray | memoryview, offset: int, nowait: bool) 
     return got
 
 
-class LocalShardStore:
+class LocalShardStore(ShardStoreBase):
     """Shard files in a local bundle directory, opened lazily, read with pread."""
 
     def __init__(self, bundle_dir: str) -> None:

@@ -1,18 +1,19 @@
 """Reads that failed because the object store was unreachable: counted once per failed read,
 and named in a log line at most once per interval. Pure: the caller passes the time and logs the
-line it is handed (``RemoteShardStore``, storage/remote.py).
+line it is handed (``RemoteShardStore``, storage/objectstore/shard_store.py).
 
 Once per failed read: the kernel retries a failed read-ahead with a synchronous read of the same
 bytes, so one application read that fails reaches the mount as two failed FUSE READs of one
 record within a moment; the second one (the same key within ``repeat_window`` seconds) is not
 counted again.
 
+``FailedRead`` (what a failed read was) is the store interface's (storage/store.py).
+
 May import: the standard library.
 """
 
 from __future__ import annotations
 
-import enum
 from collections import OrderedDict
 from collections.abc import Hashable
 
@@ -20,15 +21,6 @@ REPEAT_WINDOW = 2.0  # seconds within which the same record failing again is the
 NAME_INTERVAL = 10.0  # at most one line naming the files per this many seconds
 MAX_NAMES = 10  # files named in one line; the rest are counted
 _REMEMBERED = 256  # recent keys kept for the repeat check
-
-
-class FailedRead(enum.Enum):
-    """What a read that failed with EIO was: damage, or the store's outage (a new failed read,
-    or the same one retried by the kernel)."""
-
-    DAMAGE = "damage"
-    OUTAGE = "outage"
-    OUTAGE_RETRY = "outage-retry"
 
 
 class FailedReads:

@@ -1,7 +1,7 @@
 """The read-ahead policy of a bundle on an object store: which reads make a sequential stream,
 how far ahead of its reader to fetch, and in which pieces. Pure: byte positions in, byte ranges
-out; no network, no clock, no threads. ``RemoteShardStore`` (storage/remote.py) asks it under
-its lock and does the GETs.
+out; no network, no clock, no threads. ``RemoteShardStore`` (storage/objectstore/shard_store.py)
+asks it under its lock and does the GETs.
 
 A stream is found from the positions of the reads, whatever their size: a read starting near where
 an earlier read of the same object ended continues that stream (the kernel turns a ``cat`` into 128

@@ -25,18 +25,17 @@ and notes so on the exception (``_withdraw``). Every failure of the store (bad c
 a missing bucket, a network still down after the back-end's retries) is one ``PackError``
 sentence.
 
-May import: the standard library, ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``;
-fsspec only through ``Location.filesystem`` (an optional extra).
+May import: the standard library, ``bundlefs.core``, ``bundlefs.errors``,
+``bundlefs.storage.{location, marker}``, ``bundlefs.storage.objectstore.{client,
+upload_progress}``; fsspec only through the client.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import re
-import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
@@ -47,7 +46,8 @@ from bundlefs.core import format as fmt
 from bundlefs.errors import BundleError, PackError, note_cleanup
 from bundlefs.storage.location import Location
 from bundlefs.storage.marker import not_a_bundle, read_marker
-from bundlefs.storage.remote import error_reason
+from bundlefs.storage.objectstore.client import error_reason, remote_filesystem
+from bundlefs.storage.objectstore.upload_progress import ByteCounter, Upload, UploadProgress
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,6 @@ log = logging.getLogger(__name__)
 # index; more than this rarely adds throughput and multiplies the memory of buffered parts.
 DEFAULT_UPLOAD_JOBS = 8
 
-_S3 = ("s3", "s3a")
 CONNECT_TIMEOUT = 10
 # How long a request may wait for the store's answer (botocore's read timeout: the wait for each
 # byte of the response, from the end of the request's body). Listings, HEADs, deletes, the
@@ -76,64 +75,6 @@ _BUNDLE_OBJECT = re.compile(
 )
 
 
-@dataclass
-class UploadProgress:
-    """An upload under way (and, once ``publish`` returns, done): ``RemotePublisher.uploaded``."""
-
-    total_bytes: int
-    objects: int
-    bytes_done: int = 0
-    objects_done: int = 0
-    started: float = dataclasses.field(default_factory=time.monotonic)
-    seconds: float = 0.0  # set when every object (the marker included) is in the store
-
-
-class _ByteCounter:
-    """fsspec's ``callback`` protocol (``set_size``, ``relative_update``, …) for one object,
-    adding what the back-end reports to the upload's shared count. Never more than the object's
-    size: a part sent again after a failure is not counted twice."""
-
-    def __init__(self, upload: _Upload, size: int) -> None:
-        self.upload, self.size, self.done = upload, size, 0
-
-    def set_size(self, size: int) -> None:
-        pass
-
-    def relative_update(self, inc: int = 1) -> None:
-        self.absolute_update(self.done + inc)
-
-    def absolute_update(self, value: int) -> None:
-        value = min(value, self.size)
-        self.upload.add(value - self.done)
-        self.done = max(self.done, value)
-
-    def branched(self, *args: Any, **kwargs: Any) -> None:
-        return None  # no callbacks for the parts of a directory copy: we upload files
-
-    def call(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-class _Upload:
-    """The shared count of one publish, reported to ``progress`` (from the upload threads)."""
-
-    def __init__(self, progress: UploadProgress, report: Callable[[UploadProgress], None] | None):
-        self.progress, self.report = progress, report
-        self._lock = threading.Lock()
-
-    def add(self, nbytes: int, objects: int = 0) -> None:
-        if nbytes <= 0 and not objects:
-            return
-        with self._lock:
-            self.progress.bytes_done += max(0, nbytes)
-            self.progress.objects_done += objects
-            if self.report is not None:
-                self.report(self.progress)
-
-
 @dataclass(frozen=True)
 class RemoteState:
     """What is under a bundle URL: relative object names and their sizes."""
@@ -151,27 +92,18 @@ class RemoteState:
 
 
 def _filesystem(location: Location, read_timeout: int) -> Any:
-    """A private fsspec file system for uploading to ``location``.
+    """A private fsspec file system for uploading to ``location`` (storage/objectstore/client.py).
 
     Private, so its settings are not those of the instance a reader in this process shares. For
-    S3, bounded: botocore's retries (4 attempts with backoff) are the only ones, s3fs's own loop
-    (5 tries of botocore's 4 on a timeout) is turned off, and every request waits at most
+    S3, bounded: botocore's retries (``ATTEMPTS`` with backoff) are the only ones, s3fs's own
+    loop (5 tries of botocore's 4 on a timeout) is turned off, and every request waits at most
     ``read_timeout`` for its answer; a transient failure is retried, and a store that stays down
     or stops answering is one sentence after ``ATTEMPTS`` times the timeout (docs/storage.md,
     "URLs and credentials"). The user's own ``config_kwargs`` win.
     """
-    options = dict(location.storage_options)
-    if location.protocol in _S3:
-        config = dict(options.get("config_kwargs") or {})
-        config.setdefault("connect_timeout", CONNECT_TIMEOUT)
-        config.setdefault("read_timeout", read_timeout)
-        config.setdefault("retries", {"mode": "standard", "total_max_attempts": ATTEMPTS})
-        options["config_kwargs"] = config
-    options["skip_instance_cache"] = True
-    fs = dataclasses.replace(location, storage_options=options).filesystem()
-    if location.protocol in _S3 and isinstance(getattr(fs, "retries", None), int):
-        fs.retries = 1  # s3fs's loop around botocore's: it multiplied the bound by 5
-    return fs
+    return remote_filesystem(
+        location, read_timeout, connect_timeout=CONNECT_TIMEOUT, backend_attempts=ATTEMPTS
+    )
 
 
 class RemotePublisher:
@@ -192,7 +124,7 @@ class RemotePublisher:
             raise PackError(str(e)) from None
         self.root = location.path.rstrip("/")
         self.uploaded: UploadProgress | None = None  # the last publish's, once it ran
-        self._upload_count = _Upload(UploadProgress(0, 0), None)
+        self._upload_count = Upload(UploadProgress(0, 0), None)
         self._running: list[Future[None]] = []  # uploads under way when an interruption came
 
     # -- errors ------------------------------------------------------------------------------------
@@ -281,7 +213,7 @@ class RemotePublisher:
         sizes = {name: os.path.getsize(os.path.join(work, name)) for name in names}
         counted = UploadProgress(sum(sizes.values()) + fmt.MARKER_SIZE, len(names) + 1)
         self.uploaded = counted
-        self._upload_count = _Upload(counted, progress)
+        self._upload_count = Upload(counted, progress)
         state = self.check(force)
         if state.complete:
             # First, so that from here on nothing opens the URL: a reader never pairs the old
@@ -341,7 +273,7 @@ class RemotePublisher:
     ) -> None:
         local = os.path.join(work, name)
         size = os.path.getsize(local)
-        counter = _ByteCounter(self._upload_count, size)
+        counter = ByteCounter(self._upload_count, size)
         fs = self.fs if small else self.upload_fs
         fs.put_file(local, self._object(name), callback=counter)
         counter.absolute_update(size)  # a back-end that reports nothing is counted whole here

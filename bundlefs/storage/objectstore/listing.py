@@ -6,14 +6,14 @@ reads objects: whole (``read``, for small ones) or streamed in bounded ranged GE
 (``open``: at most ``WINDOW`` bytes in memory per open object). The tree those keys imply, and
 what a key may be, are the packer's business (``bundlefs.packing.objects``).
 
-Requests are bounded as the remote reader's are (``storage/remote.py``): a private file system
-with bounded network waits and the back-end's own retries off, and every listing page and GET
-made at most ``remote.ATTEMPTS`` times with backoff. On S3 the listing is ListObjectsV2 page by
-page (1,000 keys; only one page is held here), so keys come back exactly as stored, "//" and all;
-other stores go through fsspec's ``find``.
+Requests are bounded as the remote reader's are: a private file system with bounded network
+waits and the back-end's own retries off (storage/objectstore/client.py), and every listing page
+and GET made at most ``fetcher.ATTEMPTS`` times with backoff. On S3 the listing is
+ListObjectsV2 page by page (1,000 keys; only one page is held here), so keys come back exactly as
+stored, "//" and all; other stores go through fsspec's ``find``.
 
-May import: the standard library, ``bundlefs.errors``, ``bundlefs.storage``; fsspec only through
-``bundlefs.storage.location`` (lazily: it is an optional extra).
+May import: the standard library, ``bundlefs.errors``, ``bundlefs.storage.location``,
+``bundlefs.storage.objectstore.{client, fetcher}``; fsspec only through the client.
 """
 
 from __future__ import annotations
@@ -27,21 +27,18 @@ from typing import Any, TypeVar
 
 from bundlefs.errors import BundleError, PackError
 from bundlefs.storage.location import Location, has_scheme
-from bundlefs.storage.remote import (
-    ATTEMPTS,
-    BACKOFF,
-    BACKOFF_MAX,
-    Fetcher,
+from bundlefs.storage.objectstore.client import (
+    S3_PROTOCOLS,
     error_reason,
     is_denied,
     is_fatal,
     remote_filesystem,
 )
+from bundlefs.storage.objectstore.fetcher import ATTEMPTS, BACKOFF, BACKOFF_MAX, Fetcher
 
 # One ranged GET of a large object: large enough that per-request latency stops dominating,
 # small enough that an object being packed never holds more than this in memory.
 WINDOW = 8 * 1024 * 1024
-_S3 = ("s3", "s3a")
 _T = TypeVar("_T")
 
 
@@ -101,7 +98,7 @@ class ObjectStore:
             fs = self._fetcher.fs
         except BundleError as e:  # fsspec or its back-end missing: the location names the extra
             raise PackError(str(e)) from None
-        if self.location.protocol in _S3 and hasattr(fs, "call_s3"):
+        if self.location.protocol in S3_PROTOCOLS and hasattr(fs, "call_s3"):
             yield from self._list_s3(fs)
         else:
             yield from self._list_fsspec(fs)
