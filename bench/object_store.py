@@ -65,7 +65,7 @@ from bench import datasets
 from bench.measure import drop_caches
 from bench.report import write_section
 from bench.systems import Bundlefs, Ratarmount, SystemUnavailable, fusermount_unmount, mounted
-from tests import s3server
+from tests.support import s3server
 
 REPO = Path(__file__).resolve().parent.parent
 SECTION = "## Object storage"
@@ -176,7 +176,7 @@ def serve(port: int) -> None:
 
 
 class S3Server(s3server.S3Server):
-    """tests/s3server.py's moto server, running the counting wrapper above (``--serve``);
+    """tests/support/s3server.py's moto server, running the counting wrapper above (``--serve``);
     ``stop`` always."""
 
     def __init__(self, log_path: Path) -> None:
