@@ -143,7 +143,7 @@ def test_only_storage_and_integrations_import_fsspec_or_its_back_ends():
 
 
 def test_only_the_integrations_import_dask_or_distributed():
-    # Distributed packing is an optional extra: the packer's partitions (packing/partition.py)
+    # Distributed packing is an optional extra: the packer's partitions (packing/distributed/)
     # know nothing of Dask; integrations/dask.py runs them on a cluster.
     for path in _modules():
         if _package_of(path) == "integrations":
@@ -164,7 +164,7 @@ sys.meta_path.insert(0, _Blocker())
 
 
 @pytest.mark.parametrize(
-    "module", ["bundlefs.packing.partition", "bundlefs.packing.merge", "bundlefs.cli"]
+    "module", ["bundlefs.packing.distributed.driver", "bundlefs.packing.merge", "bundlefs.cli"]
 )
 def test_the_packer_and_the_cli_import_without_dask(module):
     result = subprocess.run(
