@@ -1,14 +1,11 @@
 """Where bytes and metadata live: the LMDB index, shard records, the ShardStore interface,
-staging and publishing, and a bundle on an object store. Only this layer imports lmdb (and,
-through ``location``, fsspec).
+staging and publishing, and a bundle on an object store (``objectstore/``). Only this layer
+imports lmdb, and fsspec only through ``location``.
 
-Imports inside point one way. Bottom first; a module imports only from its own step or below:
+Imports inside point one way, bottom first: the marker, the record codecs, the store interface,
+the LMDB environment rules and where a bundle lives; then the read and write halves of the index
+and the shards; then publishing; then the object store, which uses all of them.
 
-1. ``location``, ``marker``, ``codec``, ``store``, ``lmdb_env``
-2. ``index``, ``index_writer``, ``shards``, ``shard_writer`` (the read and write halves)
-3. ``publish``
-4. ``objectstore/client`` (the one fsspec client), then ``objectstore/fetcher`` (its GETs)
-5. ``objectstore/{tiers, disk_cache, readahead, outage, inflight, held, index_fetch, listing,
-   upload_progress, upload}``, each only from those before it in this list
-6. ``objectstore/shard_store`` (``RemoteShardStore``: composes step 5)
+Order (bottom first): location | marker | codec | store | lmdb_env,
+index | index_writer | shards | shard_writer, publish, objectstore
 """

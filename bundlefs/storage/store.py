@@ -8,7 +8,7 @@ path asks, never probes; ``ShardStoreBase`` gives the defaults of a plain store.
 disk is ``LocalShardStore`` (pread/preadv on file descriptors opened relative to the bundle
 directory); a bundle on an object store is ``RemoteShardStore``
 (storage/objectstore/shard_store.py), a second implementation of the same interface, not a fork
-of the read path. ``tests/test_store_contract.py`` runs one suite over every store.
+of the read path. ``tests/store/test_store_contract.py`` runs one suite over every store.
 
 May import: the standard library, ``bundlefs.errors``.
 """
