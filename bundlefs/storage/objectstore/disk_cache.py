@@ -20,7 +20,7 @@ import time
 
 from bundlefs.core import format as fmt
 from bundlefs.errors import WouldBlock
-from bundlefs.storage.objectstore.tiers import RangeIndex, assemble
+from bundlefs.storage.objectstore.tiers import LockedRanges, RangeIndex, assemble
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def _is_bundle_id(name: str) -> bool:
     return len(name) == 32 and all(c in "0123456789abcdef" for c in name)
 
 
-class DiskRecordCache:
+class DiskRecordCache(LockedRanges):
     """Fetched shard ranges of one bundle as files, bounded in bytes across every bundle there.
 
     ``ROOT/<bundle id hex>/<shard>.<offset>.<length>``: a range is only ever served to the bundle
@@ -116,14 +116,6 @@ class DiskRecordCache:
                             st = entry.stat(follow_symlinks=False)
                             out.append((st.st_mtime, st.st_size, entry.path))
         return out
-
-    def find(self, name: str, pos: int) -> tuple[int, int] | None:
-        with self._lock:
-            return self.index.find(name, pos)
-
-    def next_start(self, name: str, pos: int) -> int | None:
-        with self._lock:
-            return self.index.next_start(name, pos)
 
     def get(self, name: str, offset: int, end: int, nowait: bool) -> bytes | None:
         """Bytes ``offset … end`` if held whole, else None. With ``nowait``, ``WouldBlock`` when

@@ -84,7 +84,22 @@ def assemble(
     return b"".join(parts)
 
 
-class MemoryTier:
+class LockedRanges:
+    """The lookups of a tier whose ``RangeIndex`` (``index``) is guarded by ``_lock``."""
+
+    index: RangeIndex
+    _lock: threading.Lock
+
+    def find(self, name: str, pos: int) -> tuple[int, int] | None:
+        with self._lock:
+            return self.index.find(name, pos)
+
+    def next_start(self, name: str, pos: int) -> int | None:
+        with self._lock:
+            return self.index.next_start(name, pos)
+
+
+class MemoryTier(LockedRanges):
     """Recently fetched ranges in memory, LRU, bounded in bytes: a coalesced window is mostly
     read right after it arrives, and this avoids a file read for each of its records."""
 
@@ -103,14 +118,6 @@ class MemoryTier:
 
         with self._lock:
             return assemble(self.index, name, offset, end, read)
-
-    def find(self, name: str, pos: int) -> tuple[int, int] | None:
-        with self._lock:
-            return self.index.find(name, pos)
-
-    def next_start(self, name: str, pos: int) -> int | None:
-        with self._lock:
-            return self.index.next_start(name, pos)
 
     def put(self, name: str, start: int, data: bytes) -> None:
         if len(data) > self.limit or not data:
