@@ -179,3 +179,60 @@ def test_every_module_says_what_it_owns_and_what_it_may_import(path):
     assert docstring, f"{path}: a module docstring says what the module owns"
     if path.name != "__init__.py" or path.parent == PACKAGE:
         assert "May import:" in docstring, f"{path}: say what it may import"
+
+
+# Inside packing/, bottom first (packing/__init__.py says why): a module imports only modules on
+# lines above its own, ``if TYPE_CHECKING:`` and function-level imports included.
+PACKING_ORDER = [
+    ("sources.base", "user_data"),
+    ("options",),
+    ("sources.synthetic", "sources.streams"),
+    ("content",),
+    ("builder",),
+    ("sources.archive", "sources.objects", "sources.stored"),
+    ("destination",),
+    ("packer",),
+    ("reuse",),
+    ("merge",),
+    ("distributed.cutter",),
+    ("distributed.plan",),
+    ("distributed.source",),
+    ("distributed.area",),
+    ("distributed.task",),
+    ("distributed.driver",),
+]
+
+
+def _packing_module(path: Path) -> str:
+    parts = path.relative_to(PACKAGE / "packing").with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _packing_imports(path: Path) -> set[str]:
+    """The packing modules ``path`` imports (``from bundlefs.packing.x import y``, y a module or
+    a name in x), at any depth of the file."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("bundlefs.packing"):
+            base = node.module.removeprefix("bundlefs.packing").lstrip(".")
+            for alias in node.names:
+                sub = f"{base}.{alias.name}" if base else alias.name
+                module_file = PACKAGE / "packing" / (sub.replace(".", "/") + ".py")
+                found.add(sub if module_file.exists() else base)
+    return found - {"", "sources", "distributed"}
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted((PACKAGE / "packing").rglob("*.py")),
+    ids=lambda p: str(p.relative_to(PACKAGE / "packing")),
+)
+def test_packing_modules_import_only_the_modules_below_them(path):
+    rank = {module: level for level, group in enumerate(PACKING_ORDER) for module in group}
+    own = _packing_module(path)
+    if own in ("", "sources", "distributed"):
+        assert not _packing_imports(path), f"{path}: a package's __init__ imports nothing"
+        return
+    assert own in rank, f"{own}: add it to PACKING_ORDER and packing/__init__.py's docstring"
+    for target in _packing_imports(path):
+        assert rank[target] < rank[own], f"packing.{own} imports packing.{target}"
