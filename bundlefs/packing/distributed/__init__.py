@@ -20,4 +20,6 @@ The result holds exactly what a single-machine pack of the same source holds (ev
 mode, owner and mtime; for tar shards, docs/cli.md says what is refused and where a directory's
 description may differ), and is the same bytes for the same source, partition count and creation
 time. docs/scale.md says how it scales.
+
+Order (bottom first): cutter, plan, source, area, task, driver
 """

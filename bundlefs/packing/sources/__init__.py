@@ -5,4 +5,6 @@ one set of name rules for sources of made-up entries) and ``streams`` (archive s
 ``archive`` (tar and zip), ``objects`` (an object-store prefix) and ``stored`` (layers of trees
 already stored in bundles). A new archive format is one more module over ``synthetic`` and
 ``streams``.
+
+Order (bottom first): base, synthetic | streams, archive | objects | stored
 """
