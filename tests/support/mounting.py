@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -261,7 +261,7 @@ def mounted(
     mountpoint: Path,
     *args: str,
     log_path: Path,
-    allowed_log: list[str] = (),
+    allowed_log: Sequence[str] = (),
     python_path: tuple[str, ...] = (),
 ) -> Iterator[Mount]:
     """A mount for the duration of a ``with`` block; its log must hold no unexpected warning."""
