@@ -27,13 +27,17 @@ system-deps:
 # pyfuse3 is built from its pinned sdist with our opt-in patches (third_party/pyfuse3/*.patch) before
 # the package's own dependencies, so pip sees it satisfied and never builds the stock one as well.
 # (An editable install skips setup.py's bundlefs._fuse3: here the patched build is this pyfuse3.)
+# The editable install is path-based (editable_mode=compat: a .pth naming the checkout), which mypy,
+# pyright and IDEs follow; setuptools' default (lenient: an import hook for this flat layout) none of
+# them can resolve, and strict links only the files present at install time. setuptools calls compat
+# transitional: tests/test_scripts_and_ides.py fails the day it stops resolving.
 PYFUSE3_INPUTS := $(wildcard third_party/pyfuse3/*.patch) third_party/pyfuse3/install.sh \
   third_party/pyfuse3/prepare.py third_party/pyfuse3/pyfuse3-3.5.0.tar.gz
 $(STAMP): pyproject.toml setup.py $(PYFUSE3_INPUTS) | system-deps
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	third_party/pyfuse3/install.sh $(BIN)/pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q --config-settings editable_mode=compat -e '.[dev]'
 	touch $(STAMP)
 
 $(STOCK_PYFUSE3)/.installed: third_party/pyfuse3/stock-requirements.txt | $(STAMP)

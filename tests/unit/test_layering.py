@@ -428,7 +428,7 @@ def test_the_library_imports_without_pyfuse3_or_trio(module):
 
 
 def test_the_format_layer_imports_no_storage_or_compression_library():
-    for path in (PACKAGE / "core").glob("*.py"):
+    for path in (PACKAGE / "core").rglob("*.py"):
         if path.name in ("checksum.py",):
             continue  # the CRC32C binding is what this module wraps
         names = {module.split(".")[0] for module, _ in _imports(path)}
