@@ -303,8 +303,6 @@ OVER_BUDGET = {
     "bundlefs/cli/mount.py:options_from_args": 70,
     "bundlefs/cli/pack.py": 407,
     "bundlefs/cli/pack.py:run": 94,
-    "bundlefs/core/format.py": 981,
-    "bundlefs/core/format.py:_decode_rest": 69,
     "bundlefs/integrations/torch.py": 427,
     "bundlefs/mount/daemon.py": 499,
     "bundlefs/mount/daemon.py:mount": 121,
