@@ -11,7 +11,7 @@ One room per job, each importing only the rooms before it in this order (bottom 
 version check, metadata and content types) → ``bundle`` (marker, LMDB meta probe, config, owners)
 → ``entry`` (``Entry`` and the validation every layout shares) → ``entry_v2`` (the layout of
 versions 1 and 2) and ``entry_v3`` (the compact layout) → ``records`` (records, the shard table,
-the shard header) → this module. As tests/unit/test_layering.py reads it:
+the shard header) → this module.
 
 Order (bottom first): constants, keys, bundle, entry, entry_v2 | entry_v3, records
 
