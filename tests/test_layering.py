@@ -10,6 +10,7 @@ The library works where pyfuse3 and trio are not even installed.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -179,3 +180,52 @@ def test_every_module_says_what_it_owns_and_what_it_may_import(path):
     assert docstring, f"{path}: a module docstring says what the module owns"
     if path.name != "__init__.py" or path.parent == PACKAGE:
         assert "May import:" in docstring, f"{path}: say what it may import"
+
+
+_ORDER_HEADING = "Modules, bottom first"
+_ORDER_ITEM = re.compile(r"^- ``(\w+)``", re.MULTILINE)
+
+
+def _packages_with_an_order() -> list[Path]:
+    return [
+        p.parent
+        for p in sorted(PACKAGE.glob("*/__init__.py"))
+        if _ORDER_HEADING in (ast.get_docstring(ast.parse(p.read_text())) or "")
+    ]
+
+
+@pytest.mark.parametrize(
+    "package", _packages_with_an_order(), ids=lambda p: str(p.relative_to(PACKAGE))
+)
+def test_modules_of_a_package_import_in_the_order_its_docstring_gives(package):
+    # Inside a package too imports point one way: a module imports only modules listed before it
+    # in the package's docstring, counting imports inside functions and under TYPE_CHECKING.
+    docstring = ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""
+    order = _ORDER_ITEM.findall(docstring.split(_ORDER_HEADING, 1)[1])
+    modules = sorted(p.stem for p in package.glob("*.py") if p.stem != "__init__")
+    assert sorted(order) == modules, f"{package.name}/__init__.py lists every module, once"
+    for position, name in enumerate(order):
+        below = set(order[:position])
+        for target in _siblings_imported(package / f"{name}.py"):
+            assert target in below, f"{name} imports {target}, which is not below it"
+
+
+def _siblings_imported(path: Path) -> set[str]:
+    """The modules of ``path``'s own package it imports, wherever the import statement is."""
+    package = f"bundlefs.{path.parent.name}"
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module == package:
+            names = [f"{package}.{alias.name}" for alias in node.names]  # from pkg import module
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""]
+        else:
+            continue
+        found |= {
+            n.removeprefix(f"{package}.").split(".")[0]
+            for n in names
+            if n.startswith(f"{package}.")
+        }
+    return found
