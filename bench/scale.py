@@ -69,8 +69,8 @@ from bench.systems import (
     mounted,
 )
 from bundlefs import Bundle, PackOptions, pack
-from bundlefs.packing.archive import ArchiveStat
-from bundlefs.packing.sources import Content, SourceItem
+from bundlefs.packing.sources.base import Content, SourceItem
+from bundlefs.packing.sources.synthetic import SyntheticStat
 from bundlefs.read.export import header as tar_header
 
 REPO = Path(__file__).resolve().parent.parent
@@ -229,7 +229,7 @@ class TreeSource:
 
     def __init__(self, tree: Tree) -> None:
         self.tree = tree
-        self._dir_stat = ArchiveStat(statmod.S_IFDIR | 0o755, OWNER, OWNER, MTIME0 * 10**9, 0)
+        self._dir_stat = SyntheticStat(statmod.S_IFDIR | 0o755, OWNER, OWNER, MTIME0 * 10**9, 0)
         self._dirs = {tree.dir_name(d).encode(): d for d in range(tree.dirs)}
 
     def root(self) -> SourceItem:
@@ -244,7 +244,7 @@ class TreeSource:
         for i in tree.dir_files(self._dirs[rel]):
             facts = tree.facts(i)
             name = tree.name(i).encode()
-            st = ArchiveStat(
+            st = SyntheticStat(
                 statmod.S_IFREG | 0o644, OWNER, OWNER, facts.mtime * 10**9, facts.size, 1, 0, i + 1
             )
             yield SourceItem(rel + b"/" + name, name, st, tree.content(i, facts), st, st)

@@ -97,7 +97,7 @@ def test_type_checkers_see_pack_packoptions_listdir_and_walk_as_they_are(tmp_pat
     assert result.returncode == 0, result.stdout
     assert revealed[0].startswith("def (source: ") and "PackSummary" in revealed[0]
     assert revealed[1:] == [
-        "bundlefs.packing.packer.PackOptions",
+        "bundlefs.packing.options.PackOptions",
         "list[str]",
         "list[bytes]",
         "str",

@@ -34,16 +34,12 @@ from distributed import Client, LocalCluster, WorkerPlugin  # noqa: E402
 from bundlefs import Bundle, PackError  # noqa: E402
 from bundlefs.integrations import dask as on_dask  # noqa: E402
 from bundlefs.integrations.dask import pack_with_dask  # noqa: E402
-from bundlefs.packing import partition  # noqa: E402
+from bundlefs.packing.distributed.area import PackCancelled  # noqa: E402
+from bundlefs.packing.distributed.plan import Partition, plan_archives, plan_directory  # noqa: E402
+from bundlefs.packing.distributed.source import PartitionSource  # noqa: E402
+from bundlefs.packing.distributed.task import PartTask, pack_partition  # noqa: E402
 from bundlefs.packing.packer import PackOptions, pack  # noqa: E402
-from bundlefs.packing.partition import (  # noqa: E402
-    PartitionSource,
-    PartTask,
-    pack_partition,
-    plan_archives,
-    plan_directory,
-)
-from bundlefs.packing.sources import SourceErrors  # noqa: E402
+from bundlefs.packing.sources.base import SourceErrors  # noqa: E402
 from bundlefs.read.verify import verify  # noqa: E402
 from bundlefs.storage.index import IndexReader  # noqa: E402
 from tests.conftest import (  # noqa: E402
@@ -124,7 +120,7 @@ def leftovers(directory: Path, *expected: str) -> list[str]:
     return sorted(set(os.listdir(directory)) - set(expected))
 
 
-def delivered(root: Path, part: partition.Partition) -> set[bytes]:
+def delivered(root: Path, part: Partition) -> set[bytes]:
     """The non-directory paths a partition's source delivers, walking it as the builder does."""
     source = PartitionSource(str(root), part, SourceErrors(False))
     found: set[bytes] = set()
@@ -332,7 +328,7 @@ def test_a_task_refuses_a_staging_area_it_does_not_see(tmp_path: Path) -> None:
     area.mkdir()
     (area / "TOKEN").write_text("t")
     (area / "ABORT").touch()
-    with pytest.raises(partition.PackCancelled):
+    with pytest.raises(PackCancelled):
         pack_partition(PartTask(part, str(root), str(area), "t"), OPTIONS)
     assert sorted(os.listdir(area)) == ["ABORT", "TOKEN"]
 

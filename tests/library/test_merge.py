@@ -292,16 +292,16 @@ def test_a_merged_directory_takes_the_last_inputs_attributes(pack_tree, tmp_path
 
 
 def test_an_input_replaced_during_the_merge_fails_it(pack_tree, tmp_path, monkeypatch) -> None:
-    from bundlefs.packing import merge as merging
+    from bundlefs.packing.reuse import ReusedShards
 
     a = pack_tree({"f": b"old"}, name="a")
-    link = merging._Merger._link_shards
+    link = ReusedShards.link
 
-    def replace_first(self, work):  # a pack --force over the input, after its index was read
+    def replace_first(self, work, linked=None):  # a pack --force over the input, after its
         pack(str(a.parent / "a.src"), str(a), PackOptions(force=True, created_ns=1))
-        return link(self, work)
+        return link(self, work, linked)  # index was read
 
-    monkeypatch.setattr(merging._Merger, "_link_shards", replace_first)
+    monkeypatch.setattr(ReusedShards, "link", replace_first)
     with pytest.raises(PackError, match="is not the shard its bundle's index describes"):
         merge([a], str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()

@@ -70,7 +70,7 @@ def _bounded_pack(code: str, prefix: list[str] | None = None) -> dict:
     """Run ``code`` (which prints one JSON line) in a child that may write no file over 32 MiB."""
     program = (
         "import json, os\nfrom bundlefs import Bundle, PackOptions, pack\n"
-        "from bundlefs.packing import packer\n"
+        "from bundlefs.packing import destination\n"
     )
     result = subprocess.run(
         [*(prefix or []), sys.executable, "-c", program + textwrap.dedent(code)],
@@ -174,7 +174,7 @@ def test_the_walk_skips_the_work_directory_where_paths_cannot_tell(tmp_path: Pat
     src = build_tree(tmp_path / "src", {"f": b"x"})
     outcome = _bounded_pack(
         f"""
-        packer.check_places = lambda *args: None
+        destination.check_places = lambda *args: None
         pack({str(src)!r}, {str(src / "out")!r})
         with Bundle({str(src / "out")!r}) as b:
             print(json.dumps(b.listdir("")))

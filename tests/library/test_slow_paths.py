@@ -17,10 +17,10 @@ import sys
 import pytest
 
 from bundlefs.cli.output import EXIT_PACKED_SKIPPED
-from bundlefs.packing import partition
-from bundlefs.packing.archive import STDIN
-from bundlefs.packing.partition import fitted_count, plan_archives, plan_directory
-from bundlefs.packing.sources import SourceErrors
+from bundlefs.packing.distributed import plan as partition
+from bundlefs.packing.distributed.plan import fitted_count, plan_archives, plan_directory
+from bundlefs.packing.sources.base import SourceErrors
+from bundlefs.packing.sources.streams import STDIN
 from tests.conftest import build_tree
 
 

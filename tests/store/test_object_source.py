@@ -26,9 +26,9 @@ pytest.importorskip("s3fs")
 pytest.importorskip("moto")
 
 from bundlefs import Bundle, PackError  # noqa: E402
-from bundlefs.packing.objects import ObjectSource  # noqa: E402
 from bundlefs.packing.packer import PackOptions, pack  # noqa: E402
-from bundlefs.packing.sources import SourceErrors  # noqa: E402
+from bundlefs.packing.sources.base import SourceErrors  # noqa: E402
+from bundlefs.packing.sources.objects import ObjectSource  # noqa: E402
 from bundlefs.storage.location import parse_location  # noqa: E402
 from bundlefs.storage.objects import WINDOW, ObjectInfo  # noqa: E402
 from tests.conftest import pseudo_random_bytes  # noqa: E402
@@ -324,7 +324,7 @@ def spread_objects() -> dict[str, bytes]:
 
 
 def test_plans_cover_every_object_once_in_key_ranges(s3_server: S3Server, prefix: str) -> None:
-    from bundlefs.packing.partition import plan_objects
+    from bundlefs.packing.distributed.plan import plan_objects
 
     objects = spread_objects()
     put(s3_server, prefix, objects)
@@ -380,7 +380,7 @@ def test_a_dask_pack_refuses_a_bad_key_before_any_task_runs_or_skips_it(
 def test_a_partitions_repr_leaves_out_its_share_of_the_listing(
     s3_server: S3Server, prefix: str
 ) -> None:
-    from bundlefs.packing.partition import plan_objects
+    from bundlefs.packing.distributed.plan import plan_objects
 
     put(s3_server, prefix, {"secret-looking-key.txt": b"s"})
     plan = plan_objects(parse_location(prefix, s3_server.storage_options), 1, created_ns=CREATED)

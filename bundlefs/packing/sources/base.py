@@ -1,9 +1,10 @@
-"""Where the entries of a bundle come from: the ``EntrySource`` seam and ``DirectorySource``.
+"""Where the entries of a bundle come from: the ``EntrySource`` seam, and ``DirectorySource``.
 
 The builder asks a source for the children of each directory it has seen, breadth first, and
-reads links and content through it; it never touches the source's storage itself. A directory tree
-on disk is ``DirectorySource`` (the only source today); a tar or zip stream, or a list of objects,
-becomes a second implementation of ``EntrySource``, not a change to the builder.
+reads links and content through it; it never touches the source's storage itself. A directory on
+disk is ``DirectorySource``, here; archives, object-store prefixes and stored bundles are the other
+modules of ``bundlefs.packing.sources``. A ``StreamingSource`` (an archive, read once) stores its
+content itself, through a ``ContentSink``, before the builder walks it.
 
 What the source fails to deliver (an unreadable directory, a file that vanished, a name too long)
 is reported to ``SourceErrors``: a ``PackError``, or with ``skip_errors`` a warning and a skipped
@@ -22,10 +23,10 @@ import logging
 import os
 import stat as statmod
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from bundlefs.core import format as fmt
 from bundlefs.errors import PackError
@@ -142,6 +143,23 @@ class EntrySource(Protocol):
     def open(self, item: SourceItem) -> Content:
         """The content of a regular file item whose ``data`` is None. Raises ``OSError``."""
         ...
+
+
+class ContentSink(Protocol):
+    """Where a ``StreamingSource`` stores file content (the pack's ``ContentWriter``)."""
+
+    def store_stream(self, rel: bytes, chunks: Iterable[bytes], st: Stat) -> StoredContent:
+        """Append one file's bytes, as ``chunks`` yields them; where they went."""
+        ...
+
+
+@runtime_checkable
+class StreamingSource(Protocol):
+    """An ``EntrySource`` that stores file content itself, in its own order, before the builder
+    walks it (an archive read once from start to end): ``load`` runs first, with the pack's
+    content sink, and sets ``SourceItem.stored`` on the file items it will deliver."""
+
+    def load(self, content: ContentSink) -> None: ...
 
 
 class SourceErrors:
@@ -261,7 +279,7 @@ class DirectorySource:
     a directory never to deliver: the bundle being written, should the walk meet it (a bind
     mount, say), so the packer never reads its own growing output. Without ``read_ahead`` no file
     is read, only lstat'ed: a walk that wants the tree's shape and sizes, not its content (the
-    partition planner, ``partition.py``).
+    partition planner, ``distributed/plan.py``).
     """
 
     def __init__(

@@ -14,16 +14,18 @@ below it). What each entry gets:
 - a directory (the root included): mode 0755, the same owner, mtime = the pack's creation time
   (deterministic, and the same in every partition of a distributed pack, which a time taken from
   the objects below a directory would not be);
-- a name: the key's UTF-8 bytes. A key that cannot be a bundle path (an empty component, as
-  "a//b" has, a "." or ".." component, a component over 255 bytes, a NUL) is refused in one
-  sentence, or skipped with ``skip_errors``; so is a file whose name a directory also has (keys
-  "a" and "a/b": the directory wins). ``excludes`` match as in a directory pack.
+- a name: the key's UTF-8 bytes. A key that cannot be a bundle path (``synthetic.name_problem``:
+  an empty component, as "a//b" has, a "." or ".." component, a component over 255 bytes, a NUL)
+  is refused in one sentence, or skipped with ``skip_errors``; so is a file whose name a
+  directory also has (keys "a" and "a/b": the directory wins). ``excludes`` match as in a
+  directory pack.
 
 The listing is read once, when the builder asks for the root, into a tree in memory; nothing is
 read twice. Memory: ~200 bytes plus the name per object (a dict slot, the name, and a tuple of
 two ints), ~250 bytes plus the name per directory.
 
-May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``, ``bundlefs.packing``.
+May import: ``bundlefs.errors``, ``bundlefs.storage``, ``bundlefs.packing.sources`` (``base``,
+``synthetic``).
 """
 
 from __future__ import annotations
@@ -36,10 +38,9 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Executor
 
-from bundlefs.core import format as fmt
 from bundlefs.errors import PackError
-from bundlefs.packing.archive import ArchiveStat
-from bundlefs.packing.sources import Content, SourceErrors, SourceItem, Stat, excluded_below
+from bundlefs.packing.sources.base import Content, SourceErrors, SourceItem, Stat, excluded_below
+from bundlefs.packing.sources.synthetic import SyntheticStat, name_problem
 from bundlefs.storage.location import Location
 from bundlefs.storage.objects import ObjectInfo, ObjectReader, ObjectStore
 
@@ -112,7 +113,7 @@ class ObjectSource:
         raw = info.key.encode("utf-8", "surrogateescape")
         marker = raw.endswith(b"/")
         parts = (raw[:-1] if marker else raw).split(b"/")
-        why = _bad_name(parts)
+        why = name_problem(parts)
         if why is not None:
             self._refuse(raw, why)
             return
@@ -168,8 +169,8 @@ class ObjectSource:
 
     # -- EntrySource -------------------------------------------------------------------------------
 
-    def _dir_stat(self) -> ArchiveStat:
-        return ArchiveStat(DIR_MODE, self._uid, self._gid, self._created_ns)
+    def _dir_stat(self) -> SyntheticStat:
+        return SyntheticStat(DIR_MODE, self._uid, self._gid, self._created_ns)
 
     def root(self) -> SourceItem:
         self._load()
@@ -182,7 +183,7 @@ class ObjectSource:
             if size < 0:
                 st = self._dir_stat()
             else:
-                st = ArchiveStat(FILE_MODE, self._uid, self._gid, mtime_ns, size)
+                st = SyntheticStat(FILE_MODE, self._uid, self._gid, mtime_ns, size)
             items.append(SourceItem(child_rel, name, st))
         yield from self._read_ahead(items)
 
@@ -224,20 +225,6 @@ def _fetched(item: SourceItem, future) -> SourceItem:
             # fetched is how the content writer sees that the object changed.
             item.data, item.before, item.after = data, item.st, item.st
     return item
-
-
-def _bad_name(parts: list[bytes]) -> str | None:
-    """Why a key's components cannot be a bundle path, or None."""
-    for part in parts:
-        if not part:
-            return "its key has an empty component ('//', or a leading '/'), which no path has"
-        if part in (b".", b".."):
-            return f"its key has a {os.fsdecode(part)!r} component, which no path may have"
-        if len(part) > fmt.MAX_NAME:
-            return f"a name in its key is longer than {fmt.MAX_NAME} bytes"
-        if b"\0" in part:
-            return "its key holds a NUL byte"
-    return None
 
 
 class _ObjectContent:
