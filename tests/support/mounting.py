@@ -272,7 +272,13 @@ def mounted(
     finally:
         stop_mount(mount)
     unexpected = mount.unexpected_log_lines()
-    assert not unexpected, "unexpected lines in the daemon log:\n" + "\n".join(unexpected)
+    # The whole tail goes with it: a "Traceback" line alone does not say what raised.
+    assert not unexpected, (
+        "unexpected lines in the daemon log:\n"
+        + "\n".join(unexpected)
+        + "\n--- the log's last lines ---\n"
+        + _tail(mount.log_text(), 60)
+    )
 
 
 def sweep_stale_mounts(root: Path, *, live_too: bool = False) -> list[str]:
