@@ -40,7 +40,8 @@ from bundlefs.mount.bindings import load as load_fuse_bindings
 from bundlefs.mount.supervisor import Supervisor
 from bundlefs.mount.table import BUNDLEFS_FSTYPE, mount_info, resolved_mount_path
 from bundlefs.mount.worker import FUSE_DEVICE
-from bundlefs.read.bundle import DEFAULT_CACHE_SIZE, Bundle
+from bundlefs.read.bundle import Bundle
+from bundlefs.read.options import DEFAULT_CACHE_SIZE
 from bundlefs.storage.location import parse_location
 
 if TYPE_CHECKING:
