@@ -41,7 +41,7 @@ from bundlefs.mount.supervisor import Supervisor
 from bundlefs.mount.table import BUNDLEFS_FSTYPE, mount_info, resolved_mount_path
 from bundlefs.mount.worker import FUSE_DEVICE
 from bundlefs.read.bundle import Bundle
-from bundlefs.read.options import DEFAULT_CACHE_SIZE
+from bundlefs.read.options import DEFAULT_CACHE_SIZE, RemoteOptions
 from bundlefs.storage.location import parse_location
 
 if TYPE_CHECKING:
@@ -92,13 +92,8 @@ class MountOptions:
 
     def remote_options(self) -> dict[str, Any]:
         """The ``Bundle`` keywords of a bundle at a URL that were given (none for a local one)."""
-        given = {
-            "storage_options": self.storage_options,
-            "disk_cache": self.disk_cache,
-            "disk_cache_size": self.disk_cache_size,
-            "store_timeout": self.store_timeout,
-        }
-        return {k: v for k, v in given.items() if v is not None}
+        remote = (self.storage_options, self.disk_cache, self.disk_cache_size, self.store_timeout)
+        return RemoteOptions(*remote).given()
 
 
 def default_workers() -> int:

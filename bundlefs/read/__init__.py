@@ -1,18 +1,24 @@
 """The reader library: the tree model, the content reader, the ``Bundle`` facade, verify,
 extract and export.
 
-Order inside ``read/``, bottom first (a module imports only from rows above its own):
+Modules import one way, bottom first (a module imports only those on lines above its own, and
+``if TYPE_CHECKING:`` imports count):
 
 1. ``options`` (``ReadOptions``, ``RemoteOptions``; imports nothing of ``bundlefs``)
-2. ``cache``, ``tree``
-3. ``content``
-4. ``paths``, ``fileobj``, ``stream``
-5. ``assemble`` (the one place a bundle's storage is opened, local or remote)
-6. ``facts``, ``verify.report``
-7. ``verify.tree``, ``verify.shards``
-8. ``verify.files``
-9. ``bundle``, ``verify`` (its ``__init__``: ``verify()`` and the driver)
-10. ``extract``, ``export``
+2. ``cache`` (the record cache), ``tree`` (entries by inode, lookups, paths)
+3. ``content`` (file bytes through the cache)
+4. ``paths`` (``BundleStat``, ``BundleDirEntry``), ``fileobj`` (``BundleFile``), ``stream``
+   (whole-bundle traversals)
+5. ``assemble`` (``BundleParts``: the one place a bundle's storage is opened, local or remote)
+6. ``facts`` (``BundleInfo``, ``ShardDamage``)
+7. ``bundle`` (``Bundle``), ``verify`` (a package: its ``__init__`` orders its inside)
+8. ``extract``, ``export`` (over ``Bundle``)
 
-``tests/test_read_parts.py`` checks it.
+As the layering test reads it:
+
+Order (bottom first): options, cache | tree, content, paths | fileobj | stream, assemble, facts,
+bundle | verify, extract | export
+
+Where the next features go: a record cache shared by several readers, or a store that resolves
+shards across bundles (delta bundles that reference a base), plug in at ``assemble``.
 """

@@ -12,6 +12,8 @@ holds what they find. The tree invariants and count fields are core/integrity.py
 same ones the reader enforces; here every rule is applied to every entry and each broken one is
 collected.
 
+Order (bottom first): report, tree | shards, files
+
 The bundle is opened as every reader opens it (read/assemble.py). A bundle at a URL is verified
 where it lives: the index fetched (checked against the marker, as every open does), the shard
 objects listed and their headers and records fetched, never served from the on-disk record cache

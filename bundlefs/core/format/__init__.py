@@ -1,0 +1,292 @@
+"""The bundlefs on-disk format, version 3 (versions 1 and 2 still read): layouts and keys.
+
+This package is docs/format.md in code. It is pure: it does no I/O and imports neither lmdb nor
+lz4. Every decoder validates what it decodes and raises ``FormatError`` for anything the document
+does not allow, so the layers above can trust a decoded value's ranges. Callers use it as one
+namespace, ``from bundlefs.core import format as fmt``: this module re-exports every public name
+and dispatches an entry to its version's layout.
+
+One room per job, each importing only the rooms before it in this order (bottom first):
+``constants`` (versions, names, limits, codes, flags) → ``keys`` (LMDB keys, shard file names, the
+version check, metadata and content types) → ``bundle`` (marker, LMDB meta probe, config, owners)
+→ ``entry`` (``Entry`` and the validation every layout shares) → ``entry_v2`` (the layout of
+versions 1 and 2) and ``entry_v3`` (the compact layout) → ``records`` (records, the shard table,
+the shard header) → this module.
+
+Order (bottom first): constants, keys, bundle, entry, entry_v2 | entry_v3, records
+
+May import: the standard library, ``bundlefs.errors``, ``bundlefs.core.format.*``.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from bundlefs.core.format.bundle import (
+    CONFIG_SIZE,
+    LMDB_META_PROBE,
+    MARKER_SIZE,
+    Config,
+    Marker,
+    check_lmdb_meta,
+    decode_config,
+    decode_marker,
+    decode_owner,
+    encode_config,
+    encode_marker,
+    encode_owner,
+    validate_layout,
+)
+from bundlefs.core.format.constants import (
+    ALL_DBS,
+    COMPRESSION_LZ4,
+    COMPRESSION_NAMES,
+    COMPRESSION_NONE,
+    COMPRESSION_ZSTD,
+    CONFIG_KEY,
+    CONFIG_MAGIC,
+    DB_CONFIG,
+    DB_ENTRIES,
+    DB_META,
+    DB_OWNERS,
+    DB_RECORDS,
+    DB_SHARDS,
+    DB_TYPES,
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_LARGE_FILE_THRESHOLD,
+    DEFAULT_RECORD_SIZE,
+    FLAG_CONTENT_TYPE,
+    FLAG_LINK,
+    FLAG_NLINK,
+    FLAG_USER_DATA,
+    FORMAT_VERSION,
+    INDEX_DIR,
+    INDEX_FILE,
+    KIND_DIR,
+    KIND_FILE,
+    KIND_SYMLINK,
+    MARKER_MAGIC,
+    MARKER_NAME,
+    MAX_BLOCK_SIZE,
+    MAX_CONTENT_TYPE,
+    MAX_CONTENT_TYPES,
+    MAX_ENTRIES,
+    MAX_META_KEY,
+    MAX_META_KEYS,
+    MAX_META_VALUE,
+    MAX_NAME,
+    MAX_OWNERS,
+    MAX_RECORD_SIZE,
+    MAX_SHARD_STREAM,
+    MAX_SHARDS,
+    MAX_SYMLINK_TARGET,
+    MAX_USER_DATA,
+    MIN_BLOCK_SIZE,
+    MIN_RECORD_SIZE,
+    NO_CONTENT_TYPE,
+    RECORD_RAW,
+    RECORD_ZEROS,
+    ROOT_INO,
+    SHARD_MAGIC,
+    SHARD_PREFIX,
+    SUPPORTED_VERSIONS,
+    V1_DBS,
+    XATTR_BUNDLE,
+    XATTR_CONTENT_TYPE,
+    XATTR_CRC,
+    XATTR_STATS,
+    XATTR_USER_DATA,
+    databases,
+)
+from bundlefs.core.format.entry import (
+    Entry,
+    validate_name,
+)
+from bundlefs.core.format.entry_v2 import _decode_entry_v2, _encode_entry_v2, _entry_name_v2
+from bundlefs.core.format.entry_v3 import (
+    LAYOUT_MTIME_NS,
+    LAYOUT_OWNER,
+    LAYOUT_SIZE_WIDTH,
+    LAYOUT_WIDE_OFFSET,
+    LAYOUT_WIDE_SHARD,
+    _decode_entry_v3,
+    _encode_entry_v3,
+    _entry_name_v3,
+)
+from bundlefs.core.format.keys import (
+    check_version,
+    content_type_key,
+    decode_content_type,
+    decode_entry_key,
+    decode_meta,
+    decode_record_key,
+    encode_content_type,
+    encode_meta_value,
+    entry_key,
+    meta_key,
+    owner_key,
+    record_key,
+    shard_filename,
+    shard_key,
+)
+from bundlefs.core.format.records import (
+    OWN_BUNDLE_ID,
+    RECORD_VALUE_SIZE,
+    SHARD_HEADER_SIZE,
+    Record,
+    ShardInfo,
+    check_shard_header,
+    decode_record,
+    decode_shard_info,
+    encode_record,
+    encode_shard_header,
+    encode_shard_info,
+    pad_to,
+)
+from bundlefs.errors import FormatError
+
+
+def encode_entry(e: Entry, version: int = FORMAT_VERSION) -> bytes:
+    """Encode an entry value (the key is ``entry_key(e.ino)``) in ``version``'s layout."""
+    if version >= 3:
+        return _encode_entry_v3(e)
+    return _encode_entry_v2(e)
+
+
+def is_directory_value(data: bytes) -> bool:
+    """Whether an (undecoded) entry value is a directory's: for scans that skip everything else."""
+    return len(data) >= 2 and (data[0] << 8) & 0o170000 == KIND_DIR
+
+
+def entry_name(data: bytes, version: int = FORMAT_VERSION) -> bytes:
+    """Just the name of an entry value, without decoding or validating the rest.
+
+    For binary search only: the entry finally chosen is decoded in full by ``decode_entry``.
+    """
+    if version >= 3:
+        return _entry_name_v3(data)
+    return _entry_name_v2(data)
+
+
+def decode_entry(ino: int, data: bytes, version: int = FORMAT_VERSION) -> Entry:
+    """Decode and validate an entry value of ``version``'s layout. The root (``ino == 1``) alone
+    has an empty name."""
+    try:
+        if version >= 3:
+            return _decode_entry_v3(ino, data)
+        return _decode_entry_v2(ino, data, version)
+    except struct.error:
+        raise FormatError(f"entry {ino} is truncated") from None
+
+
+__all__ = [
+    "ALL_DBS",
+    "COMPRESSION_LZ4",
+    "COMPRESSION_NAMES",
+    "COMPRESSION_NONE",
+    "COMPRESSION_ZSTD",
+    "CONFIG_KEY",
+    "CONFIG_MAGIC",
+    "CONFIG_SIZE",
+    "Config",
+    "DB_CONFIG",
+    "DB_ENTRIES",
+    "DB_META",
+    "DB_OWNERS",
+    "DB_RECORDS",
+    "DB_SHARDS",
+    "DB_TYPES",
+    "DEFAULT_BLOCK_SIZE",
+    "DEFAULT_LARGE_FILE_THRESHOLD",
+    "DEFAULT_RECORD_SIZE",
+    "Entry",
+    "FLAG_CONTENT_TYPE",
+    "FLAG_LINK",
+    "FLAG_NLINK",
+    "FLAG_USER_DATA",
+    "FORMAT_VERSION",
+    "INDEX_DIR",
+    "INDEX_FILE",
+    "KIND_DIR",
+    "KIND_FILE",
+    "KIND_SYMLINK",
+    "LAYOUT_MTIME_NS",
+    "LAYOUT_OWNER",
+    "LAYOUT_SIZE_WIDTH",
+    "LAYOUT_WIDE_OFFSET",
+    "LAYOUT_WIDE_SHARD",
+    "LMDB_META_PROBE",
+    "MARKER_MAGIC",
+    "MARKER_NAME",
+    "MARKER_SIZE",
+    "MAX_BLOCK_SIZE",
+    "MAX_CONTENT_TYPE",
+    "MAX_CONTENT_TYPES",
+    "MAX_ENTRIES",
+    "MAX_META_KEY",
+    "MAX_META_KEYS",
+    "MAX_META_VALUE",
+    "MAX_NAME",
+    "MAX_OWNERS",
+    "MAX_RECORD_SIZE",
+    "MAX_SHARDS",
+    "MAX_SHARD_STREAM",
+    "MAX_SYMLINK_TARGET",
+    "MAX_USER_DATA",
+    "MIN_BLOCK_SIZE",
+    "MIN_RECORD_SIZE",
+    "Marker",
+    "NO_CONTENT_TYPE",
+    "OWN_BUNDLE_ID",
+    "RECORD_RAW",
+    "RECORD_VALUE_SIZE",
+    "RECORD_ZEROS",
+    "ROOT_INO",
+    "Record",
+    "SHARD_HEADER_SIZE",
+    "SHARD_MAGIC",
+    "SHARD_PREFIX",
+    "SUPPORTED_VERSIONS",
+    "ShardInfo",
+    "V1_DBS",
+    "XATTR_BUNDLE",
+    "XATTR_CONTENT_TYPE",
+    "XATTR_CRC",
+    "XATTR_STATS",
+    "XATTR_USER_DATA",
+    "check_lmdb_meta",
+    "check_shard_header",
+    "check_version",
+    "content_type_key",
+    "databases",
+    "decode_config",
+    "decode_content_type",
+    "decode_entry",
+    "decode_entry_key",
+    "decode_marker",
+    "decode_meta",
+    "decode_owner",
+    "decode_record",
+    "decode_record_key",
+    "decode_shard_info",
+    "encode_config",
+    "encode_content_type",
+    "encode_entry",
+    "encode_marker",
+    "encode_meta_value",
+    "encode_owner",
+    "encode_record",
+    "encode_shard_header",
+    "encode_shard_info",
+    "entry_key",
+    "entry_name",
+    "is_directory_value",
+    "meta_key",
+    "owner_key",
+    "pad_to",
+    "record_key",
+    "shard_filename",
+    "shard_key",
+    "validate_layout",
+    "validate_name",
+]

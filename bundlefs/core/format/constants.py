@@ -1,0 +1,96 @@
+"""The format's numbers: versions, file and database names, magics, limits, codes and flags.
+
+docs/format.md §1–§3 in constants; every other room of ``bundlefs.core.format`` reads them.
+
+May import: the standard library.
+"""
+
+from __future__ import annotations
+
+import stat as statmod
+
+FORMAT_VERSION = 3  # what the packer writes
+SUPPORTED_VERSIONS = (1, 2, 3)  # what readers read (docs/format.md §7 lists what each one added)
+
+MARKER_NAME = "COMPLETE"
+
+# Extended attributes a mount serves (docs/format.md, "Extended attributes").
+XATTR_CRC = b"user.bundlefs.crc32c"
+XATTR_USER_DATA = b"user.bundlefs.user_data"
+XATTR_STATS = b"user.bundlefs.stats"  # on the root only: the daemon's counters as JSON
+XATTR_BUNDLE = b"user.bundlefs.bundle"  # on the root only: the served bundle (info --json)
+XATTR_CONTENT_TYPE = b"user.bundlefs.content_type"  # files with a content type (version 2)
+INDEX_DIR = "index"
+INDEX_FILE = "data.mdb"
+SHARD_PREFIX = "shard-"
+
+MARKER_MAGIC = b"BNDLDONE"
+CONFIG_MAGIC = b"BUNDLEFS"
+SHARD_MAGIC = b"BNDLSHRD"
+
+DB_CONFIG = b"config"
+DB_ENTRIES = b"entries"
+DB_RECORDS = b"records"
+DB_SHARDS = b"shards"
+DB_OWNERS = b"owners"
+DB_TYPES = b"types"  # version 2
+DB_META = b"meta"  # version 2
+V1_DBS = (DB_CONFIG, DB_ENTRIES, DB_RECORDS, DB_SHARDS, DB_OWNERS)
+ALL_DBS = (*V1_DBS, DB_TYPES, DB_META)
+
+
+def databases(version: int) -> tuple[bytes, ...]:
+    """The named databases a bundle of ``version`` has."""
+    return V1_DBS if version == 1 else ALL_DBS
+
+
+CONFIG_KEY = b"config"
+
+ROOT_INO = 1
+
+DEFAULT_BLOCK_SIZE = 4096
+DEFAULT_RECORD_SIZE = 256 * 1024
+DEFAULT_LARGE_FILE_THRESHOLD = 1024 * 1024
+MIN_BLOCK_SIZE, MAX_BLOCK_SIZE = 512, 1024 * 1024
+MIN_RECORD_SIZE, MAX_RECORD_SIZE = 4096, 16 * 1024 * 1024
+
+COMPRESSION_NONE = 0
+COMPRESSION_LZ4 = 1
+COMPRESSION_ZSTD = 2  # version 2
+COMPRESSION_NAMES = {"none": COMPRESSION_NONE, "lz4": COMPRESSION_LZ4, "zstd": COMPRESSION_ZSTD}
+_COMPRESSIONS_OF_VERSION = {
+    1: (COMPRESSION_NONE, COMPRESSION_LZ4),
+    2: tuple(COMPRESSION_NAMES.values()),
+    3: tuple(COMPRESSION_NAMES.values()),
+}
+_COMPRESSION_BY_CODE = {code: name for name, code in COMPRESSION_NAMES.items()}
+
+MAX_ENTRIES = 2**32 - 1
+MAX_SHARDS = 2**16
+MAX_SHARD_STREAM = 2**48 - 1
+MAX_NAME = 255
+MAX_SYMLINK_TARGET = 4095
+MAX_USER_DATA = 4096
+MAX_OWNERS = 2**16
+MAX_CONTENT_TYPES = 2**16 - 1  # the config counts them in a u16
+MAX_CONTENT_TYPE = 127
+MAX_META_KEYS = 1024
+MAX_META_KEY = 255
+MAX_META_VALUE = 65536
+
+# Entry flags.
+FLAG_LINK = 0x01
+FLAG_USER_DATA = 0x02
+FLAG_NLINK = 0x04
+FLAG_CONTENT_TYPE = 0x08  # version 2
+_KNOWN_ENTRY_FLAGS = FLAG_LINK | FLAG_USER_DATA | FLAG_NLINK | FLAG_CONTENT_TYPE
+NO_CONTENT_TYPE = -1
+
+# Record flags.
+RECORD_ZEROS = 0x01
+RECORD_RAW = 0x02
+
+# Entry kinds: the file type bits of an entry's mode.
+KIND_FILE = statmod.S_IFREG
+KIND_DIR = statmod.S_IFDIR
+KIND_SYMLINK = statmod.S_IFLNK
