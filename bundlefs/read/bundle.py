@@ -24,7 +24,7 @@ import io
 import os
 import weakref
 from collections.abc import Iterator
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from bundlefs.core import format as fmt
 from bundlefs.errors import (
@@ -42,7 +42,7 @@ from bundlefs.read.cache import CacheStats, RecordCache
 from bundlefs.read.content import ContentReader
 from bundlefs.read.facts import BundleInfo, ShardDamage, shard_bytes, shard_damage
 from bundlefs.read.fileobj import BundleFile, check_mode, opened
-from bundlefs.read.options import ReadOptions
+from bundlefs.read.options import ReadKeywords, ReadOptions
 from bundlefs.read.paths import (
     BundleDirEntry,
     BundleStat,
@@ -57,6 +57,9 @@ from bundlefs.read.paths import (
 from bundlefs.read.tree import TreeModel
 from bundlefs.storage.location import Location, parse_location
 from bundlefs.storage.objectstore.outage import FailedRead
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 _open_bundles: weakref.WeakSet[Bundle] = weakref.WeakSet()
 
@@ -97,7 +100,9 @@ class Bundle:
     bundle raises ``BundleClosedError`` (an open copy of a closed bundle would hide a bug).
     """
 
-    def __init__(self, path: Path, *, options: ReadOptions | None = None, **keywords: Any) -> None:
+    def __init__(
+        self, path: Path, *, options: ReadOptions | None = None, **keywords: Unpack[ReadKeywords]
+    ) -> None:
         options = (options or ReadOptions()).with_keywords(**keywords)
         self.location: Location = parse_location(
             os.fsdecode(os.fspath(path)), options.remote.storage_options
@@ -161,8 +166,7 @@ class Bundle:
         return BundleInfo.of(self._parts, self._shard_bytes)
 
     def storage_stats(self) -> dict[str, object] | None:
-        """A bundle at a URL: its store's counters (requests, bytes fetched, cache hits…,
-        docs/storage.md); None for a local bundle."""
+        """A bundle at a URL: its store's counters (docs/storage.md); None for a local one."""
         return self._parts.storage_stats()
 
     def storage_failed_read(self, error: CorruptDataError) -> FailedRead:
@@ -196,8 +200,7 @@ class Bundle:
         return self._resolve(raw, path, follow_symlinks)
 
     def _resolve(self, raw: bytes, path: Path, follow_last: bool = True) -> fmt.Entry:
-        """``tree.resolve``, its errors naming ``path`` as the caller gave it (str or bytes), as
-        ``os`` names it in ``filename``: not the symlink target it ended at."""
+        """``tree.resolve``, its errors naming ``path`` as the caller gave it, as ``os`` does."""
         try:
             return self._tree.resolve(raw, follow_last=follow_last)
         except (EntryNotFound, NotADirectory) as e:

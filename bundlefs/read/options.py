@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 DEFAULT_CACHE_SIZE = 256 * 1024 * 1024
 DEFAULT_NAME_CACHE = 131_072  # names (~100 bytes each) of recently searched directories
@@ -32,7 +32,7 @@ class RemoteOptions:
     """
 
     storage_options: dict[str, Any] | None = None
-    disk_cache: str | None = None
+    disk_cache: str | os.PathLike[str] | None = None  # a path-like is kept as its string
     disk_cache_size: int | None = None
     store_timeout: float | None = None
 
@@ -75,3 +75,16 @@ class ReadOptions:
     def local(self) -> ReadOptions:
         """Without the remote options (what a local bundle's pickle carries)."""
         return dataclasses.replace(self, remote=RemoteOptions())
+
+
+class ReadKeywords(TypedDict, total=False):
+    """``Bundle``'s keywords, for type checkers: the fields of ``ReadOptions`` and
+    ``RemoteOptions`` (tests/library/test_read_parts.py keeps the lists equal)."""
+
+    cache_size: int
+    name_cache: int
+    check_index: bool
+    storage_options: dict[str, Any] | None
+    disk_cache: str | os.PathLike[str] | None
+    disk_cache_size: int | None
+    store_timeout: float | None

@@ -4,6 +4,7 @@ states is tests/unit/test_layering.py's.)"""
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from bundlefs import Bundle, ReadOptions, RemoteOptions
 from bundlefs.read.assemble import BundleParts
 from bundlefs.read.cache import RecordCache
 from bundlefs.read.fileobj import BundleFile
+from bundlefs.read.options import ReadKeywords
 from bundlefs.read.stream import iter_files
 from bundlefs.storage.location import parse_location
 from tests.conftest import SAMPLE_FILES
@@ -36,9 +38,15 @@ def test_keywords_and_options_open_the_same_bundle(sample_bundle_path: Path) -> 
     assert pickle.loads(pickle.dumps(remote)) == remote
 
 
+def test_the_keywords_type_checkers_see_are_the_options_fields() -> None:
+    fields = {f.name for f in dataclasses.fields(ReadOptions)} - {"remote"}
+    fields |= {f.name for f in dataclasses.fields(RemoteOptions)}
+    assert set(ReadKeywords.__annotations__) == fields
+
+
 def test_an_unknown_keyword_is_a_type_error(sample_bundle_path: Path) -> None:
     with pytest.raises(TypeError, match="cache_sise"):
-        Bundle(sample_bundle_path, cache_sise=1)
+        Bundle(sample_bundle_path, cache_sise=1)  # type: ignore[call-arg]
 
 
 def test_a_local_bundle_drops_the_remote_options(sample_bundle_path: Path) -> None:

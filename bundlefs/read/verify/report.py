@@ -95,9 +95,17 @@ class Findings:
         self._last_tick = 0.0
         self._started = time.monotonic()
 
-    def problem(self, kind: str, message: str, **where: int | str | None) -> None:
-        """Note one thing found wrong (``where``: ``path``, ``shard``, ``record``)."""
-        self.report.problems.append(Problem(kind, message, **where))  # type: ignore[arg-type]
+    def problem(
+        self,
+        kind: str,
+        message: str,
+        *,
+        path: str | None = None,
+        shard: int | None = None,
+        record: int | None = None,
+    ) -> None:
+        """Note one thing found wrong, and where."""
+        self.report.problems.append(Problem(kind, message, path, shard, record))
 
     def tick(self, phase: str, done: int, total: int) -> None:
         """Say how far ``phase`` is (``total`` 0: unknown)."""

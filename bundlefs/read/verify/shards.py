@@ -57,13 +57,11 @@ class ShardScan:
     def __init__(self, parts: BundleParts, findings: Findings) -> None:
         self.parts = parts
         self.findings = findings
+        self.problem = findings.problem
         self.config = parts.index.config
         self.version = parts.index.marker.format_version
         self.bad = BadRanges()
         self.stream_sizes: dict[int, int] = {}  # shard -> its stream's size, if readable
-
-    def problem(self, kind: str, message: str, **where: int | str | None) -> None:
-        self.findings.problem(kind, message, **where)
 
     def run(self) -> None:
         report = self.findings.report
