@@ -38,7 +38,8 @@ log = logger("codecs")
 
 def decode_all(bundle: Bundle) -> tuple[int, float]:
     """(bytes produced, seconds) for loading every record of every shard, uncached."""
-    shards = bundle._shards  # the records, not the cache: decode cost without cache bookkeeping
+    # The records, not the cache: decode cost without cache bookkeeping.
+    shards = bundle._parts.shards
     produced = 0
     started = time.perf_counter()
     for shard in range(bundle.config.shard_count):
