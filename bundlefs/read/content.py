@@ -48,7 +48,7 @@ class ContentReader:
         self._record_size = index.config.record_size
         # Whole-file reads may take a raw record's slice unchecked (format §5) only where a slice
         # is cheaper than the record: not on an object store, where every record is fetched and
-        # CRC-checked whole (storage/remote.py).
+        # CRC-checked whole (storage/objectstore/shard_store.py).
         self._raw_slices = shards.partial_reads_cheap
         self.reads_may_stall = shards.reads_may_stall  # a miss may wait on a network
         self._inflight: dict[tuple[int, int], threading.Event] = {}
