@@ -18,6 +18,7 @@ from bundlefs.errors import (
     IsADirectory,
     NotABundleError,
     NotADirectory,
+    NotARegularFile,
     PackError,
     UnsupportedVersionError,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "IsADirectory",
     "NotABundleError",
     "NotADirectory",
+    "NotARegularFile",
     "PackError",
     "PackOptions",
     "UnsupportedVersionError",

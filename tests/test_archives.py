@@ -247,7 +247,8 @@ def test_implicit_directories_duplicates_and_special_files(tmp_path, caplog):
             [
                 _member("a/b/c.txt", b"first", mtime=1_500_000_000, uid=7, gid=8),
                 _member("a/b/c.txt", b"second wins"),
-                _member("dev", kind=tarfile.CHRTYPE),
+                _member("dev", kind=tarfile.CHRTYPE, devmajor=1, devminor=3, mode=0o600),
+                _member("disk", kind=tarfile.BLKTYPE, devmajor=259, devminor=70000),
                 _member("fifo", kind=tarfile.FIFOTYPE),
                 _member("/abs/path", b"leading slash removed"),
                 _member("./dot/./x", b"dots dropped"),
@@ -257,7 +258,7 @@ def test_implicit_directories_duplicates_and_special_files(tmp_path, caplog):
         )
     )
     summary = pack(str(archive), str(tmp_path / "b"))
-    assert sorted(summary.skipped) == ["dev", "fifo"]
+    assert summary.skipped == []  # FIFOs and devices are stored (format version 4)
     with Bundle(tmp_path / "b") as bundle:
         assert bundle.read("a/b/c.txt") == b"second wins"
         assert bundle.read("abs/path") == b"leading slash removed"
@@ -270,7 +271,11 @@ def test_implicit_directories_duplicates_and_special_files(tmp_path, caplog):
         assert (stat.S_IMODE(described.st_mode), described.st_mtime_ns) == (0o700, 1_400 * 10**15)
         assert bundle.stat("linked").st_nlink == 2
         assert bundle.stat("linked").st_ino == bundle.stat("a/b/c.txt").st_ino
-        assert sorted(bundle.listdir("")) == ["a", "abs", "dot", "linked"]
+        assert sorted(bundle.listdir("")) == ["a", "abs", "dev", "disk", "dot", "fifo", "linked"]
+        dev, disk = bundle.stat("dev"), bundle.stat("disk")
+        assert (dev.st_mode, dev.st_rdev) == (stat.S_IFCHR | 0o600, os.makedev(1, 3))
+        assert (disk.st_mode, disk.st_rdev) == (stat.S_IFBLK | 0o644, os.makedev(259, 70000))
+        assert bundle.stat("fifo").st_mode == stat.S_IFIFO | 0o644
 
 
 HOSTILE = {

@@ -170,6 +170,7 @@ def _info_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
         ("directories", f"{facts['dirs']:,}"),
         ("symlinks", f"{facts['symlinks']:,}"),
         ("hard links", f"{facts['hardlinks']:,}"),
+        *([("special files", f"{facts['specials']:,}")] if facts.get("specials") else []),
         ("bytes", f"{facts['bytes']:,} ({format_size(facts['bytes'])})"),
         ("stored bytes", f"{facts['stored_bytes']:,} ({format_size(facts['stored_bytes'])})"),
         ("ratio", ratio(facts["bytes"], facts["stored_bytes"])),
@@ -330,7 +331,10 @@ def _long_fields(bundle: Bundle, entry: Entry, names: _Names) -> list[str]:
         str(st.st_nlink),
         names.user(st.st_uid),
         names.group(st.st_gid),
-        str(st.st_size),
+        # A device shows its number where a file shows its size ("1, 3"), as ls -l does.
+        f"{os.major(st.st_rdev)}, {os.minor(st.st_rdev)}"
+        if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+        else str(st.st_size),
         when,
         st.content_type or "-",
     ]

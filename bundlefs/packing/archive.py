@@ -84,6 +84,7 @@ class ArchiveStat:
     st_nlink: int = 1
     st_dev: int = 0
     st_ino: int = 0
+    st_rdev: int = 0  # a device member's number
 
 
 class _Dir:
@@ -111,7 +112,18 @@ class _File:
         self.stored = stored
 
 
-_Node = _Dir | _Symlink | _File
+class _Special:
+    """A FIFO or device member: its status is all there is (its mode and device number)."""
+
+    __slots__ = ("st",)
+
+    def __init__(self, st: ArchiveStat) -> None:
+        self.st = st
+
+
+_Node = _Dir | _Symlink | _File | _Special
+_TAR_SPECIAL_KINDS = {tarfile.FIFOTYPE: statmod.S_IFIFO, tarfile.CHRTYPE: statmod.S_IFCHR,
+                      tarfile.BLKTYPE: statmod.S_IFBLK}  # fmt: skip
 
 
 def is_archive_path(path: str) -> bool:
@@ -250,6 +262,12 @@ class ArchiveSource:
             self._place(parts, _Symlink(st, target), st)
         elif member.islnk():
             self._hard_link(parts, member.linkname.encode("utf-8", "surrogateescape"), st)
+        elif member.type in _TAR_SPECIAL_KINDS:
+            kind = _TAR_SPECIAL_KINDS[member.type]
+            device = member.ischr() or member.isblk()
+            rdev = os.makedev(member.devmajor, member.devminor) if device else 0
+            st = dataclasses.replace(st, st_mode=kind | mode, st_size=0, st_rdev=rdev)
+            self._place(parts, _Special(st), st)
         else:
             self.errors.skip(rel, "not a regular file, directory or symlink")
 
@@ -386,8 +404,9 @@ class ArchiveSource:
         node: _Node | None = self._root
         for part in target_parts:
             node = node.children.get(part) if isinstance(node, _Dir) else None
-        if isinstance(node, _File | _Symlink):
-            # A hard link to a symlink becomes a copy of it (a bundle links regular files only).
+        if isinstance(node, _File | _Symlink | _Special):
+            # A hard link to a symlink or a special file becomes a copy of it (a bundle links
+            # regular files only).
             self._place(parts, node, st)
         else:
             why = "is a directory" if isinstance(node, _Dir) else "is not in the archive before it"

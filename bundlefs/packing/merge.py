@@ -86,6 +86,7 @@ class MergeSummary:
             "dirs": c.dir_count,
             "symlinks": c.symlink_count,
             "hardlinks": c.hardlink_count,
+            "specials": c.special_count,
             "data_bytes": c.data_bytes,
             "shards": c.shard_count,
             "linked": self.linked,
@@ -220,6 +221,7 @@ class _MergedStat:
     st_nlink: int = 1
     st_dev: int = 0  # the input's number: with st_ino, names one file across the inputs
     st_ino: int = 0
+    st_rdev: int = 0  # a device's number
     symlink: bytes = b""
     user_data: bytes = b""
 
@@ -383,6 +385,7 @@ class MergedSource:
             st_nlink=max(entry.nlink, 2) if entry.flags & fmt.FLAG_NLINK else entry.nlink,
             st_dev=number,
             st_ino=entry.ino,
+            st_rdev=entry.rdev,
             symlink=entry.symlink,
             user_data=entry.user_data,
         )

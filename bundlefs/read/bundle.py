@@ -37,6 +37,7 @@ from bundlefs.errors import (
     FormatError,
     IsADirectory,
     NotADirectory,
+    NotARegularFile,
     NotASymlink,
 )
 from bundlefs.read.cache import CacheStats, RecordCache
@@ -77,6 +78,7 @@ class BundleStat:
     # attached at pack time (``pack --user-data`` stores a JSON object); None where there is none.
     content_type: str | None = None
     user_data: bytes | None = None
+    st_rdev: int = 0  # a character or block device's number (format version 4); else 0
 
     @property
     def st_mtime(self) -> float:
@@ -179,6 +181,7 @@ class BundleInfo:
             "dirs": c.dir_count,
             "symlinks": c.symlink_count,
             "hardlinks": c.hardlink_count,
+            "specials": c.special_count,
             "entries": c.entry_count,
             "bytes": c.data_bytes,
             "stored_bytes": self.shard_bytes,
@@ -483,6 +486,7 @@ class Bundle:
             entry.blocks,
             self._tree.content_type(entry),
             entry.user_data or None,  # the format stores none rather than an empty one
+            entry.rdev,
         )
 
     # -- by path -----------------------------------------------------------------------------------
@@ -762,6 +766,8 @@ class Bundle:
         entry = self._resolve(raw, path)
         if entry.is_dir:
             raise IsADirectory(f"{os.fsdecode(raw)!r} is a directory", _shown(path))
+        if entry.is_special:
+            raise NotARegularFile(f"{os.fsdecode(raw)!r} is not a regular file", _shown(path))
         file = BundleFile(self, entry, os.fsdecode(raw))
         if binary:
             return file

@@ -42,7 +42,7 @@ from bundlefs.storage.shards import ShardSet
 from bundlefs.storage.store import LocalShardStore
 
 # Per-inode kinds in the scan's compact table (one byte per inode, so millions of entries fit).
-_BAD, _FILE, _DIR, _SYMLINK, _LINK = 0, 1, 2, 3, 4
+_BAD, _FILE, _DIR, _SYMLINK, _LINK, _SPECIAL = 0, 1, 2, 3, 4, 5
 _NAME_AFTER_PREVIOUS = 0x10  # bit: this entry's name sorts after the previous inode's name
 
 
@@ -81,6 +81,7 @@ class VerifyReport:
     dirs: int = 0
     symlinks: int = 0
     hardlinks: int = 0
+    specials: int = 0  # FIFOs, sockets, devices
     shards: int = 0
     records: int = 0
     # Shard bytes read and found sound: each shard's header block and its records' stored
@@ -108,6 +109,7 @@ class VerifyReport:
             "dirs": self.dirs,
             "symlinks": self.symlinks,
             "hardlinks": self.hardlinks,
+            "specials": self.specials,
             "shards": self.shards,
             "records": self.records,
             "bytes_checked": self.bytes_checked,
@@ -458,6 +460,8 @@ class _Verifier:
                 tree.add_dir(entry)
             elif entry.is_symlink:
                 kind = _SYMLINK
+            elif entry.is_special:
+                kind = _SPECIAL
             # Which directory lists an inode is known only once every directory is read: keep
             # the one bit the name-order rule needs against the inode before it.
             if previous is not None and integrity.child_order(0, previous, entry.name) is None:
@@ -467,6 +471,7 @@ class _Verifier:
         self.report.entries = n
         self.report.files, self.report.dirs = counts.files, counts.dirs
         self.report.symlinks, self.report.hardlinks = counts.symlinks, counts.hardlinks
+        self.report.specials = counts.specials
         try:
             extra = next(tree_model.stored_entries(n + 1, 1), None)
         except FormatError:
