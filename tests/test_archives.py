@@ -408,6 +408,43 @@ def test_export_is_byte_identical_to_gnu_tar_sort_name(tree, tree_tar, tree_bund
     assert exported == tree_tar.read_bytes()
 
 
+def test_export_of_fifos_and_devices_is_byte_identical_to_gnu_tar_and_leaves_sockets_out(
+    tmp_path, monkeypatch
+):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "file").write_bytes(b"data")
+    os.mkfifo(src / "fifo")
+    monkeypatch.chdir(src)  # a relative socket path avoids the 108-byte limit of sun_path
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind("sock")
+    if os.geteuid() == 0:
+        os.mknod(src / "null", stat.S_IFCHR | 0o600, os.makedev(1, 3))
+        os.mknod(src / "disk", stat.S_IFBLK | 0o640, os.makedev(259, 70000))
+    pack(str(src), str(tmp_path / "b"))
+    with Bundle(tmp_path / "b") as b, open(tmp_path / "out.tar", "wb") as out:
+        summary = export_tar(b, out)
+    assert summary.sockets_left_out == 1 and summary.specials == (3 if os.geteuid() == 0 else 1)
+    gnu = subprocess.run([*GNU_TAR, "-C", src, "-cf", "-", "."], capture_output=True)
+    assert b"socket ignored" in gnu.stderr  # GNU tar leaves a socket out too
+    assert (tmp_path / "out.tar").read_bytes() == gnu.stdout
+    result = run_cli(
+        "pack", tmp_path / "out.tar", tmp_path / "again"
+    )  # and back, whole but the socket
+    assert result.returncode == 0, result.stderr
+    with Bundle(tmp_path / "again") as again, Bundle(tmp_path / "b") as b:
+        for name in b.listdir(""):
+            if name != "sock":
+                one, two = again.lstat(name), b.lstat(name)
+                assert (one.st_mode, one.st_rdev, one.st_mtime_ns // 10**9) == (
+                    two.st_mode,
+                    two.st_rdev,
+                    two.st_mtime_ns // 10**9,  # a tar keeps seconds
+                ), name
+
+
 def test_export_to_stdout_is_the_same_tar(tree_tar, tree_bundle):
     result = subprocess.run(
         [sys.executable, "-m", "bundlefs", "export", "-q", tree_bundle, "-"],
