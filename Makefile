@@ -11,7 +11,7 @@ STOCK_PYFUSE3 := build/stock-pyfuse3
 # directory.
 export PIP_CACHE_DIR := $(CURDIR)/build/pip-cache
 
-.PHONY: install system-deps test lint demo bench bench-quick bench-scale fuzz soak clean
+.PHONY: install system-deps test test-fast lint check demo bench bench-quick bench-scale fuzz soak clean
 
 install: $(STAMP)
 
@@ -46,8 +46,11 @@ $(STOCK_PYFUSE3)/.installed: third_party/pyfuse3/stock-requirements.txt | $(STAM
 	  --target $(STOCK_PYFUSE3) -r third_party/pyfuse3/stock-requirements.txt
 	touch $@
 
-# TESTS: what to run (default: the whole suite), e.g. make test TESTS=tests/test_verify.py.
+# TESTS: what to run (default: the whole suite), e.g. make test TESTS=tests/library/test_verify.py
+# or TESTS=tests/unit (the tiers are folders: unit, library, store, adapter, mount, cli).
+# MARKERS: a pytest -m expression, e.g. MARKERS="not mount" (what make test-fast runs).
 TESTS ?= tests
+MARKERS ?=
 # Everything the tests write goes under one temporary directory removed at the end: pytest's
 # base temporary directory, whatever uses TMPDIR (Dask's scratch space, staging directories), the
 # caches and logs under XDG_CACHE_HOME/XDG_STATE_HOME. --one-file-system: a mount a failed test
@@ -56,13 +59,21 @@ test: install $(STOCK_PYFUSE3)/.installed
 	@scratch=$$(mktemp -d -t bundlefs-test.XXXXXX); \
 	TMPDIR=$$scratch XDG_CACHE_HOME=$$scratch/cache XDG_STATE_HOME=$$scratch/state \
 	  BUNDLEFS_STOCK_PYFUSE3=$(CURDIR)/$(STOCK_PYFUSE3) \
-	  $(BIN)/python -m pytest -q --basetemp=$$scratch/pytest $(TESTS); \
+	  $(BIN)/python -m pytest -q --basetemp=$$scratch/pytest $(if $(MARKERS),-m "$(MARKERS)") \
+	  $(TESTS); \
 	status=$$?; rm -rf --one-file-system "$$scratch"; exit $$status
+
+# Every test that mounts nothing (no FUSE needed): the quick loop while editing.
+test-fast:
+	$(MAKE) test MARKERS="not mount"
 
 lint: install
 	$(BIN)/ruff check bundlefs tests bench setup.py third_party
 	$(BIN)/ruff format --check bundlefs tests bench setup.py third_party
 	$(BIN)/mypy
+
+# What CI gates (.ci/run): lint and types first (seconds), then the whole suite.
+check: lint test
 
 demo: install
 	$(BIN)/python -m bundlefs.demo
@@ -85,10 +96,10 @@ bench-scale: install
 	$(BIN)/python -m bench.dask_pack
 
 fuzz: install
-	BUNDLEFS_FUZZ_EXAMPLES=2000 $(BIN)/python -m pytest -q tests/test_fuzz.py tests/test_hostile_index.py
+	BUNDLEFS_FUZZ_EXAMPLES=2000 $(BIN)/python -m pytest -q tests/library/test_fuzz.py tests/library/test_hostile_index.py
 
 soak: install
-	BUNDLEFS_SOAK_SECONDS=300 $(BIN)/python -m pytest -q tests/test_soak.py
+	BUNDLEFS_SOAK_SECONDS=300 $(BIN)/python -m pytest -q tests/mount/test_soak.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis demo

@@ -145,8 +145,9 @@ def throughput(tree: Path, work: Path, rounds: int, log: Any) -> dict[str, Any]:
 def serial_parts(trees: dict[str, Path], work: Path, rounds: int, log: Any) -> dict[str, Any]:
     """Listing, merge and publish, without a cluster, for each tree (a quarter and the whole)."""
     from bundlefs.packing import merge as merging
+    from bundlefs.packing.distributed.plan import plan_directory
+    from bundlefs.packing.distributed.task import PartTask, pack_partition
     from bundlefs.packing.packer import PackOptions
-    from bundlefs.packing.partition import PartTask, pack_partition, plan_directory
     from bundlefs.storage import publish
 
     out: dict[str, Any] = {}

@@ -64,8 +64,9 @@ from typing import Any
 from bench import datasets
 from bench.measure import drop_caches
 from bench.report import write_section
-from bench.systems import Bundlefs, Ratarmount, SystemUnavailable, fusermount_unmount, mounted
-from tests import s3server
+from bench.systems import Bundlefs, Ratarmount, SystemUnavailable, mounted
+from tests.support import s3server
+from tests.support.mounting import unmount
 
 REPO = Path(__file__).resolve().parent.parent
 SECTION = "## Object storage"
@@ -176,7 +177,7 @@ def serve(port: int) -> None:
 
 
 class S3Server(s3server.S3Server):
-    """tests/s3server.py's moto server, running the counting wrapper above (``--serve``);
+    """tests/support/s3server.py's moto server, running the counting wrapper above (``--serve``);
     ``stop`` always."""
 
     def __init__(self, log_path: Path) -> None:
@@ -671,7 +672,7 @@ def measure(workdir: Path, scale: float, rounds: int, sample: int) -> dict[str, 
         }
         return out
     finally:
-        fusermount_unmount(scratch / "mnt")
+        unmount(scratch / "mnt")
         server.stop()
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -850,7 +851,7 @@ def measure_large(workdir: Path, mb: int, rounds: int, source: Path | None) -> d
             "medians": medians,
         }
     finally:
-        fusermount_unmount(scratch / "mnt-large")
+        unmount(scratch / "mnt-large")
         server.stop()
         shutil.rmtree(scratch, ignore_errors=True)
 

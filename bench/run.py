@@ -25,15 +25,9 @@ from typing import Any
 
 from bench import datasets, report
 from bench.measure import Bench, Samples, rotate
-from bench.systems import (
-    ALL_SYSTEMS,
-    System,
-    SystemUnavailable,
-    fusermount_unmount,
-    make_system,
-    mount_points,
-)
+from bench.systems import ALL_SYSTEMS, System, SystemUnavailable, make_system
 from bench.targets import evaluate
+from tests.support.mounting import sweep_stale_mounts
 
 REPO = Path(__file__).resolve().parent.parent
 ALL_DATASETS = ("small", "large", "source")
@@ -141,11 +135,8 @@ def preflight(workdir: Path) -> None:
     if not os.path.exists("/dev/fuse"):
         sys.exit("/dev/fuse is missing: FUSE mounts are impossible here")
     # A previous run killed hard may have left mounts behind: clear them (one bounded pass).
-    root = workdir.absolute()
-    for p in mount_points():
-        if p.is_relative_to(root):
-            log(f"unmounting a stale mount left by an earlier run: {p}")
-            fusermount_unmount(p)
+    for p in sweep_stale_mounts(workdir.absolute(), live_too=True):
+        log(f"unmounted a stale mount left by an earlier run: {p}")
 
 
 def bundlefs_snapshot(ref: str, workdir: Path) -> tuple[Path, str]:

@@ -9,14 +9,14 @@ Packs a generated tree of N small files at each size and measures how every figu
   ``shard-00001/``, … of 10,000 files each; files are ``sample-000001234.json`` (21-byte names),
   64 B–2 KiB (log-uniform, ~570 B on average), JSON-lines text behind a line naming the file (lz4
   ~2.4×), whole-second mtimes, one owner (1000:1000), mode 0644, directories 0755.
-- **Packing** without N inodes on disk, two ways: a generated tar (ustar headers written here)
-  piped into ``bundlefs pack - DEST``, and the same tree as an ``EntrySource`` (``TreeSource``)
-  handed to ``bundlefs.pack`` in a worker process. Both are measured at sizes up to 1,000,000
-  (they give the same bundle); above that only the faster at the run's smallest size
+- **Packing** without N inodes on disk, two ways: a generated tar (``bundlefs.read.export``'s GNU
+  headers) piped into ``bundlefs pack - DEST``, and the same tree as an ``EntrySource``
+  (``TreeSource``) handed to ``bundlefs.pack`` in a worker process. Both are measured at sizes up to
+  1,000,000 (they give the same bundle); above that only the faster at the run's smallest size
   (``--pack-path`` overrides). squashfs is ``sqfstar -comp lz4 -b 256K`` reading the same tar on
-  stdin, served by ``squashfuse_ll``, up to ``--squashfs-up-to`` files (1,000,000: sqfstar's
-  time grows with the square of a directory's entries). Pack time is wall time including
-  generating the source; the tar generator alone is timed too.
+  stdin, served by ``squashfuse_ll``, up to ``--squashfs-up-to`` files (1,000,000: sqfstar's time
+  grows with the square of a directory's entries). Pack time is wall time including generating the
+  source; the tar generator alone is timed too.
 - **Per size and system** (bundlefs and squashfuse_ll, mounted by bench.systems): index bytes per
   file; mount ready (spawn to a stat-able root) after dropped caches, warm, and for bundlefs
   without its index checksum; ``os.stat`` of K random paths on a fresh mount after dropped caches
@@ -69,8 +69,9 @@ from bench.systems import (
     mounted,
 )
 from bundlefs import Bundle, PackOptions, pack
-from bundlefs.packing.archive import ArchiveStat
-from bundlefs.packing.sources import Content, SourceItem
+from bundlefs.packing.sources.base import Content, SourceItem
+from bundlefs.packing.sources.synthetic import SyntheticStat
+from bundlefs.read.export import header as tar_header
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "scale.md"
@@ -193,27 +194,8 @@ class Tree:
 
 # -- the tree as a tar stream ----------------------------------------------------------------------
 
-_TAR_OWNER = b"%07o\0" % OWNER * 2
-# linkname, magic "ustar\0" and version "00", uname, gname, devmajor, devminor, prefix, padding.
-_TAR_TAIL = b"\0" * 100 + b"ustar\x0000" + b"\0" * 64 + b"0000000\0" * 2 + b"\0" * 167
-_TAR_END = b"\0" * 1024
-
-
-def tar_header(name: bytes, mode: int, size: int, mtime: int, kind: bytes) -> bytes:
-    """A 512-byte ustar header (names up to 100 bytes, numeric owner only)."""
-    h = b"".join(
-        (
-            name.ljust(100, b"\0"),
-            b"%07o\0" % mode,
-            _TAR_OWNER,
-            b"%011o\0" % size,
-            b"%011o\0" % mtime,
-            b" " * 8,  # the checksum counts its own field as spaces
-            kind,
-            _TAR_TAIL,
-        )
-    )
-    return h[:148] + b"%06o\0 " % sum(h) + h[156:]
+_OWNED = {"uid": OWNER, "gid": OWNER}
+_TAR_END = b"\0" * 1024  # two zero blocks end the archive
 
 
 def tar_chunks(tree: Tree) -> Iterator[bytes]:
@@ -222,12 +204,12 @@ def tar_chunks(tree: Tree) -> Iterator[bytes]:
     held = 0
     for d in range(tree.dirs):
         directory = tree.dir_name(d).encode()
-        parts.append(tar_header(directory + b"/", 0o755, 0, MTIME0, b"5"))
+        parts.append(tar_header(directory + b"/", mode=0o755, **_OWNED, mtime=MTIME0, kind=b"5"))
         for i in tree.dir_files(d):
             facts = tree.facts(i)
             data = tree.content(i, facts)
             name = directory + b"/" + tree.name(i).encode()
-            parts.append(tar_header(name, 0o644, facts.size, facts.mtime, b"0"))
+            parts.append(tar_header(name, mode=0o644, **_OWNED, size=facts.size, mtime=facts.mtime))
             parts.append(data)
             parts.append(b"\0" * (-facts.size % 512))
             held += 1024 + facts.size
@@ -247,7 +229,7 @@ class TreeSource:
 
     def __init__(self, tree: Tree) -> None:
         self.tree = tree
-        self._dir_stat = ArchiveStat(statmod.S_IFDIR | 0o755, OWNER, OWNER, MTIME0 * 10**9, 0)
+        self._dir_stat = SyntheticStat(statmod.S_IFDIR | 0o755, OWNER, OWNER, MTIME0 * 10**9, 0)
         self._dirs = {tree.dir_name(d).encode(): d for d in range(tree.dirs)}
 
     def root(self) -> SourceItem:
@@ -262,7 +244,7 @@ class TreeSource:
         for i in tree.dir_files(self._dirs[rel]):
             facts = tree.facts(i)
             name = tree.name(i).encode()
-            st = ArchiveStat(
+            st = SyntheticStat(
                 statmod.S_IFREG | 0o644, OWNER, OWNER, facts.mtime * 10**9, facts.size, 1, 0, i + 1
             )
             yield SourceItem(rel + b"/" + name, name, st, tree.content(i, facts), st, st)

@@ -9,10 +9,11 @@ Each system packs a source directory into an archive and serves the archive at a
 
 Every daemon is started in the foreground as our own child process so that the bench knows its
 PID (for the VmHWM and CPU readings) and can always clean it up; in the foreground none of the
-three forks, so the process we start is the one that serves. Readiness is the mount point
-appearing in the mount table plus a successful ``stat`` of the mount root (with a deadline).
-``unmount`` tries ``fusermount3 -u``, then waits for the daemon to exit, then falls back to a lazy
-unmount and a kill: a benchmark must never leave a mount behind.
+three forks, so the process we start is the one that serves. The tests' mount harness
+(``tests/support/mounting.py``) starts and stops them: readiness is the mount point appearing in
+the mount table plus a successful ``stat`` of the mount root (with a deadline), the same check
+for every system; teardown escalates from ``fusermount3 -u`` to a lazy unmount and a kill: a
+benchmark must never leave a mount behind.
 """
 
 from __future__ import annotations
@@ -20,22 +21,19 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.mounting import Mount, start_daemon, stop_mount, unmount
+
 # How long a daemon may take to make its mount usable before we give up on it.
 MOUNT_TIMEOUT_S = 120.0
-UNMOUNT_TIMEOUT_S = 20.0
 INDEX_BUILD_TIMEOUT_S = 3600.0
-# Once mounted, a healthy daemon answers its first stat in milliseconds; a minute means hung.
-READY_STAT_TIMEOUT_S = 60.0
 
 Log = Callable[[str], None]
 
@@ -63,8 +61,7 @@ class Mounted:
     root: Path
     pid: int | None
     ready_seconds: float
-    proc: subprocess.Popen[bytes] | None = None
-    log_path: Path | None = None
+    daemon: Mount | None = None  # None: no daemon (raw)
 
 
 def _tree_bytes(path: Path) -> int:
@@ -142,58 +139,6 @@ def daemon_cpu_seconds(pid: int) -> float | None:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def mount_points() -> list[Path]:
-    """Every mount point in the mount table (bundlefs.mount.table, the one parser of it).
-
-    Read from /proc rather than ``os.path.ismount``, which says False for a FUSE mount whose
-    daemon died ("Transport endpoint is not connected"): exactly the mount we must clean up.
-    """
-    from bundlefs.mount.table import mounts  # here: the bench imports nothing heavy up front
-
-    return [Path(m.mountpoint) for m in mounts()]
-
-
-def is_mounted(mnt: Path) -> bool:
-    """Whether the mount table lists ``mnt`` (a dead daemon's mount included); never stats it."""
-    from bundlefs.mount.table import is_mountpoint
-
-    return is_mountpoint(mnt)
-
-
-def _stat_with_deadline(path: Path, seconds: float) -> None:
-    """``os.stat(path)`` that gives up after ``seconds``.
-
-    The first request to a new mount is answered only once the daemon serves. A daemon that
-    deadlocks (e.g. one that stats its own mount point from its only thread) would leave the
-    calling thread waiting in the kernel for ever, so the stat runs in a helper thread; on a
-    timeout the caller unmounts and kills the daemon, which also releases that thread.
-    """
-    errors: list[OSError] = []
-
-    def target() -> None:
-        try:
-            os.stat(path)
-        except OSError as e:
-            errors.append(e)
-
-    t = threading.Thread(target=target, name=f"stat {path}", daemon=True)
-    t.start()
-    t.join(seconds)
-    if t.is_alive():
-        raise RuntimeError(f"stat of the new mount {path} did not return in {seconds:.0f}s: hung?")
-    if errors:
-        raise errors[0]
-
-
-def fusermount_unmount(mnt: Path) -> None:
-    """Unmount ``mnt`` if it is mounted: normal first, lazy as the fallback."""
-    if not is_mounted(mnt):
-        return
-    r = subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
-    if r.returncode != 0 and is_mounted(mnt):
-        subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True)
-
-
 @contextmanager
 def mounted(
     system: System, archive: Path, mnt: Path, timeout: float = MOUNT_TIMEOUT_S
@@ -233,60 +178,27 @@ class System:
 
     def mount(self, archive: Path, mnt: Path, timeout: float = MOUNT_TIMEOUT_S) -> Mounted:
         """Start the daemon in the foreground and wait until the mount is usable."""
-        fusermount_unmount(mnt)
-        mnt.mkdir(parents=True, exist_ok=True)
-        log_path = mnt.with_name(mnt.name + ".log")
-        logf = open(log_path, "wb")  # noqa: SIM115 - lives as long as the daemon
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(
-            self.daemon_cmd(archive, mnt),
-            env=self.env(),
-            cwd="/",  # never pick up a package from the bench's working directory
-            stdin=subprocess.DEVNULL,
-            stdout=logf,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # our Ctrl-C must not kill it before we unmount
-        )
-        logf.close()
-        m = Mounted(mnt, proc.pid, 0.0, proc, log_path)
+        unmount(mnt)
         try:
-            deadline = t0 + timeout
-            while True:
-                # The mount table, not os.path.ismount: ismount stats the mount root, and that
-                # request can block for ever if the daemon hangs (see _stat_with_deadline).
-                if is_mounted(mnt):
-                    _stat_with_deadline(mnt, READY_STAT_TIMEOUT_S)
-                    break
-                if proc.poll() is not None:
-                    raise RuntimeError(
-                        f"{self.name} daemon exited with {proc.returncode} before mounting: "
-                        + log_path.read_text(errors="replace")[-2000:]
-                    )
-                if time.perf_counter() > deadline:
-                    raise RuntimeError(f"{self.name}: mount not ready after {timeout}s")
-                time.sleep(0.0005)
-            m.ready_seconds = time.perf_counter() - t0
-        except BaseException:
-            self.unmount(m)
-            raise
-        return m
+            daemon = start_daemon(
+                self.daemon_cmd(archive, mnt),
+                mnt,
+                bundle=archive,
+                log_path=mnt.with_name(mnt.name + ".log"),
+                env=self.env(),
+                notify=False,  # the peers do not speak sd_notify: one readiness check for all
+                timeout=timeout,
+                watchdog=None,  # a bench run may hold a mount for an hour
+                cwd="/",  # never pick up a package from the bench's working directory
+            )
+        except RuntimeError as e:
+            raise RuntimeError(f"{self.name}: {e}") from None
+        return Mounted(mnt, daemon.pid, daemon.ready_seconds, daemon)
 
     def unmount(self, m: Mounted) -> None:
         """Unmount and reap the daemon; escalate to lazy unmount and SIGKILL if needed."""
-        if m.proc is None:
-            return
-        fusermount_unmount(m.root)
-        try:
-            m.proc.wait(timeout=UNMOUNT_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            subprocess.run(["fusermount3", "-uz", str(m.root)], capture_output=True)
-            m.proc.send_signal(signal.SIGTERM)
-            try:
-                m.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                m.proc.kill()
-                m.proc.wait(timeout=5)
-        fusermount_unmount(m.root)
+        if m.daemon is not None:
+            stop_mount(m.daemon)
 
 
 class RawDir(System):

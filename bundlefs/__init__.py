@@ -27,16 +27,21 @@ from bundlefs.read.bundle import Bundle, BundleFile, BundleStat
 if TYPE_CHECKING:
     # What type checkers and IDEs see (the real signatures); at run time __getattr__ imports the
     # packer on first use instead, so a mount or a reader never loads it.
-    from bundlefs.packing.packer import PackOptions, pack
+    from bundlefs.packing.options import PackOptions
+    from bundlefs.packing.packer import pack
 
 __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> object:
-    if name in ("pack", "PackOptions"):
-        from bundlefs.packing import packer
+    if name == "pack":
+        from bundlefs.packing.packer import pack
 
-        return getattr(packer, name)
+        return pack
+    if name == "PackOptions":
+        from bundlefs.packing.options import PackOptions
+
+        return PackOptions
     raise AttributeError(f"module 'bundlefs' has no attribute {name!r}")
 
 

@@ -196,7 +196,7 @@ def grafted_bundle_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A bundle of today's version of the committed bundles' tree whose shard table names shards
     of version-1 and version-2 bundles beside its own, as a merge links them in
     (``legacy_trees.graft_legacy_shards``). Read-only: copy it before damaging it."""
-    from tests.legacy_trees import (
+    from tests.support.legacy_trees import (
         SOURCE_DATE_EPOCH,
         V1_PACK_OPTIONS,
         build_v1_tree,
@@ -275,10 +275,10 @@ def copy_bundle(tmp_path: Path) -> Callable[[Path], Path]:
 # =================================================================================================
 # 4. FUSE mount fixtures
 # =================================================================================================
-# Each mount is a daemon subprocess (see tests/mounting.py); every one is unmounted in ``finally``
-# and its log must be free of unexpected warnings.
+# Each mount is a daemon subprocess (see tests/support/mounting.py); every one is unmounted in
+# ``finally`` and its log must be free of unexpected warnings.
 
-from tests.mounting import Mount, mounted, sweep_stale_mounts  # noqa: E402
+from tests.support.mounting import Mount, mounted, sweep_stale_mounts  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -54,7 +54,7 @@ _SYSLOG_SOCKET = "/dev/log"
 
 def add_mount_arguments(p: argparse.ArgumentParser) -> None:
     # The read-ahead and index-resident defaults named in the help are bundlefs.mount.daemon's,
-    # which building the parser does not import (tests/test_first_contact.py keeps them equal).
+    # which building the parser does not import (tests/cli/test_first_contact.py keeps them equal).
     p.add_argument("bundle", metavar="BUNDLE", help=BUNDLE_HELP)
     p.add_argument("mountpoint", metavar="MOUNTPOINT", help="an existing empty directory")
     p.add_argument("-f", "--foreground", action="store_true", help="stay attached, log to stderr")

@@ -1,17 +1,15 @@
-"""``bundlefs pack SRC... DEST``: the SRC forms (a directory, archives, stdin, brace patterns), the
-options, the progress line and the one-line summary.
+"""``bundlefs pack SRC... DEST``: the options, the progress line and the one-line summary (the SRC
+forms, brace patterns among them, are ``cli.pack_sources``'s).
 
-May import: the library layers, ``bundlefs.cli.output``, ``bundlefs.cli.options``.
+May import: the library layers, ``bundlefs.cli.output``, ``bundlefs.cli.options``,
+``bundlefs.cli.pack_sources``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import re
-import stat
-import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -29,6 +27,7 @@ from bundlefs.cli.output import (
     status,
     warn,
 )
+from bundlefs.cli.pack_sources import SourceTotals, expand_sources
 from bundlefs.core import format as fmt
 from bundlefs.core.units import format_size
 from bundlefs.errors import PackError, UsageError
@@ -36,7 +35,8 @@ from bundlefs.errors import PackError, UsageError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from bundlefs.packing.packer import PackOptions, PackProgress, PackSummary
+    from bundlefs.packing.options import PackOptions, PackProgress, PackSummary
+    from bundlefs.packing.user_data import UserDataFile
     from bundlefs.storage.publish_remote import UploadProgress
 
 
@@ -160,61 +160,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-class _SourceTotals:
-    """Bytes of regular files under the source, summed by a background walk for the ETA.
-
-    Only when a progress line is shown; it never slows the pack itself (one thread of lstat).
-    """
-
-    def __init__(self, source: str) -> None:
-        self.bytes = 0
-        self.done = False
-        threading.Thread(target=self._walk, args=(source,), daemon=True).start()
-
-    def _walk(self, source: str) -> None:
-        total = 0
-        for top, _dirs, files in os.walk(source):
-            for name in files:
-                with contextlib.suppress(OSError):
-                    st = os.lstat(os.path.join(top, name))
-                    if stat.S_ISREG(st.st_mode):
-                        total += st.st_size
-        self.bytes, self.done = total, True
-
-
-_BRACES = re.compile(r"\{([^{}]*)\}")
-
-
-def expand_braces(pattern: str) -> list[str]:
-    """A shell brace pattern's words: ``{000..009}`` (zero padding kept), ``{a,b}``; the first
-    group expands first, so the words come out in the shell's order."""
-    match = _BRACES.search(pattern)
-    if match is None:
-        return [pattern]
-    head, body, tail = pattern[: match.start()], match.group(1), pattern[match.end() :]
-    numbers = re.fullmatch(r"(-?\d+)\.\.(-?\d+)", body)
-    if numbers:
-        first, last = numbers.group(1), numbers.group(2)
-        width = max(len(first), len(last)) if first.startswith("0") or last.startswith("0") else 0
-        a, b = int(first), int(last)
-        step = 1 if b >= a else -1
-        words = [str(n).zfill(width) for n in range(a, b + step, step)]
-    elif "," in body:
-        words = body.split(",")
-    else:
-        return [head + "{" + body + "}" + word for word in expand_braces(tail)]
-    return [w for word in words for w in expand_braces(head + word + tail)]
-
-
-def expand_sources(sources: list[str]) -> list[str]:
-    """SRC arguments with brace patterns the shell did not expand (quoted ones) expanded; a path
-    that exists is taken as it is, braces and all."""
-    out: list[str] = []
-    for source in sources:
-        out += [source] if source == "-" or os.path.lexists(source) else expand_braces(source)
-    return out
-
-
 def key_value_pairs(items: list[str], option: str) -> tuple[tuple[str, str], ...]:
     pairs = []
     for item in items:
@@ -230,7 +175,7 @@ def check_values(
 ) -> None:
     """The option values a command line gives that the library would refuse as malformed: a
     usage error (exit 2), as argparse's own, rather than a failure of the pack (exit 1)."""
-    from bundlefs.packing.packer import parse_compression
+    from bundlefs.packing.options import parse_compression
 
     try:
         parse_compression(compression)
@@ -290,16 +235,40 @@ def _pack_on_dask(
 
 
 def run(args: argparse.Namespace) -> int:
-    from bundlefs.packing.packer import PackOptions, pack
-    from bundlefs.packing.sources import SourceErrors
+    from bundlefs.packing.packer import pack
+    from bundlefs.packing.user_data import UserDataFile
+
+    options = _options(args)
+    sources = expand_sources(args.sources)
+    source: str | list[str] = sources[0] if len(sources) == 1 else sources
+    progress = None if args.quiet else _progress(source)
+    if args.dask is not None:
+        summary = _pack_on_dask(args, source, options, progress)
+    elif args.partitions is not None:
+        raise UsageError("--partitions splits a pack for --dask; give --dask too")
+    else:
+        summary = pack(source, args.dest, options, progress)
+    status.clear()
+    if isinstance(options.user_data, UserDataFile):
+        _warn_unused(options.user_data, args.user_data)
+    done = _exit_status(summary)
+    if args.json:  # --json always prints its object: -q quiets the human text only
+        out_json(summary.to_dict())
+    elif not args.quiet:
+        out(_summary_line(summary))
+    return done
+
+
+def _options(args: argparse.Namespace) -> PackOptions:
+    """The command line's ``PackOptions``, malformed values a usage error."""
+    from bundlefs.packing.options import PackOptions
     from bundlefs.packing.user_data import UserDataFile
 
     meta = key_value_pairs(args.meta, "--meta")
     content_types = key_value_pairs(args.content_type, "--content-type")
     check_values(args.compression, meta, content_types)
-    user_data = UserDataFile(args.user_data) if args.user_data else None
     defaults = PackOptions()
-    options = PackOptions(
+    return PackOptions(
         record_size=args.record_size or defaults.record_size,
         block_size=args.block_size or defaults.block_size,
         compression=args.compression,
@@ -308,7 +277,7 @@ def run(args: argparse.Namespace) -> int:
         force=args.force,
         skip_errors=args.skip_errors,
         jobs=max(1, args.jobs),
-        user_data=user_data,
+        user_data=UserDataFile(args.user_data) if args.user_data else None,
         meta=meta,
         content_types=content_types,
         detect_content_types=not args.no_content_types,
@@ -317,10 +286,12 @@ def run(args: argparse.Namespace) -> int:
         staging=args.staging,
     )
 
-    sources = expand_sources(args.sources)
-    source: str | list[str] = sources[0] if len(sources) == 1 else sources
-    directory = isinstance(source, str) and os.path.isdir(source)
-    totals = _SourceTotals(sources[0]) if status.enabled and directory else None
+
+def _progress(source: str | list[str]) -> Callable[[PackProgress], None]:
+    """The progress line's callback: counts and rate, and for a directory a percentage and an
+    ETA once a background walk has summed its bytes."""
+    directory = source if isinstance(source, str) and os.path.isdir(source) else None
+    totals = SourceTotals(directory) if status.enabled and directory is not None else None
 
     def progress(p: PackProgress) -> None:
         if p.upload is not None:
@@ -337,26 +308,24 @@ def run(args: argparse.Namespace) -> int:
             line += f", {percent}%, ETA {left:.0f} s"
         status.show(line)
 
-    if args.dask is not None:
-        summary = _pack_on_dask(args, source, options, None if args.quiet else progress)
-    elif args.partitions is not None:
-        raise UsageError("--partitions splits a pack for --dask; give --dask too")
-    else:
-        summary = pack(source, args.dest, options, None if args.quiet else progress)
-    status.clear()
-    if user_data is not None and user_data.unused():
-        unused = user_data.unused()
+    return progress
+
+
+def _warn_unused(user_data: UserDataFile, path: str) -> None:
+    """One warning naming the --user-data paths that are not files of the bundle."""
+    unused = user_data.unused()
+    if unused:
         warn(
-            f"{count(len(unused), 'path')} in {args.user_data} "
+            f"{count(len(unused), 'path')} in {path} "
             f"{'is not a file' if len(unused) == 1 else 'are not files'} of the bundle, e.g. "
             f"{unused[0]!r}"
         )
-    done = _exit_status(summary)
-    if args.json:  # --json always prints its object: -q quiets the human text only
-        out_json(summary.to_dict())
-        return done
-    if args.quiet:
-        return done
+
+
+def _summary_line(summary: PackSummary) -> str:
+    """``packed 3 files, 1 dir, … into … stored bytes (ratio 2.10) in 0.05 s (…): DEST``."""
+    from bundlefs.packing.sources.base import SourceErrors
+
     c = summary.config
     notes = []
     if summary.skipped:
@@ -376,14 +345,13 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         timing = f"in {summary.seconds:.2f} s ({rate(c.data_bytes, summary.seconds)})"
-    out(
+    return (
         f"packed {count(c.file_count, 'file')}, {count(c.dir_count, 'dir')}, "
         f"{count(c.symlink_count, 'symlink')}, {count(c.hardlink_count, 'hard link')}, "
         + (f"{count(c.special_count, 'special file')}, " if c.special_count else "")
         + f"{count(c.data_bytes, 'byte')} into {count(summary.stored_bytes, 'stored byte')} "
         f"(ratio {ratio(c.data_bytes, summary.stored_bytes)}) {timing}: {summary.dest}{note}"
     )
-    return done
 
 
 def _exit_status(summary: PackSummary) -> int:

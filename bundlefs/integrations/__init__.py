@@ -2,4 +2,6 @@
 
 Like ``bundlefs.mount``, they sit on the public face (``bundlefs``) and are imported only when used.
 May import: ``bundlefs`` (the public face), ``bundlefs.errors``, ``bundlefs.read``.
+
+Order (bottom first): dask | fsspec | torch
 """

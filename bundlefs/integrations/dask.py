@@ -1,7 +1,7 @@
 """Packing on a Dask cluster: ``pack_with_dask`` and the CLI's ``--dask ADDRESS|local:N``.
 
 This module only runs tasks; what a distributed pack is (the plan, the partition source, the
-task, the staging area, the merge) is ``bundlefs.packing.partition``, which knows nothing of
+task, the staging area, the merge) is ``bundlefs.packing.distributed``, which knows nothing of
 Dask. The driver plans the partitions, submits one ``pack_partition`` task per partition,
 gathers their results and merges the partial bundles into DEST. A task whose worker dies is
 rescheduled by the scheduler (up to its ``distributed.scheduler.allowed-failures``, 3 by
@@ -27,15 +27,11 @@ from distributed import Client, Future, LocalCluster, as_completed
 from distributed.scheduler import KilledWorker
 
 from bundlefs.errors import PackError
-from bundlefs.packing.packer import PackOptions, PackProgress, PackSource, PackSummary
-from bundlefs.packing.partition import (
-    DistributedPack,
-    PartResult,
-    PartTask,
-    abort,
-    default_partitions,
-    pack_partition,
-)
+from bundlefs.packing.distributed.area import abort
+from bundlefs.packing.distributed.driver import DistributedPack
+from bundlefs.packing.distributed.plan import default_partitions
+from bundlefs.packing.distributed.task import PartResult, PartTask, pack_partition
+from bundlefs.packing.options import PackOptions, PackProgress, PackSource, PackSummary
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +61,7 @@ def pack_with_dask(
     each task fetching its share with ``options.storage_options``); ``dest`` a local path or a
     URL. ``partitions``: how many tasks (default: ``default_partitions`` of the workers there
     are now, fewer for a small source: one per 256 MiB of content or 20,000 entries,
-    ``partition.fitted_count``). The staging area is beside a local
+    ``distributed.plan.fitted_count``). The staging area is beside a local
     DEST, or in ``options.staging`` (required to be shared storage when workers run on other
     machines; the tasks check it and say so). ``progress`` is called as partitions finish
     (files and bytes packed so far).

@@ -10,7 +10,7 @@ levels of the tree), the owners table and one entry per multiply-linked file see
 of the whole tree, but not bounded by a constant either.
 
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``,
-``bundlefs.packing.sources``, ``bundlefs.packing.content``.
+``bundlefs.packing.options``, ``bundlefs.packing.sources.base``, ``bundlefs.packing.content``.
 """
 
 from __future__ import annotations
@@ -20,22 +20,15 @@ import errno
 import os
 import stat as statmod
 from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from bundlefs.core import format as fmt
 from bundlefs.core import integrity
 from bundlefs.core.content_types import ContentTypeRules
 from bundlefs.errors import PackError
 from bundlefs.packing.content import ContentWriter
-from bundlefs.packing.sources import EntrySource, SourceErrors, SourceItem, Stat
+from bundlefs.packing.options import PackProgress, UserData
+from bundlefs.packing.sources.base import EntrySource, SourceErrors, SourceItem, Stat
 from bundlefs.storage.index import IndexWriter
-
-if TYPE_CHECKING:
-    from bundlefs.packing.packer import PackProgress
-
-# Called with (relative path bytes, lstat result); returns bytes to attach to the entry or None.
-UserData = Callable[[bytes, Stat], bytes | None]
 
 
 class EntryBuilder:

@@ -6,7 +6,7 @@ is stored consistently and reported in ``changed``. It opens a new ``ShardWriter
 current one is full, and puts each shard's records into the index only when that shard closes.
 
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``,
-``bundlefs.packing.sources``.
+``bundlefs.packing.options``, ``bundlefs.packing.sources.base``.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ import stat as statmod
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from bundlefs.core import format as fmt
 from bundlefs.core.checksum import crc32c
 from bundlefs.errors import PackError
-from bundlefs.packing.sources import (
+from bundlefs.packing.options import PackProgress
+from bundlefs.packing.sources.base import (
     HEAD_SIZE,
     READ_CHUNK,
     EntrySource,
@@ -35,9 +35,6 @@ from bundlefs.packing.sources import (
 )
 from bundlefs.storage.index import IndexWriter
 from bundlefs.storage.shards import ShardWriter
-
-if TYPE_CHECKING:
-    from bundlefs.packing.packer import PackProgress
 
 log = logging.getLogger(__name__)
 

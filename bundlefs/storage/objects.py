@@ -4,7 +4,7 @@
 key order, as ``ObjectInfo`` (the key relative to the prefix, the size, LastModified in ns), and
 reads objects: whole (``read``, for small ones) or streamed in bounded ranged GETs
 (``open``: at most ``WINDOW`` bytes in memory per open object). The tree those keys imply, and
-what a key may be, are the packer's business (``bundlefs.packing.objects``).
+what a key may be, are the packer's business (``bundlefs.packing.sources.objects``).
 
 Requests are bounded as the remote reader's are (``storage/remote.py``): a private file system
 with bounded network waits and the back-end's own retries off, and every listing page and GET

@@ -13,6 +13,8 @@ version check, metadata and content types) → ``bundle`` (marker, LMDB meta pro
 versions 1 and 2) and ``entry_v3`` (the compact layout of versions 3 and 4) → ``records``
 (records, the shard table, the shard header) → this module.
 
+Order (bottom first): constants, keys, bundle, entry, entry_v2 | entry_v3, records
+
 May import: the standard library, ``bundlefs.errors``, ``bundlefs.core.format.*``.
 """
 

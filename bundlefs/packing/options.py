@@ -1,0 +1,184 @@
+"""The packer's vocabulary: ``PackOptions``, ``PackProgress``, ``PackSummary``, ``PackSource``,
+``UserData``, and the option checks every pack, merge and distributed pack makes before reading
+anything (``check_options``, ``parse_compression``, ``creation_time``).
+
+Every other module of ``bundlefs.packing`` imports these from here, never from ``packer``: the
+packer orchestrates the modules below it and is imported by none of them.
+
+May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``,
+``bundlefs.packing.sources.base``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bundlefs.core import format as fmt
+from bundlefs.errors import BundleError, PackError
+from bundlefs.packing.sources.base import EntrySource, Stat
+from bundlefs.storage.publish_remote import UploadProgress
+from bundlefs.storage.shards import zstd_module
+
+DEFAULT_SHARD_SIZE = 4 * 1024**3
+ZSTD_LEVELS = (-7, 22)  # the levels zstd:LEVEL accepts (zstd's fast levels to its slowest)
+
+# Called with (relative path bytes, lstat result); returns bytes to attach to the entry or None.
+UserData = Callable[[bytes, Stat], bytes | None]
+
+# What ``pack`` packs: a directory; an archive file (tar, compressed or not, or zip) or "-" (a
+# tar on stdin); several archives (tar shards) into one tree; an object-store prefix
+# (``s3://bucket/prefix/``); or any ``EntrySource``.
+PackSource = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | EntrySource
+
+
+@dataclass(frozen=True)
+class PackOptions:
+    record_size: int = fmt.DEFAULT_RECORD_SIZE
+    block_size: int = fmt.DEFAULT_BLOCK_SIZE
+    compression: str = "lz4"
+    shard_size: int = DEFAULT_SHARD_SIZE
+    excludes: tuple[str, ...] = ()
+    force: bool = False
+    skip_errors: bool = False
+    # Threads that stat and read small files ahead of the writer and compress records: source
+    # reads overlap (a cold disk or NFS serves many requests at once) and lz4 uses every core,
+    # while the output stays in one deterministic order.
+    jobs: int = 4
+    # Called with (relative path bytes, lstat result — an os.stat_result from a directory source);
+    # returns bytes to attach to the entry or None.
+    user_data: UserData | None = None
+    # Content types: detected from names and first bytes unless off; (glob, media type) rules
+    # override detection, the last matching one winning ("" for no type).
+    detect_content_types: bool = True
+    content_types: tuple[tuple[str, str], ...] = ()
+    # The bundle's own metadata: text keys and values (docs/format.md §3.7).
+    meta: tuple[tuple[str, str], ...] = ()
+    # When the bundle was made, in ns since the epoch: None takes SOURCE_DATE_EPOCH when set
+    # (reproducible builds), else the clock. Two packs are byte-identical only when it is fixed.
+    created_ns: int | None = None
+    # A DEST that is a URL (s3://bucket/x.bundle) or a SRC that is a prefix (s3://bucket/raw/):
+    # the store's options (credentials, endpoint; docs/storage.md); and the local directory the
+    # bundle for a URL DEST is built in before it is uploaded (None: the temporary directory).
+    storage_options: dict[str, Any] | None = None
+    staging: str | None = None
+
+
+def parse_compression(spec: str) -> tuple[str, int | None]:
+    """``lz4``, ``none``, ``zstd`` or ``zstd:LEVEL`` -> (name, level or None)."""
+    name, _, level = spec.partition(":")
+    if name not in fmt.COMPRESSION_NAMES:
+        raise PackError(f"unknown compression {spec!r} (choose lz4, zstd[:LEVEL] or none)")
+    if not level:
+        return name, None
+    if name != "zstd":
+        raise PackError(f"compression {spec!r}: {name} takes no level (only zstd does)")
+    if not level.lstrip("-").isdigit():
+        raise PackError(f"compression {spec!r}: the level must be a whole number, from -7 to 22")
+    if not ZSTD_LEVELS[0] <= int(level) <= ZSTD_LEVELS[1]:
+        raise PackError(
+            f"compression {spec!r}: zstd level {int(level)} is out of range "
+            f"(from {ZSTD_LEVELS[0]} to {ZSTD_LEVELS[1]})"
+        )
+    return name, int(level)
+
+
+def creation_time(created_ns: int | None) -> int:
+    """The time to record: the caller's, else ``SOURCE_DATE_EPOCH``'s, else the clock's."""
+    if created_ns is None:
+        epoch = os.environ.get("SOURCE_DATE_EPOCH")
+        if epoch is None or epoch == "":
+            return time.time_ns()
+        # reproducible-builds.org: a malformed value must stop the build, not be ignored.
+        if not epoch.isdigit():
+            raise PackError(f"SOURCE_DATE_EPOCH={epoch!r} is not a whole number of seconds")
+        created_ns = int(epoch) * 10**9
+    if not -(2**63) <= created_ns < 2**63:
+        raise PackError("the creation time is outside what a bundle stores (years 1678 to 2262)")
+    return created_ns
+
+
+@dataclass
+class PackProgress:
+    """Counters updated while packing; ``total_*`` are unknown (0) unless the caller set them."""
+
+    files: int = 0
+    dirs: int = 0
+    bytes_read: int = 0
+    bytes_stored: int = 0
+    started: float = field(default_factory=time.monotonic)
+    # Set once a pack to a URL is built and uploading (the counters above are then final).
+    upload: UploadProgress | None = None
+
+
+@dataclass
+class PackSummary:
+    dest: str
+    config: fmt.Config
+    stored_bytes: int
+    index_bytes: int
+    seconds: float
+    skipped: list[str] = field(default_factory=list)  # unholdable names; skip_errors errors
+    changed: list[str] = field(default_factory=list)  # files that changed while being read
+    # Seconds of each phase of a distributed pack (listing, packing, merge); empty otherwise.
+    phases: dict[str, float] = field(default_factory=dict)
+    # A pack to a URL: ``seconds`` is the whole pack, these its two parts (None for a directory).
+    build_seconds: float | None = None
+    upload_seconds: float | None = None
+    uploaded_bytes: int = 0
+
+    def to_dict(self) -> dict[str, object]:
+        """The summary as JSON-ready facts (the counts of ``bundlefs pack``'s summary line)."""
+        c = self.config
+        facts: dict[str, object] = {
+            "dest": self.dest,
+            "files": c.file_count,
+            "dirs": c.dir_count,
+            "symlinks": c.symlink_count,
+            "hardlinks": c.hardlink_count,
+            "specials": c.special_count,
+            "bytes": c.data_bytes,
+            "stored_bytes": self.stored_bytes,
+            "index_bytes": self.index_bytes,
+            "ratio": round(c.data_bytes / self.stored_bytes, 4) if self.stored_bytes else 0.0,
+            "seconds": round(self.seconds, 3),
+            "skipped": self.skipped,
+            "changed": self.changed,
+        }
+        if self.phases:
+            facts["phases"] = {name: round(s, 3) for name, s in self.phases.items()}
+        if self.upload_seconds is not None and self.build_seconds is not None:
+            facts["build_seconds"] = round(self.build_seconds, 3)
+            facts["upload_seconds"] = round(self.upload_seconds, 3)
+            facts["uploaded_bytes"] = self.uploaded_bytes
+        return facts
+
+
+def check_options(options: PackOptions) -> PackOptions:
+    """``options`` checked as ``pack`` checks them before reading anything, with the creation
+    time fixed (``creation_time``); ``PackError`` naming the first bad one."""
+    compression, _level = parse_compression(options.compression)
+    # Fixed now, before anything is read: a bad SOURCE_DATE_EPOCH fails at once, not at the end.
+    options = dataclasses.replace(options, created_ns=creation_time(options.created_ns))
+    if compression == "zstd":
+        try:
+            zstd_module()
+        except BundleError as e:
+            raise PackError(str(e)) from None
+    try:
+        fmt.validate_layout(options.block_size, options.record_size)
+        for key, value in options.meta:
+            fmt.meta_key(key)
+            fmt.encode_meta_value(value)
+        if len(options.meta) > fmt.MAX_META_KEYS:
+            raise PackError(f"more than {fmt.MAX_META_KEYS} metadata items")
+        for _pattern, media_type in options.content_types:
+            if media_type:
+                fmt.encode_content_type(media_type)
+    except fmt.FormatError as e:
+        raise PackError(str(e)) from None
+    return options

@@ -1,0 +1,129 @@
+"""Reusing stored bundles' shards in a new bundle, their bytes unchanged: ``ReusedShards``.
+
+A new bundle can take over the shard files of bundles already stored (a merge takes all of its
+inputs'; a delta pack would take its base's): each file is hard-linked (else reflinked, else
+copied, ``link_or_copy``) under the new bundle's name for it, checked against the index that
+describes it, and its records and shard descriptor are imported into the new index, renumbered
+after the shards before it. The shard table (docs/format.md §3.5, format version 3) records each
+reused shard's codec and the header it carries (``ShardInfo.header_id``), so nothing in a shard is
+rewritten. File entries that point into reused shards are the stored source's business
+(``sources.stored``), which numbers them with the same ``base``.
+
+May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import itertools
+import os
+import shutil
+from collections.abc import Callable, Sequence
+
+from bundlefs.core import format as fmt
+from bundlefs.errors import BundleError, PackError
+from bundlefs.storage.index import IndexReader, IndexWriter
+
+_FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
+
+
+class ReusedShards:
+    """The shards of the stored bundles ``readers`` (at ``paths``), in order, as shards
+    ``first`` … of a new bundle: bundle ``n``'s shard ``s`` becomes shard ``base[n] + s``."""
+
+    def __init__(self, readers: Sequence[IndexReader], paths: Sequence[str], first: int = 0):
+        self.readers = list(readers)
+        self.paths = list(paths)
+        counts = [r.config.shard_count for r in self.readers]
+        self.base = list(itertools.accumulate([first, *counts]))
+
+    @property
+    def count(self) -> int:
+        """How many shards the new bundle has up to the last reused one."""
+        return self.base[-1]
+
+    def codecs(self) -> set[int]:
+        """The record codecs of every reused shard."""
+        return {r.shard_info(i).codec for r in self.readers for i in range(r.config.shard_count)}
+
+    def link(self, work: str, linked: Callable[[int], None] | None = None) -> list[str]:
+        """Link (else clone, else copy) every reused shard file into ``work``, each checked
+        against its index; ``linked(bytes)`` after each. How, per shard ("link", "reflink",
+        "copy")."""
+        ways = []
+        for number, reader in enumerate(self.readers):
+            version = reader.marker.format_version
+            for shard in range(reader.config.shard_count):
+                src = os.path.join(self.paths[number], fmt.shard_filename(shard, version))
+                dst = os.path.join(work, fmt.shard_filename(self.base[number] + shard))
+                ways.append(link_or_copy(src, dst))
+                check_linked(reader, shard, src, dst)
+                if linked is not None:
+                    linked(os.path.getsize(dst))
+        return ways
+
+    def import_table(self, index: IndexWriter) -> None:
+        """Every reused shard's records and descriptor into ``index``, renumbered."""
+        for number, reader in enumerate(self.readers):
+            base = self.base[number]
+            for shard in range(reader.config.shard_count):
+                for record in reader.iter_records(shard):
+                    record.shard = base + shard
+                    index.put_record(record)
+        for number, reader in enumerate(self.readers):
+            base = self.base[number]
+            for shard in range(reader.config.shard_count):
+                info = reader.shard_info(shard)
+                own = info.header_id == fmt.OWN_BUNDLE_ID
+                index.put_shard(
+                    base + shard,
+                    fmt.ShardInfo(
+                        info.file_size,
+                        info.uncompressed_size,
+                        info.record_count,
+                        info.codec,
+                        info.header_version,
+                        shard if info.header_index is None else info.header_index,
+                        reader.marker.bundle_id if own else info.header_id,
+                    ),
+                )
+
+
+def check_linked(reader: IndexReader, shard: int, src: str, dst: str) -> None:
+    """The file linked is the one the bundle's index describes: a bundle replaced since its
+    index was read (a pack --force) would otherwise give a bundle that cannot read."""
+    info = reader.shard_info(shard)
+    with open(dst, "rb") as f:
+        header, size = f.read(fmt.SHARD_HEADER_SIZE), os.fstat(f.fileno()).st_size
+    try:
+        fmt.check_shard_header(header, shard, reader.marker.bundle_id, info)
+        if size != info.file_size:
+            raise fmt.FormatError(f"it is {size} bytes, its index says {info.file_size}")
+    except BundleError as e:
+        raise PackError(f"{src} is not the shard its bundle's index describes: {e}") from None
+
+
+def link_or_copy(src: str, dst: str) -> str:
+    """Make ``dst`` a file with ``src``'s bytes: a hard link, else a reflink (a copy-on-write
+    clone), else a copy. Returns which: "link", "reflink" or "copy"."""
+    try:
+        os.link(src, dst)
+        return "link"
+    except OSError as e:
+        # EXDEV: another file system; EPERM: hard links refused (fs.protected_hardlinks, some
+        # network file systems); EMLINK: too many links already.
+        if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+            raise
+    with open(src, "rb") as source, open(dst, "xb") as target:
+        try:
+            fcntl.ioctl(target.fileno(), _FICLONE, source.fileno())
+            os.fsync(target.fileno())  # the clone's extents, durable before COMPLETE is
+            return "reflink"
+        except OSError:
+            pass  # not a copy-on-write file system, or not the same one
+        shutil.copyfileobj(source, target, 1024 * 1024)
+        target.flush()
+        os.fsync(target.fileno())
+    shutil.copystat(src, dst)
+    return "copy"

@@ -1,0 +1,10 @@
+"""Where a pack's entries come from: the ``EntrySource`` seam (``base``) and its implementations.
+
+Bottom first: ``base`` (the seam, ``DirectorySource``), ``synthetic`` (an in-memory tree and the
+one set of name rules for sources of made-up entries) and ``streams`` (archive streams), then
+``archive`` (tar and zip), ``objects`` (an object-store prefix) and ``stored`` (layers of trees
+already stored in bundles). A new archive format is one more module over ``synthetic`` and
+``streams``.
+
+Order (bottom first): base, synthetic | streams, archive | objects | stored
+"""

@@ -1,0 +1,1 @@
+"""The FUSE adapter (``BundleOperations``) in process: handlers called directly, no kernel."""
