@@ -26,7 +26,7 @@ from bundlefs.errors import MountError, MountOptionError
 from bundlefs.read.bundle import DEFAULT_CACHE_SIZE
 
 if TYPE_CHECKING:
-    from bundlefs.mount.daemon import MountOptions
+    from bundlefs.mount.options import MountOptions
 
 # Options mount(8)/mount.fuse3 and fstab pass that mean nothing here (or that we always set).
 _IGNORED_OPTIONS = {
@@ -53,7 +53,7 @@ _SYSLOG_SOCKET = "/dev/log"
 
 
 def add_mount_arguments(p: argparse.ArgumentParser) -> None:
-    # The read-ahead and index-resident defaults named in the help are bundlefs.mount.daemon's,
+    # The read-ahead and index-resident defaults named in the help are bundlefs.mount.options',
     # which building the parser does not import (tests/cli/test_first_contact.py keeps them equal).
     p.add_argument("bundle", metavar="BUNDLE", help=BUNDLE_HELP)
     p.add_argument("mountpoint", metavar="MOUNTPOINT", help="an existing empty directory")
@@ -223,11 +223,9 @@ def _text_or_none(value: object) -> str | None:
     return value
 
 
-def options_from_args(args: argparse.Namespace) -> MountOptions:
-    """Merge the flags and ``-o`` options (the later wins) into one ``MountOptions``."""
-    from bundlefs.mount.daemon import DEFAULT_INDEX_RESIDENT, DEFAULT_READ_AHEAD_KB, MountOptions
-    from bundlefs.storage.location import merged_storage_options, parse_location
-
+def _flags_and_options(args: argparse.Namespace) -> tuple[dict[str, object], list[str], list[str]]:
+    """The flags merged with the ``-o`` options (the later wins), checked where a choice is
+    closed; and the storage options given as ``KEY=VALUE`` pairs and as files, flags first."""
     values: dict[str, object] = dict(
         foreground=args.foreground,
         allow_nonempty=args.allow_nonempty,
@@ -250,13 +248,20 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
     pairs_o = mount_options.pop("storage_option", [])
     files_o = mount_options.pop("storage_options_file", [])
     assert isinstance(pairs_o, list) and isinstance(files_o, list)  # parse_mount_options made them
-    option_pairs = [*args.storage_option, *pairs_o]
-    option_files = [*args.storage_options_file, *files_o]
     values.update(mount_options)
     if values["owner"] not in ("stored", "mounter"):
         raise MountOptionError("owner= takes 'stored' or 'mounter'")
     if values["open_mode"] not in (None, *_OPEN_MODES):
         raise MountOptionError("open_mode= takes 'auto', 'no-open' or 'open'")
+    return values, [*args.storage_option, *pairs_o], [*args.storage_options_file, *files_o]
+
+
+def options_from_args(args: argparse.Namespace) -> MountOptions:
+    """Merge the flags and ``-o`` options (the later wins) into one ``MountOptions``."""
+    from bundlefs.mount.options import DEFAULT_INDEX_RESIDENT, DEFAULT_READ_AHEAD_KB, MountOptions
+    from bundlefs.storage.location import merged_storage_options, parse_location
+
+    values, option_pairs, option_files = _flags_and_options(args)
     uid, gid = _int_or_none(values["uid"]), _int_or_none(values["gid"])
     if values["owner"] == "mounter":
         uid = os.getuid() if uid is None else uid

@@ -1,3 +1,22 @@
-"""The FUSE daemon and what talks to a mount: the pyfuse3 adapter, thread offload, the daemon's
-lifecycle, the mount table. Importing this package imports neither pyfuse3 nor trio.
+"""The FUSE daemon and what talks to a mount. Importing this package imports neither pyfuse3 nor
+trio.
+
+Order (bottom first): bindings | table | stats | options | lifecycle | offload,
+kernel | readonly | tuning, preflight | reads, operations, worker, supervisor, daemon
+
+- ``bindings``: which FUSE binding the mount runs on (patched or stock) and what to say of it
+- ``table``: the kernel's mount table, and the daemon's xattrs read from outside
+- ``stats``: the counters, shared by every worker of a mount, and one process's view of them
+- ``options``: ``MountOptions`` and ``LogSetup``
+- ``lifecycle``: the readiness pipe, becoming a daemon, systemd notify
+- ``offload``: ``ThreadOffload``, blocking loads off the trio loop
+- ``kernel``: the no-open probe and the ``/dev/fuse`` poll
+- ``readonly``: ``ReadOnlyOperations``, every mutation answered ``EROFS``
+- ``tuning``: mallopt, the kernel's read-ahead, the index held in memory, load threads
+- ``preflight``: the checks before mounting, the worker count, the kernel's mount options
+- ``reads``: ``ReadScheduler``, where a read's loads run (inline or in threads)
+- ``operations``: ``BundleOperations``, the pyfuse3 adapter and the one errno table
+- ``worker``: one serving process (pyfuse3's loop under trio, its signals, a cloned session)
+- ``supervisor``: several worker processes, started, replaced and stopped
+- ``daemon``: ``mount`` (the sequence) and ``unmount``
 """

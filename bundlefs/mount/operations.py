@@ -12,24 +12,25 @@ across opens and caches directory listings, so a warm read or listing costs no r
 answered with ``keep_cache``. Both paths serve the same bytes; the stats xattr says which one runs.
 
 This module holds the only errno table (``_errno_for``); every handler goes through ``_handler`` so
-no exception can escape into pyfuse3's main loop (which would end the file system).
+no exception can escape into pyfuse3's main loop (which would end the file system). What the
+handlers lean on lives beside it: the refused mutations (``readonly``), where a read's loads run
+(``reads``), the counters (``stats``) and the kernel probes (``kernel``).
 
 May import: pyfuse3 (from ``bundlefs.mount.bindings``), ``bundlefs.core``, ``bundlefs.errors``,
-``bundlefs.read``, ``bundlefs.mount.offload``, ``bundlefs.mount.stats``.
+``bundlefs.read``, ``bundlefs.mount.kernel``, ``bundlefs.mount.readonly``,
+``bundlefs.mount.reads``, ``bundlefs.mount.stats``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import functools
 import json
 import logging
 import os
-import select
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from bundlefs.core import format as fmt
 from bundlefs.errors import (
@@ -39,20 +40,18 @@ from bundlefs.errors import (
     IsADirectory,
     NotADirectory,
     NotASymlink,
-    WouldBlock,
 )
-from bundlefs.mount import stats as counters
-from bundlefs.mount.bindings import binding, pyfuse3, stock_reason
-from bundlefs.mount.offload import ThreadOffload
-from bundlefs.read.bundle import Bundle, FailedRead
+from bundlefs.mount import kernel
+from bundlefs.mount.bindings import binding, pyfuse3
+from bundlefs.mount.readonly import ReadOnlyOperations
+from bundlefs.mount.reads import ReadScheduler
+from bundlefs.mount.stats import EIO, REQUEST_INDEX, MountStats
+from bundlefs.read.bundle import Bundle
 
 log = logging.getLogger(__name__)
 
 # The bundle is immutable: let the kernel keep entries and attributes (effectively) forever.
 CACHE_TIMEOUT = 365 * 24 * 3600.0
-
-
-_MAX_LOGGED_DAMAGE = 10_000  # distinct damaged records logged; bounded so memory stays bounded
 
 
 @dataclass(frozen=True)
@@ -64,32 +63,6 @@ class MountSettings:
     load_threads: int = 4  # record loads that may run at once off the event loop; 0: inline
     open_mode: str = "auto"  # "auto" (no-open wherever available), "no-open" or "open"
     prefetch: bool = True  # start reading a small file's bytes when it is looked up
-
-
-def no_open_unavailable() -> str | None:
-    """Why this pyfuse3 cannot serve the no-open path, or None when it can."""
-    return stock_reason()
-
-
-def _poll_fuse_device() -> select.poll | None:
-    """A poll object on this process's /dev/fuse session, or None (then loads always hop).
-
-    pyfuse3 does not expose its session descriptor; the daemon holds exactly one /dev/fuse.
-    """
-    found = None
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            if os.readlink(f"/proc/self/fd/{name}") == "/dev/fuse":
-                if found is not None:
-                    return None  # more than one: we cannot tell which is ours
-                found = int(name)
-        except OSError:
-            continue
-    if found is None:
-        return None
-    poll = select.poll()
-    poll.register(found, select.POLLIN)
-    return poll
 
 
 def _errno_for(error: BaseException) -> int:
@@ -115,11 +88,11 @@ _Handler = Callable[Concatenate["BundleOperations", _P], Coroutine[Any, Any, _R]
 def _handler(fn: _Handler[_P, _R]) -> _Handler[_P, _R]:
     """Wrap a handler: count it, map errors to errno, log the unexpected, let none escape."""
     name = fn.__name__
-    counted = counters.REQUEST_INDEX[name]
+    counted = REQUEST_INDEX[name]
 
     @functools.wraps(fn)
     async def wrapper(self: BundleOperations, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        self.counters.values[counted] += 1
+        self.mount_stats.counters.values[counted] += 1
         try:
             return await fn(self, *args, **kwargs)
         except pyfuse3.FUSEError:
@@ -130,19 +103,15 @@ def _handler(fn: _Handler[_P, _R]) -> _Handler[_P, _R]:
         except (EntryNotFound, NotADirectory, IsADirectory, NotASymlink) as e:
             raise pyfuse3.FUSEError(_errno_for(e)) from None
         except BundleError as e:
-            self.counters.count(counters.EIO)
+            self.mount_stats.counters.count(EIO)
             log.error("%s: %s", fn.__name__, e)
             raise pyfuse3.FUSEError(errno.EIO) from None
         except Exception:
-            self.counters.count(counters.EIO)
+            self.mount_stats.counters.count(EIO)
             log.exception("unexpected error in %s", fn.__name__)
             raise pyfuse3.FUSEError(errno.EIO) from None
 
     return wrapper
-
-
-def _read_only() -> NoReturn:
-    raise pyfuse3.FUSEError(errno.EROFS)
 
 
 # Extended-attribute namespaces a bundle never stores. ``ls -l`` asks every entry for
@@ -152,7 +121,7 @@ def _read_only() -> NoReturn:
 _UNSUPPORTED_XATTR_NAMESPACES = (b"security.", b"system.", b"trusted.")
 
 
-class BundleOperations(pyfuse3.Operations):
+class BundleOperations(ReadOnlyOperations):
     supports_dot_lookup = True
     enable_writeback_cache = False
     enable_acl = False
@@ -171,28 +140,14 @@ class BundleOperations(pyfuse3.Operations):
         self.settings = settings
         self.on_ready = on_ready  # called once the kernel handshake is done
         # load_threads == 0: load records inline on the event loop (no thread hop; blocks it).
-        threads = settings.load_threads
-        self._offload = ThreadOffload(threads) if threads else None
+        self._reads = ReadScheduler(bundle.content, settings.load_threads)
         self._prefetch = settings.prefetch
-        self._loads_in_flight = 0
-        self._fuse_poll: select.poll | None = None  # set in init(), where the session exists
-        self._logged_damage: set[tuple[int | None, int | None, str | None]] = set()
         # Counters of this process; a multi-worker mount points them into shared memory.
-        self.mount_counters = counters.MountCounters(1)
-        self.counters = self.mount_counters.slot(0)
-        self.counters.started(os.getpid(), 0)
-        self.workers = 1  # serving processes, as the supervisor decided
-        self.single_process_reason = ""  # why one process serves the mount, where that applies
-        self.daemon_facts: dict[str, object] = {}  # pid, start, version, log, options (daemon.py)
+        self.mount_stats = MountStats()
         # The patched pyfuse3 reads enable_no_open at the kernel handshake and clears it when the
         # kernel lacks no_open/no_opendir; init() then sees what is in effect.
-        unavailable = no_open_unavailable()
-        if settings.open_mode == "open":
-            self.open_mode_reason = "chosen with --open-mode open"
-        elif unavailable is not None:
-            self.open_mode_reason = unavailable
-        else:
-            self.open_mode_reason = ""
+        self.open_mode_reason = kernel.no_open_refused(settings.open_mode)
+        if not self.open_mode_reason:
             self.enable_no_open = True
         self.open_mode = "open"  # until init() knows what the kernel granted
 
@@ -209,70 +164,43 @@ class BundleOperations(pyfuse3.Operations):
             self.open_mode,
             f" ({self.open_mode_reason})" if self.open_mode_reason else "",
         )
-        self._fuse_poll = _poll_fuse_device()
+        self._reads.watch_session()  # the session exists from here on
         if self.on_ready is not None:
             self.on_ready()
 
     @property
     def loads_inline(self) -> bool:
         """Whether record loads run on the event loop (no load threads)."""
-        return self._offload is None
-
-    def use_counters(self, mount_counters: counters.MountCounters, slot: int) -> None:
-        """Count into ``slot`` of counters shared by every worker of the mount (after a fork)."""
-        self.mount_counters = mount_counters
-        self.counters = mount_counters.slot(slot)
-        self.workers = mount_counters.workers
+        return self._reads.loads_inline
 
     @property
     def eio_count(self) -> int:
         """Requests this process answered with EIO."""
-        return self.counters.get("eio_count")
+        return self.mount_stats.counters.get("eio_count")
 
     @property
     def requests(self) -> dict[str, int]:
         """Requests this process received, per operation."""
-        return self.counters.requests()
+        return self.mount_stats.counters.requests()
 
     def close(self) -> None:
         """Stop the load threads and close the bundle (after the loop has ended)."""
-        if self._offload is not None:
-            self._offload.close()
+        self._reads.close()
         self.bundle.close()
 
     def stats(self) -> dict[str, object]:
         """The whole mount's figures (every worker's), and how it is served."""
-        self.counters.publish_cache(self.bundle.cache)
-        figures = self.mount_counters.totals()
-        figures.update(
-            open_mode=self.open_mode,
-            open_mode_reason=self.open_mode_reason,
-            binding=binding(),  # "patched" or "stock" (bindings.py)
-            workers=self.workers,
-            single_process_reason=self.single_process_reason,
-        )
-        if self.workers > 1:
-            figures["worker_processes"] = [
-                dataclasses.asdict(w) for w in self.mount_counters.workers_view()
-            ]
-        return figures
+        served: dict[str, object] = {
+            "open_mode": self.open_mode,
+            "open_mode_reason": self.open_mode_reason,
+            "binding": binding(),  # "patched" or "stock" (bindings.py)
+        }
+        return self.mount_stats.figures(self.bundle.cache, served)
 
     def _damaged(self, error: CorruptDataError) -> None:
-        failed = self.bundle.storage_failed_read(error)
-        if failed is not FailedRead.DAMAGE:
-            # The object store is down, the record is not damaged: counted apart, once per failed
-            # read (not the kernel's retry of it), and named by the store in a rate-limited line.
-            if failed is FailedRead.OUTAGE:
-                self.counters.count(counters.OUTAGE_EIO)
-            return
-        self.counters.count(counters.EIO)
-        self.counters.count(counters.DAMAGE_EIO)
         key = (error.shard, error.record, error.path)
-        if key in self._logged_damage:
-            return
-        if len(self._logged_damage) < _MAX_LOGGED_DAMAGE:
-            self._logged_damage.add(key)
-        log.error("damaged data, read failed with EIO: %s", error)
+        if self.mount_stats.failed_read(self.bundle.storage_failed_read(error), key):
+            log.error("damaged data, read failed with EIO: %s", error)
 
     def _entry(self, inode: int) -> fmt.Entry:
         """The entry of an inode the kernel names. One never handed out is ENOENT, not damage."""
@@ -393,40 +321,9 @@ class BundleOperations(pyfuse3.Operations):
     ) -> bytes | bytearray:
         entry = self._entry(fh)
         try:
-            return await self._read(entry, off, size)
+            return await self._reads.read(entry, off, size)
         finally:
-            self.counters.publish_cache(self._content.cache)
-
-    async def _read(self, entry: fmt.Entry, off: int, size: int) -> bytes | bytearray:
-        if self._offload is None:
-            return self._content.read_at(entry, off, size, as_buffer=True)
-        try:
-            # Cached records and page-cached bytes are served inline: a thread hop costs more.
-            return self._content.read_at(entry, off, size, nowait=True, as_buffer=True)
-        except WouldBlock:
-            pass
-        if (
-            not self._loads_in_flight
-            and not self._content.reads_may_stall
-            and self._kernel_queue_empty()
-        ):
-            # Nothing else to serve meanwhile: wait for the disk here, without the hop (never
-            # for an object store, where a read may wait through retries).
-            return self._content.read_at(entry, off, size, as_buffer=True)
-        # A real disk read: in worker threads, pread + CRC + lz4 (which release the GIL) overlap
-        # with each other and with the requests the event loop keeps answering.
-        self._loads_in_flight += 1
-        try:
-            return await self._offload.run(self._read_buffer, entry, off, size)
-        finally:
-            self._loads_in_flight -= 1
-
-    def _read_buffer(self, entry: fmt.Entry, off: int, size: int) -> bytes | bytearray:
-        return self._content.read_at(entry, off, size, as_buffer=True)
-
-    def _kernel_queue_empty(self) -> bool:
-        """Whether no request waits in /dev/fuse (always False where we cannot tell)."""
-        return self._fuse_poll is not None and not self._fuse_poll.poll(0)
+            self.mount_stats.counters.publish_cache(self._content.cache)
 
     @_handler
     async def release(self, fh: pyfuse3.FileHandleT) -> None:
@@ -469,7 +366,7 @@ class BundleOperations(pyfuse3.Operations):
             found[fmt.XATTR_CONTENT_TYPE] = content_type.encode()
         if entry.ino == fmt.ROOT_INO:
             # The counters (what SIGUSR1 logs), and the daemon's own facts for info MNT.
-            figures = {**self.stats(), **self.daemon_facts}
+            figures = {**self.stats(), **self.mount_stats.daemon_facts}
             found[fmt.XATTR_STATS] = json.dumps(figures, sort_keys=True).encode()
             # What this daemon serves, which a later pack --force may have replaced on disk.
             found[fmt.XATTR_BUNDLE] = json.dumps(self.bundle.info().to_dict()).encode()
@@ -491,100 +388,3 @@ class BundleOperations(pyfuse3.Operations):
         if value is None:
             raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
         return value
-
-    # -- every mutation: the mount is read-only ---------------------------------------------------
-
-    async def setattr(
-        self,
-        inode: pyfuse3.InodeT,
-        attr: pyfuse3.EntryAttributes,
-        fields: pyfuse3.SetattrFields,
-        fh: pyfuse3.FileHandleT | None,
-        ctx: pyfuse3.RequestContext,
-    ) -> pyfuse3.EntryAttributes:
-        _read_only()
-
-    async def setxattr(
-        self,
-        inode: pyfuse3.InodeT,
-        name: pyfuse3.XAttrNameT,
-        value: bytes,
-        ctx: pyfuse3.RequestContext,
-    ) -> None:
-        _read_only()
-
-    async def removexattr(
-        self, inode: pyfuse3.InodeT, name: pyfuse3.XAttrNameT, ctx: pyfuse3.RequestContext
-    ) -> None:
-        _read_only()
-
-    async def mknod(
-        self,
-        parent_inode: pyfuse3.InodeT,
-        name: pyfuse3.FileNameT,
-        mode: pyfuse3.ModeT,
-        rdev: int,
-        ctx: pyfuse3.RequestContext,
-    ) -> pyfuse3.EntryAttributes:
-        _read_only()
-
-    async def mkdir(
-        self,
-        parent_inode: pyfuse3.InodeT,
-        name: pyfuse3.FileNameT,
-        mode: pyfuse3.ModeT,
-        ctx: pyfuse3.RequestContext,
-    ) -> pyfuse3.EntryAttributes:
-        _read_only()
-
-    async def unlink(
-        self, parent_inode: pyfuse3.InodeT, name: pyfuse3.FileNameT, ctx: pyfuse3.RequestContext
-    ) -> None:
-        _read_only()
-
-    async def rmdir(
-        self, parent_inode: pyfuse3.InodeT, name: pyfuse3.FileNameT, ctx: pyfuse3.RequestContext
-    ) -> None:
-        _read_only()
-
-    async def symlink(
-        self,
-        parent_inode: pyfuse3.InodeT,
-        name: pyfuse3.FileNameT,
-        target: pyfuse3.FileNameT,
-        ctx: pyfuse3.RequestContext,
-    ) -> pyfuse3.EntryAttributes:
-        _read_only()
-
-    async def rename(
-        self,
-        parent_inode_old: pyfuse3.InodeT,
-        name_old: pyfuse3.FileNameT,
-        parent_inode_new: pyfuse3.InodeT,
-        name_new: pyfuse3.FileNameT,
-        flags: pyfuse3.FlagT,
-        ctx: pyfuse3.RequestContext,
-    ) -> None:
-        _read_only()
-
-    async def link(
-        self,
-        inode: pyfuse3.InodeT,
-        new_parent_inode: pyfuse3.InodeT,
-        new_name: pyfuse3.FileNameT,
-        ctx: pyfuse3.RequestContext,
-    ) -> pyfuse3.EntryAttributes:
-        _read_only()
-
-    async def create(
-        self,
-        parent_inode: pyfuse3.InodeT,
-        name: pyfuse3.FileNameT,
-        mode: pyfuse3.ModeT,
-        flags: pyfuse3.FlagT,
-        ctx: pyfuse3.RequestContext,
-    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
-        _read_only()
-
-    async def write(self, fh: pyfuse3.FileHandleT, off: int, buf: bytes) -> int:
-        _read_only()

@@ -11,19 +11,23 @@ slot.
 
 Request and error counts are incremented where they happen. Cache figures are the worker's own
 ``RecordCache`` counters, copied into its slot after each read (``publish_cache``), so that a
-stats request answered by another worker sees them.
+stats request answered by another worker sees them. ``MountStats`` is one process's view: the slot
+it counts into, the bounded set of damaged records it has logged, and the figures the stats
+xattr, ``SIGUSR1`` and the last log line report.
 
-May import: the standard library, ``bundlefs.read.cache``.
+May import: the standard library, ``bundlefs.read.cache``, ``bundlefs.storage``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from bundlefs.read.cache import RecordCache
+from bundlefs.storage.objectstore.outage import FailedRead
 
 # The requests counted per operation (the names of the FUSE handlers).
 REQUESTS = (
@@ -174,3 +178,67 @@ def process_rss(pid: int) -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return resident_pages * os.sysconf("SC_PAGE_SIZE")
+
+
+_MAX_LOGGED_DAMAGE = 10_000  # distinct damaged records logged; bounded so memory stays bounded
+DamageKey = tuple[int | None, int | None, str | None]  # (shard, record, path) of a damaged read
+
+
+class MountStats:
+    """What one serving process counts, and reports for the whole mount.
+
+    ``counters`` is the slot this process writes (the request handlers count into it); ``shared``
+    the counters every worker of the mount writes (one slot until the supervisor shares more).
+    ``single_process_reason`` and ``daemon_facts`` are said by the daemon, for ``info MNT``.
+    """
+
+    def __init__(self) -> None:
+        self.shared = MountCounters(1)
+        self.counters = self.shared.slot(0)
+        self.counters.started(os.getpid(), 0)
+        self.single_process_reason = ""  # why one process serves the mount, where that applies
+        self.daemon_facts: dict[str, object] = {}  # pid, start, version, log, options (daemon.py)
+        self._logged_damage: set[DamageKey] = set()
+
+    @property
+    def workers(self) -> int:
+        """Serving processes, as the supervisor decided."""
+        return self.shared.workers
+
+    def share(self, shared: MountCounters, slot: int | None = None) -> None:
+        """Report ``shared``, the counters of every worker of the mount, and count into ``slot``
+        of them (a worker, after the fork; the supervisor, which serves nothing, gives none)."""
+        self.shared = shared
+        if slot is not None:
+            self.counters = shared.slot(slot)
+
+    def failed_read(self, failed: FailedRead, key: DamageKey) -> bool:
+        """Count a read that failed on bytes that did not arrive or were wrong; whether to log it
+        as damage (the first time that record fails, up to a bound).
+
+        An object store's outage is not damage: counted apart, once per failed read (not the
+        kernel's retry of it), and named by the store in a rate-limited line of its own.
+        """
+        if failed is not FailedRead.DAMAGE:
+            if failed is FailedRead.OUTAGE:
+                self.counters.count(OUTAGE_EIO)
+            return False
+        self.counters.count(EIO)
+        self.counters.count(DAMAGE_EIO)
+        if key in self._logged_damage:
+            return False
+        if len(self._logged_damage) < _MAX_LOGGED_DAMAGE:
+            self._logged_damage.add(key)
+        return True
+
+    def figures(self, cache: RecordCache, served: dict[str, object]) -> dict[str, object]:
+        """The whole mount's figures (every worker's), with ``served``: how it is served."""
+        self.counters.publish_cache(cache)
+        figures = self.shared.totals()
+        figures.update(served, workers=self.workers)
+        figures["single_process_reason"] = self.single_process_reason
+        if self.workers > 1:
+            figures["worker_processes"] = [
+                dataclasses.asdict(w) for w in self.shared.workers_view()
+            ]
+        return figures

@@ -74,8 +74,7 @@ class Supervisor:
         self.pyfuse3 = pyfuse3
         self.counters = MountCounters(workers)
         # The supervisor's own stats (SIGUSR1, the last log line) are the workers' totals.
-        ops.mount_counters = self.counters
-        ops.workers = workers
+        ops.mount_stats.share(self.counters)
         self.cache_size = cache_size
         self.worker_setup = worker_setup
         self.auto_unmount = auto_unmount  # False: leave a dead supervisor's mount (debugging)
@@ -204,7 +203,7 @@ class Supervisor:
         worker.clone_session(self.pyfuse3.get_session_fd(), blocking=blocking)
         counters = self.counters.slot(slot)
         counters.started(os.getpid(), time.time_ns())
-        self.ops.use_counters(self.counters, slot)
+        self.ops.mount_stats.share(self.counters, slot)
         self.ops.bundle.cache.resize(self.cache_size // self.counters.workers)
         counters.publish_cache(self.ops.bundle.cache)
         if self.worker_setup is not None:

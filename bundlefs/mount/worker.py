@@ -12,7 +12,8 @@ EAGAIN as "wait again"; third_party/pyfuse3/nonblocking.patch).
 
 It is libfuse's ``fuse_loop.c`` role; no file-system semantics here (that is ``operations``).
 
-May import: pyfuse3 and trio (only when called), ``bundlefs.mount.operations``.
+May import: pyfuse3 and trio (only when called), ``bundlefs.mount.kernel``,
+``bundlefs.mount.operations`` (type only).
 """
 
 from __future__ import annotations
@@ -24,15 +25,17 @@ import logging
 import os
 import signal
 import struct
+from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING
+
+from bundlefs.mount.kernel import FUSE_DEVICE
 
 if TYPE_CHECKING:
     from bundlefs.mount.operations import BundleOperations
 
 log = logging.getLogger("bundlefs")
 
-FUSE_DEVICE = "/dev/fuse"
 _FUSE_DEV_IOC_CLONE = 0x8004E500  # _IOR(229, 0, uint32_t), <linux/fuse.h>
 
 # How a worker's loop ended: the session ended (the mount is gone), or a signal stopped it.
@@ -129,6 +132,25 @@ def handshake(ops: BundleOperations, pyfuse3: ModuleType) -> bool:
     finally:
         ops.on_ready = None
     return bool(done)
+
+
+def after_handshake(callback: Callable[[], None]) -> Callable[[], None]:
+    """An ``Operations.on_ready`` that runs ``callback`` once the handshake is complete.
+
+    pyfuse3 calls ``on_ready`` while handling FUSE_INIT, before it replies; the kernel applies the
+    reply (and its own read-ahead default) when it arrives. A task started there runs after the
+    reply is written, so ``callback`` runs on a usable mount.
+    """
+
+    def on_ready() -> None:
+        import trio
+
+        async def run() -> None:
+            callback()
+
+        trio.lowlevel.spawn_system_task(run)
+
+    return on_ready
 
 
 def supports_blocking_receive(pyfuse3: ModuleType) -> bool:

@@ -37,13 +37,13 @@ from bundlefs.errors import (
     NotASymlink,
     WouldBlock,
 )
-from bundlefs.mount import operations
+from bundlefs.mount import kernel, operations
+from bundlefs.mount.kernel import no_open_unavailable
 from bundlefs.mount.operations import (
     CACHE_TIMEOUT,
     BundleOperations,
     MountSettings,
     _errno_for,
-    no_open_unavailable,
 )
 from tests.conftest import FIXED_MTIME_NS, SAMPLE_FILES, SAMPLE_RECORD_SIZE, flip_byte
 
@@ -677,7 +677,7 @@ def fake_fuse_queue(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[bool]
     read_end, write_end = os.pipe()
     poll = select.poll()
     poll.register(read_end, select.POLLIN)
-    monkeypatch.setattr(operations, "_poll_fuse_device", lambda: poll)
+    monkeypatch.setattr(kernel, "poll_fuse_device", lambda: poll)
     queued = []
 
     def busy(yes: bool) -> None:

@@ -23,7 +23,7 @@ import pytest
 
 from bundlefs import Bundle, PackOptions, pack
 from bundlefs.core import format as fmt
-from bundlefs.mount.daemon import DEFAULT_INDEX_RESIDENT, DEFAULT_READ_AHEAD_KB
+from bundlefs.mount.options import DEFAULT_INDEX_RESIDENT, DEFAULT_READ_AHEAD_KB
 from bundlefs.read.bundle import DEFAULT_CACHE_SIZE
 from tests.conftest import build_tree, pseudo_random_bytes
 from tests.support.mounting import Mount, is_mounted, mounted

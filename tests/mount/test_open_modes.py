@@ -358,7 +358,7 @@ def _options(*argv: str):
 
 
 def test_open_mode_and_index_resident_defaults():
-    from bundlefs.mount.daemon import DEFAULT_INDEX_RESIDENT
+    from bundlefs.mount.options import DEFAULT_INDEX_RESIDENT
 
     options = _options()
     assert (options.open_mode, options.index_resident, options.prefetch) == (

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bundlefs import Bundle, PackOptions, pack
-from bundlefs.mount.operations import no_open_unavailable
+from bundlefs.mount.kernel import no_open_unavailable
 from tests.conftest import FIXED_MTIME_NS, SAMPLE_SPEC, build_tree, pseudo_random_bytes
 from tests.support.mounting import mounted
 from tests.support.tree_contract import RECORD_SIZE, TreeContract, dir_entry_kinds

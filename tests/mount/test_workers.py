@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from bundlefs import PackOptions, pack
-from bundlefs.mount.operations import no_open_unavailable
+from bundlefs.mount.kernel import no_open_unavailable
 from tests.conftest import build_tree, pseudo_random_bytes
 from tests.support.mounting import is_mounted, wait_until
 

@@ -152,7 +152,7 @@ def test_every_module_imports_only_its_own_layer_or_below(path):
 
 # Packages whose __init__.py states no order yet. It may only shrink: once a package states its
 # order, delete it here (the test says so).
-PACKAGES_WITHOUT_ORDER = {"mount", "read", "storage", "storage/objectstore"}
+PACKAGES_WITHOUT_ORDER = {"read", "storage", "storage/objectstore"}
 
 _ORDER = re.compile(r"Order \(bottom first\):(.*?)(?:\n\s*\n|\Z)", re.DOTALL)
 PACKAGES = sorted(
@@ -291,12 +291,6 @@ _OPTION_TABLE_CALLS = {
 # or smaller than listed (lower it or delete it), and when anything grows or goes over unlisted.
 OVER_BUDGET = {
     "bundlefs/cli/browse.py": 479,
-    "bundlefs/cli/mount.py:options_from_args": 70,
-    "bundlefs/integrations/torch.py": 427,
-    "bundlefs/mount/daemon.py": 499,
-    "bundlefs/mount/daemon.py:mount": 121,
-    "bundlefs/mount/operations.py": 590,
-    "bundlefs/mount/operations.py:BundleOperations": 436,
     "bundlefs/read/bundle.py": 862,
     "bundlefs/read/bundle.py:Bundle": 521,
     "bundlefs/read/bundle.py:Bundle.__init__": 77,

@@ -1,0 +1,75 @@
+"""``MountOptions``: how to mount and serve one bundle, and ``LogSetup``, where the daemon logs.
+
+The command line builds a ``MountOptions`` (``bundlefs.cli.mount``); the daemon takes one and
+parses nothing. The defaults the command line's help names live here, importable without a FUSE
+binding.
+
+May import: the standard library, ``bundlefs.read``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bundlefs.read.bundle import DEFAULT_CACHE_SIZE
+
+DEFAULT_READ_AHEAD_KB = 1024
+DEFAULT_INDEX_RESIDENT = 256 * 1024 * 1024  # ~3.5 million entries at ~70 bytes each
+
+# Called once the mount is up, with True in the foreground (the log goes to stderr unless a log
+# file is set) and False in the detached daemon (its stderr is /dev/null: a log file or syslog).
+LogSetup = Callable[[bool], None]
+
+
+@dataclass(frozen=True)
+class MountOptions:
+    """How to mount and serve one bundle; ``log_file`` and ``debug`` are for the ``LogSetup``."""
+
+    bundle: str
+    mountpoint: str
+    foreground: bool = False
+    cache_size: int = DEFAULT_CACHE_SIZE
+    allow_other: bool = False
+    uid: int | None = None
+    gid: int | None = None
+    read_ahead_kb: int = DEFAULT_READ_AHEAD_KB
+    load_threads: int | None = None  # None: tuning.load_threads chooses
+    open_mode: str = "auto"
+    index_resident: int = DEFAULT_INDEX_RESIDENT
+    prefetch: bool = True
+    check_index: bool = True
+    strict: bool = False  # refuse a bundle with a damaged shard instead of serving the rest
+    log_file: str | None = None
+    debug: bool = False
+    auto_unmount: bool = True
+    allow_nonempty: bool = False
+    workers: int | None = None  # serving processes; None: default_workers()
+    # A bundle at a URL (``bundle`` is then the URL): the store's options, which stay in this
+    # process (the daemon forks from it, so they never appear on a command line or in the mount
+    # table), and the on-disk record cache (docs/storage.md).
+    storage_options: dict[str, Any] | None = None
+    disk_cache: str | None = None
+    disk_cache_size: int | None = None
+    store_timeout: float | None = None
+
+    def remote_options(self) -> dict[str, Any]:
+        """The ``Bundle`` keywords of a bundle at a URL that were given (none for a local one)."""
+        given = {
+            "storage_options": self.storage_options,
+            "disk_cache": self.disk_cache,
+            "disk_cache_size": self.disk_cache_size,
+            "store_timeout": self.store_timeout,
+        }
+        return {k: v for k, v in given.items() if v is not None}
+
+
+def default_workers() -> int:
+    """Serving processes when ``--workers`` is not given: one per CPU, at most 8.
+
+    Cold reads scale with processes up to the cores (docs/performance.md); past 8 the kernel's
+    single request queue and the disk are the limit, and each worker holds its own cache share.
+    """
+    return max(1, min(os.cpu_count() or 1, 8))
