@@ -85,6 +85,10 @@ def test_pack_stores_special_files_and_says_so_in_its_summary(tmp_path):
     assert b", 1 special file, " in result.stdout
     listing = run_cli("ls", "-l", tmp_path / "b").stdout.decode()
     assert listing.startswith("p") and listing.rstrip().endswith(" fifo")
+    info = run_cli("info", tmp_path / "b").stdout.decode().splitlines()
+    assert ["special", "files", "1"] in [line.split() for line in info]
+    verified = run_cli("verify", tmp_path / "b")
+    assert verified.returncode == 0 and b", 1 special file, " in verified.stdout
 
 
 def test_pack_to_an_existing_dest_without_force_is_one_line_error(packed, tmp_path):
