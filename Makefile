@@ -30,7 +30,7 @@ system-deps:
 # The editable install is path-based (editable_mode=compat: a .pth naming the checkout), which mypy,
 # pyright and IDEs follow; setuptools' default (lenient: an import hook for this flat layout) none of
 # them can resolve, and strict links only the files present at install time. setuptools calls compat
-# transitional: tests/test_scripts_and_ides.py fails the day it stops resolving.
+# transitional: tests/cli/test_scripts_and_ides.py fails the day it stops resolving.
 PYFUSE3_INPUTS := $(wildcard third_party/pyfuse3/*.patch) third_party/pyfuse3/install.sh \
   third_party/pyfuse3/prepare.py third_party/pyfuse3/pyfuse3-3.5.0.tar.gz
 $(STAMP): Makefile pyproject.toml setup.py $(PYFUSE3_INPUTS) | system-deps

@@ -20,14 +20,12 @@ import argparse
 import datetime as dt
 import json
 import shutil
-import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from bench import datasets
-from bench.report import write_section
+from bench.report import logger, median, write_section
 from bundlefs import Bundle, PackOptions, pack
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,13 +33,13 @@ CODECS = ("lz4", "zstd:1", "zstd", "zstd:19", "none")
 SECTION = "## Compression: lz4 and zstd"
 
 
-def log(message: str) -> None:
-    print(f"[codecs] {message}", file=sys.stderr, flush=True)
+log = logger("codecs")
 
 
 def decode_all(bundle: Bundle) -> tuple[int, float]:
     """(bytes produced, seconds) for loading every record of every shard, uncached."""
-    shards = bundle._shards  # the records, not the cache: decode cost without cache bookkeeping
+    # The records, not the cache: decode cost without cache bookkeeping.
+    shards = bundle._parts.shards
     produced = 0
     started = time.perf_counter()
     for shard in range(bundle.config.shard_count):
@@ -86,8 +84,8 @@ def measure(workdir: Path, rounds: int) -> dict[str, Any]:
                 out["codecs"][codec]["read_mbps"].append(produced / seconds / 1e6)
         log(f"round {r + 1}/{rounds} done")
     for facts in out["codecs"].values():
-        facts["decode_median"] = statistics.median(facts["decode_mbps"])
-        facts["read_median"] = statistics.median(facts["read_mbps"])
+        facts["decode_median"] = median(facts["decode_mbps"])
+        facts["read_median"] = median(facts["read_mbps"])
     return out
 
 

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
-from bench.report import METRICS, Metric
+from bench.report import METRICS, Metric, median
 
 THRESHOLD = 0.10  # a 10% move is within what the same commit shows between runs here
 REFERENCES = ("raw", "squashfuse_ll")
@@ -53,16 +52,16 @@ def compare(before: dict, after: dict, threshold: float = THRESHOLD) -> tuple[li
             a = _samples(after, dataset, "bundlefs", metric.key)
             if not a or not b:
                 continue
-            mb, ma = statistics.median(b), statistics.median(a)
+            mb, ma = median(b), median(a)
             moved = _worse(metric, mb, ma)
             reference, normalised = "—", None
             for ref in REFERENCES:
                 rb = _samples(before, dataset, ref, metric.key)
                 ra = _samples(after, dataset, ref, metric.key)
-                if rb and ra and statistics.median(rb) and statistics.median(ra):
+                if rb and ra and median(rb) and median(ra):
                     reference = ref
-                    nb = mb / statistics.median(rb)
-                    na = ma / statistics.median(ra)
+                    nb = mb / median(rb)
+                    na = ma / median(ra)
                     normalised = _worse(metric, nb, na)
                     break
             disjoint = max(a) < min(b) or min(a) > max(b)

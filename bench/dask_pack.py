@@ -33,7 +33,6 @@ import logging
 import os
 import random
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -41,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
+from bench.report import median
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "scale.md"
@@ -190,7 +190,7 @@ def serial_parts(trees: dict[str, Path], work: Path, rounds: int, log: Any) -> d
             shutil.rmtree(area)
             log(
                 f"{label}: {plan.entries:,} entries, {count} partitions: listing "
-                f"{statistics.median(listing):.3f} s, merge {statistics.median(merges):.3f} s"
+                f"{median(listing):.3f} s, merge {median(merges):.3f} s"
             )
         out[label] = entry
     return out
@@ -199,18 +199,14 @@ def serial_parts(trees: dict[str, Path], work: Path, rounds: int, log: Any) -> d
 # -- the section -----------------------------------------------------------------------------------
 
 
-def _median(values: list[float]) -> float:
-    return statistics.median(values)
-
-
 def render(results: dict[str, Any]) -> str:
     files, data = results["files"], results["bytes"]
     mb = data / 1e6
     t = results["throughput"]
     rows = []
-    base = _median(t["seconds"]["jobs=1"])
+    base = median(t["seconds"]["jobs=1"])
     for config, values in t["seconds"].items():
-        s = _median(values)
+        s = median(values)
         label = (
             f"one machine, `--jobs {config.split('=')[1]}`"
             if config.startswith("jobs=")
@@ -219,7 +215,7 @@ def render(results: dict[str, Any]) -> str:
         rows.append(f"| {label} | {s:.2f} | {mb / s:.1f} | {files / s:,.0f} | {base / s:.2f}× |")
     phase_rows = []
     for config, runs in t["phases"].items():
-        med = {k: _median([r[k] for r in runs]) for k in runs[0]}
+        med = {k: median([r[k] for r in runs]) for k in runs[0]}
         phase_rows.append(
             f"| `local:{config.split('=')[1]}` | {med['listing']:.3f} | {med['packing']:.3f} | "
             f"{med['merge']:.3f} | {med['publish']:.4f} |"
@@ -229,11 +225,11 @@ def render(results: dict[str, Any]) -> str:
     serial_rows = []
     for label in ("quarter", "whole"):
         e = s[label]
-        listing = _median(e["listing"])
+        listing = median(e["listing"])
         merges = " | ".join(
-            f"{_median(e[f'merge_{c}']):.3f} ({e[f'partitions_{c}']})" for c in MERGE_PARTITIONS
+            f"{median(e[f'merge_{c}']):.3f} ({e[f'partitions_{c}']})" for c in MERGE_PARTITIONS
         )
-        publish_s = _median(e[f"publish_{MERGE_PARTITIONS[0]}"])
+        publish_s = median(e[f"publish_{MERGE_PARTITIONS[0]}"])
         serial_rows.append(
             f"| {e['entries']:,} | {listing:.3f} | {merges} | {publish_s * 1000:.1f} ms |"
         )
@@ -241,26 +237,26 @@ def render(results: dict[str, Any]) -> str:
     added = whole["entries"] - quarter["entries"]
     first = MERGE_PARTITIONS[0]
     # Each serial part as fixed + per-entry cost: the line through the two tree sizes.
-    list_us = (_median(whole["listing"]) - _median(quarter["listing"])) / added * 1e6
-    list_fixed = max(0.0, _median(whole["listing"]) - list_us * whole["entries"] / 1e6)
+    list_us = (median(whole["listing"]) - median(quarter["listing"])) / added * 1e6
+    list_fixed = max(0.0, median(whole["listing"]) - list_us * whole["entries"] / 1e6)
     # The merge's slope at each partition count, and their median: one noisy pair of runs on a
     # shared machine does not make the figure.
-    merge_us = statistics.median(
-        (_median(whole[f"merge_{c}"]) - _median(quarter[f"merge_{c}"])) / added * 1e6
+    merge_us = median(
+        (median(whole[f"merge_{c}"]) - median(quarter[f"merge_{c}"])) / added * 1e6
         for c in MERGE_PARTITIONS
     )
-    merge_fixed = max(0.0, _median(whole[f"merge_{first}"]) - merge_us * whole["entries"] / 1e6)
+    merge_fixed = max(0.0, median(whole[f"merge_{first}"]) - merge_us * whole["entries"] / 1e6)
     merge_big = MERGE_PARTITIONS[-1]
     merge_per_part = max(
         0.0,
-        (_median(whole[f"merge_{merge_big}"]) - _median(whole[f"merge_{first}"]))
+        (median(whole[f"merge_{merge_big}"]) - median(whole[f"merge_{first}"]))
         / (whole[f"partitions_{merge_big}"] - whole[f"partitions_{first}"]),
     )
-    growth_list = _median(whole["listing"]) / _median(quarter["listing"])
-    growth_merge = _median(whole[f"merge_{first}"]) / _median(quarter[f"merge_{first}"])
+    growth_list = median(whole["listing"]) / median(quarter["listing"])
+    growth_merge = median(whole[f"merge_{first}"]) / median(quarter[f"merge_{first}"])
     ratio = whole["entries"] / quarter["entries"]
     # One worker's rate: the tasks' phase of the one-worker Dask packs (scheduling included).
-    per_worker = files / _median([r["packing"] for r in t["phases"]["dask workers=1"]])
+    per_worker = files / median([r["packing"] for r in t["phases"]["dask workers=1"]])
     # 100 machines, 100 million files of this tree's mix: the parallel part at the measured rate
     # of one worker, the serial parts at their measured cost per file.
     n = 100_000_000
@@ -361,8 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     # The clusters' own INFO lines would bury the progress lines.
     logging.getLogger("distributed").setLevel(logging.ERROR)
 
-    def log(text: str) -> None:
-        print(f"bench.dask_pack: {text}", file=sys.stderr, flush=True)
+    log = report.logger("dask_pack")
 
     if args.render:
         results = json.loads(args.render.read_text())

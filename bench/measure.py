@@ -40,7 +40,7 @@ BENCH_ROOT = Path(__file__).resolve().parent.parent
 STATS_XATTR = "user.bundlefs.stats"  # JSON counters on a bundlefs mount root
 
 
-def _nested() -> defaultdict[str, defaultdict[str, defaultdict[str, list[Any]]]]:
+def _nested() -> Any:  # dict[str, dict[str, dict[str, list]]], every level made on first use
     return defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
 
 

@@ -48,7 +48,6 @@ import datetime as dt
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tarfile
@@ -63,7 +62,7 @@ from typing import Any
 
 from bench import datasets
 from bench.measure import drop_caches
-from bench.report import write_section
+from bench.report import logger, median, write_section
 from bench.systems import Bundlefs, Ratarmount, SystemUnavailable, mounted
 from tests.support import s3server
 from tests.support.mounting import unmount
@@ -81,8 +80,7 @@ CHUNK = 1024 * 1024
 CHECK_FILES = 10  # files compared with the source after each pass, off the clock
 
 
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] [object-store] {message}", file=sys.stderr, flush=True)
+log = logger("object-store")
 
 
 # -- the server ------------------------------------------------------------------------------------
@@ -141,7 +139,7 @@ def _whole_objects_once() -> None:
     """
     from moto.s3.models import FakeKey
 
-    get, put = FakeKey.value.fget, FakeKey.value.fset
+    get, put = FakeKey.value.fget, FakeKey.value.fset  # type: ignore[attr-defined]
 
     def value(self: Any) -> bytes:
         held = self.__dict__.get("_bench_value")
@@ -658,7 +656,7 @@ def measure(workdir: Path, scale: float, rounds: int, sample: int) -> dict[str, 
         out["unavailable"] = bench.unavailable
         out["medians"] = {
             name: {
-                key: statistics.median(p[key] for p in runs)
+                key: median(p[key] for p in runs)
                 for key in (
                     "fps",
                     "mbps",
@@ -839,8 +837,7 @@ def measure_large(workdir: Path, mb: int, rounds: int, source: Path | None) -> d
                     f"{out['seconds']:7.2f} s {out['gets']:5} GETs {out['fetched'] / MB:8.1f} MB"
                 )
         medians = {
-            name: {k: statistics.median(o[k] for o in outs) for k in outs[0]}
-            for name, outs in runs.items()
+            name: {k: median(o[k] for o in outs) for k in outs[0]} for name, outs in runs.items()
         }
         return {
             "mb": mb,

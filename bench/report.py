@@ -12,6 +12,8 @@ import json
 import statistics
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,6 +88,25 @@ def _ordered(by_dataset: dict[str, Any]) -> list[str]:
     """Datasets in the report's order (JSON round trips sort them alphabetically)."""
     known = [d for d in DATASET_TITLES if d in by_dataset]
     return known + sorted(d for d in by_dataset if d not in DATASET_TITLES)
+
+
+def logger(tag: str = "") -> Callable[[str], None]:
+    """An experiment's progress log: ``[HH:MM:SS] [tag] message`` lines on stderr (stdout is left
+    to what an experiment renders)."""
+    prefix = f" [{tag}]" if tag else ""
+
+    def log(message: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}]{prefix} {message}", file=sys.stderr, flush=True)
+
+    return log
+
+
+log = logger()
+
+
+def median(values: Iterable[float]) -> float:
+    """The one median every experiment reports (the mean of the middle two of an even count)."""
+    return statistics.median(values)
 
 
 def medians(samples: dict[str, dict[str, dict[str, list[float]]]]) -> Medians:
@@ -229,10 +250,11 @@ def console_summary(
         if table:
             out += ["bundlefs FUSE requests per file read:", table]
     out.append("\n== targets ==")
-    for v in verdicts:
+    for verdict in verdicts:
+        target = verdict.target
         out.append(
-            f"  [{v.status:7}] {v.target.label} ({v.target.dataset}): {format_value(v)} "
-            f"(need {v.target.describe()}) {v.why}"
+            f"  [{verdict.status:7}] {target.label} ({target.dataset}): {format_value(verdict)} "
+            f"(need {target.describe()}) {verdict.why}"
         )
     return "\n".join(out)
 
@@ -290,7 +312,7 @@ def plot(med: Medians, systems: list[str], path: Path, title: str) -> bool:
     fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
     for ax, (dataset, metrics, labels, ptitle, log_scale) in zip(axes.flat, panels, strict=True):
         if dataset == "*":
-            groups = [d for d in ("small", "large", "source") if d in med]
+            groups: list[str] = [d for d in ("small", "large", "source") if d in med]
             getter = [(d, metrics[0]) for d in groups]
             labels = groups
         else:

@@ -25,16 +25,13 @@ from typing import Any
 
 from bench import datasets, report
 from bench.measure import Bench, Samples, rotate
+from bench.report import log
 from bench.systems import ALL_SYSTEMS, System, SystemUnavailable, make_system
 from bench.targets import evaluate
 from tests.support.mounting import sweep_stale_mounts
 
 REPO = Path(__file__).resolve().parent.parent
 ALL_DATASETS = ("small", "large", "source")
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def parse_size(text: str) -> int:

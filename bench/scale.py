@@ -101,7 +101,7 @@ FLAT = 1.5  # "flat in the file count": grows by at most this factor over the ru
 TARGET_FILES = 10_000_000
 CHUNK = 1024 * 1024
 
-log = run.log
+log = report.log
 
 
 # -- the tree --------------------------------------------------------------------------------------
@@ -194,7 +194,6 @@ class Tree:
 
 # -- the tree as a tar stream ----------------------------------------------------------------------
 
-_OWNED = {"uid": OWNER, "gid": OWNER}
 _TAR_END = b"\0" * 1024  # two zero blocks end the archive
 
 
@@ -204,12 +203,18 @@ def tar_chunks(tree: Tree) -> Iterator[bytes]:
     held = 0
     for d in range(tree.dirs):
         directory = tree.dir_name(d).encode()
-        parts.append(tar_header(directory + b"/", mode=0o755, **_OWNED, mtime=MTIME0, kind=b"5"))
+        parts.append(
+            tar_header(directory + b"/", mode=0o755, uid=OWNER, gid=OWNER, mtime=MTIME0, kind=b"5")
+        )
         for i in tree.dir_files(d):
             facts = tree.facts(i)
             data = tree.content(i, facts)
             name = directory + b"/" + tree.name(i).encode()
-            parts.append(tar_header(name, mode=0o644, **_OWNED, size=facts.size, mtime=facts.mtime))
+            parts.append(
+                tar_header(
+                    name, mode=0o644, uid=OWNER, gid=OWNER, size=facts.size, mtime=facts.mtime
+                )
+            )
             parts.append(data)
             parts.append(b"\0" * (-facts.size % 512))
             held += 1024 + facts.size

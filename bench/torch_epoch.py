@@ -32,7 +32,6 @@ import json
 import os
 import random
 import shutil
-import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -47,7 +46,7 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, get_wo
 import bundlefs
 from bench import datasets
 from bench.measure import drop_caches
-from bench.report import write_section
+from bench.report import log, median, write_section
 from bundlefs.integrations.torch import DEFAULT_WINDOW, BundleDataset, LocalitySampler
 
 REPO = Path(__file__).resolve().parent.parent
@@ -57,10 +56,6 @@ WORKERS = 2
 BATCH = 64
 MB = 1_000_000
 VARIANTS = ("raw directory", "bundle, RandomSampler", "bundle, LocalitySampler")
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 # -- datasets --------------------------------------------------------------------------------------
@@ -227,10 +222,6 @@ def bench_dataset(
     }
 
 
-def _median(epochs: list[dict[str, Any]], key: str) -> float:
-    return statistics.median(e[key] for e in epochs)
-
-
 def markdown(results: dict[str, Any]) -> str:
     meta = results["meta"]
     lines = [
@@ -260,13 +251,13 @@ def markdown(results: dict[str, Any]) -> str:
             "read ÷ file bytes | worker CPU per file |",
             "|---|---:|---:|---:|---:|---:|---:|",
         ]
-        raw_s = _median(d["samples"]["raw directory"], "seconds")
+        raw_s = median(e["seconds"] for e in d["samples"]["raw directory"])
         for variant in VARIANTS:
             es = d["samples"][variant]
-            seconds = _median(es, "seconds")
-            records = _median(es, "records") / d["files"]
-            disk = _median(es, "disk_bytes") / d["bytes"]
-            cpu_ms = _median(es, "cpu_seconds") / d["files"] * 1000
+            seconds = median(e["seconds"] for e in es)
+            records = median(e["records"] for e in es) / d["files"]
+            disk = median(e["disk_bytes"] for e in es) / d["bytes"]
+            cpu_ms = median(e["cpu_seconds"] for e in es) / d["files"] * 1000
             rec = "—" if variant == "raw directory" else f"{records:.2f}"
             lines.append(
                 f"| {variant} | {d['files'] / seconds:,.0f} | {d['bytes'] / MB / seconds:,.0f} | "

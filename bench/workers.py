@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import statistics
 import subprocess
 import sys
 import sysconfig
@@ -33,14 +32,11 @@ from pathlib import Path
 
 from bench import datasets
 from bench.measure import drop_caches, run_readers
+from bench.report import log, median
 from bench.systems import Bundlefs, RawDir, Squashfuse, System, daemon_cpu_seconds, mounted
 
 READERS = (1, 2, 4, 8)
 LARGE = 512 * 1024 * 1024
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 class BundlefsWorkers(Bundlefs):
@@ -162,7 +158,7 @@ def measure(system: System, archives: dict[str, Path], sample_list: Path, expect
                 drop_caches()
                 seconds = _timed(["cat", str(m.root / name)])
                 add(f"seq_{name.split('.')[0]}_mbps", LARGE / 1e6 / seconds)
-    return {k: statistics.median(v) for k, v in got.items()}
+    return {k: median(v) for k, v in got.items()}
 
 
 ROWS = [

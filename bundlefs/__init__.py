@@ -22,7 +22,10 @@ from bundlefs.errors import (
     PackError,
     UnsupportedVersionError,
 )
-from bundlefs.read.bundle import Bundle, BundleFile, BundleStat
+from bundlefs.read.bundle import Bundle
+from bundlefs.read.fileobj import BundleFile
+from bundlefs.read.options import ReadOptions, RemoteOptions
+from bundlefs.read.paths import BundleStat
 
 if TYPE_CHECKING:
     # What type checkers and IDEs see (the real signatures); at run time __getattr__ imports the
@@ -63,6 +66,8 @@ __all__ = [
     "NotADirectory",
     "NotARegularFile",
     "PackError",
+    "ReadOptions",
+    "RemoteOptions",
     "PackOptions",
     "UnsupportedVersionError",
     "pack",

@@ -2,7 +2,7 @@
 
 It owns how things look to a user, and nothing else: every subcommand is a thin wrapper around a
 library call (``pack``, ``Bundle``, ``verify``, ``extract``, the mount daemon), one module per
-family — ``pack``, ``browse`` (info, ls, cat), ``extract``, ``verify``, ``mount`` (mount,
+family — ``pack``, ``info``, ``browse`` (ls, cat), ``extract``, ``verify``, ``mount`` (mount,
 umount) — and they all write through ``output``. Policy, in one place (``main``):
 - every ``BundleError``, and every ``OSError`` on a user's path, becomes ONE sentence on stderr
   (``bundlefs: error: …``) and exit status 1; usage errors exit 2 — argparse's, and every
@@ -38,6 +38,7 @@ from bundlefs.cli import (
     export,
     extract,
     gc,
+    info,
     merge,
     mount,
     pack,
@@ -104,7 +105,7 @@ COMMANDS: list[Command] = [
         (STORAGE,),
     ),
     Command("export", "write a bundle's tree as a tar", export.add_arguments, export.run, _READS),
-    Command("info", "show what a bundle holds", browse.add_info_arguments, browse.run_info, _READS),
+    Command("info", "show what a bundle holds", info.add_arguments, info.run, _READS),
     Command("ls", "list directories in a bundle", browse.add_ls_arguments, browse.run_ls, _READS),
     Command(
         "cat",

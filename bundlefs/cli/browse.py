@@ -1,13 +1,10 @@
-"""Looking into a bundle: ``bundlefs info``, ``ls`` and ``cat``.
+"""Looking into a bundle by path: ``bundlefs ls`` and ``cat``.
 
-``info`` also takes a bundlefs mount point: it reads the mount table and asks the daemon, through
-xattrs of the mount root, what it serves and its statistics (``bundlefs.mount.table``), never
-through a FUSE binding. It mentions what killed packs left beside a bundle (``bundlefs gc``),
-and warns of a shard whose size is not its table's (``Bundle.damaged_shards``).
-A bundle at a URL (docs/storage.md) adds where it lives and its store's counters.
+``ls`` lists as GNU ls does (``-l``, ``-a``, ``-R``), a name with a control character in it quoted
+in ls's shell-escape style unless ``-N`` or ``-0``; ``cat`` writes files to stdout, each checked
+against its CRC as it streams.
 
-May import: the library layers, ``bundlefs.mount.table``, ``bundlefs.cli.output``,
-``bundlefs.cli.options``.
+May import: the library layers, ``bundlefs.cli.output``, ``bundlefs.cli.options``.
 """
 
 from __future__ import annotations
@@ -19,249 +16,15 @@ import re
 import stat
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from bundlefs.cli.options import BUNDLE_HELP, open_bundle, storage_options
-from bundlefs.cli.output import EXIT_FAILURE, EXIT_OK, count, error, out, out_json, ratio, warn
-from bundlefs.core.units import format_size
-from bundlefs.errors import BundleError, IsADirectory, NotABundleError
-from bundlefs.storage.location import has_scheme, parse_location
+from bundlefs.cli.options import BUNDLE_HELP, open_bundle
+from bundlefs.cli.output import EXIT_FAILURE, EXIT_OK, error, out
+from bundlefs.errors import BundleError, IsADirectory
 
 if TYPE_CHECKING:
     from bundlefs.core.format import Entry
     from bundlefs.read.bundle import Bundle
-    from bundlefs.storage.publish import Partial
-
-
-def _open_bundle(path: str, args: argparse.Namespace) -> Bundle:
-    return open_bundle(path, args)
-
-
-# -- info -----------------------------------------------------------------------------------------
-
-
-def add_info_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "bundle",
-        metavar="BUNDLE",
-        help=BUNDLE_HELP + ", or a bundlefs mount point (adds daemon statistics)",
-    )
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-
-
-def run_info(args: argparse.Namespace) -> int:
-    from bundlefs.mount.table import daemon_stats, mounted_bundle, served_bundle
-
-    path = args.bundle
-    remote = has_scheme(path) and not parse_location(path).is_local
-    source = None if remote else mounted_bundle(path)
-    if source is not None:
-        # Ask the daemon: a pack --force since the mount put a new bundle at the path, while the
-        # daemon still serves the one it opened. (A daemon too old to say: read the path.)
-        daemon = daemon_stats(path)
-        facts = served_bundle(path) or _bundle_facts(source, args)
-        facts["daemon"] = daemon
-        replaced_by = _replaced_by(source, facts, args)
-        if replaced_by is not None:
-            facts["replaced_on_disk_by"] = replaced_by
-    else:
-        facts = _bundle_facts(path, args)
-        # A URL has no local directory where killed packs leave partials.
-        leftovers = [] if remote else _leftover_partials(os.path.dirname(os.path.abspath(path)))
-        if leftovers:
-            facts["stale_partials"] = [p.to_dict() for p in leftovers]
-    damaged: list[dict[str, object]] = facts.get("damaged_shards", [])  # type: ignore[assignment]
-    for damage in damaged:
-        warn(
-            f"{path}: {damage['message']}; files stored in what it lacks do not read "
-            f"('bundlefs verify {path}' names them)"
-        )
-    if args.json:
-        out_json(facts)
-        return EXIT_OK
-    rows = _info_rows(facts)
-    width = max(len(k) for k, _ in rows)
-    for key, value in rows:
-        out(f"{key:<{width}}  {value}")
-    return EXIT_OK
-
-
-def _bundle_facts(path: str, args: argparse.Namespace) -> dict[str, object]:
-    """``info --json`` of the bundle at ``path``. A directory that is not one but holds what
-    killed packs left says so, and how to remove it."""
-    try:
-        with _open_bundle(path, args) as bundle:
-            facts = bundle.info().to_dict()
-            if bundle.damaged_shards:
-                facts["damaged_shards"] = [d.to_dict() for d in bundle.damaged_shards]
-            return facts
-    except NotABundleError as e:
-        leftovers = _leftover_partials(path) if os.path.isdir(path) else []
-        if not leftovers:
-            raise
-        size = format_size(sum(p.size for p in leftovers))
-        raise NotABundleError(
-            f"{e}; it holds {count(len(leftovers), 'partial bundle')} left by killed packs "
-            f"({size}), "
-            f"which 'bundlefs gc {path}' removes"
-        ) from None
-
-
-def _leftover_partials(directory: str) -> list[Partial]:
-    """The partials in ``directory`` nobody is writing (what killed packs left); [] if unknown."""
-    from bundlefs.storage.publish import find_partials
-
-    try:
-        return [p for p in find_partials(directory) if not p.in_use]
-    except OSError:
-        return []
-
-
-def _replaced_by(path: str, served: dict[str, object], args: argparse.Namespace) -> str | None:
-    """What is at ``path`` now if it is not the bundle served (its id), else None."""
-    from bundlefs.storage.publish import read_marker
-
-    if has_scheme(path) and not parse_location(path).is_local:
-        return _remote_replaced_by(path, served, args)
-    try:
-        on_disk = read_marker(path).bundle_id.hex()
-    except (OSError, BundleError):
-        return "something that is not a bundle"
-    return None if on_disk == served.get("bundle_id") else f"bundle {on_disk}"
-
-
-def _remote_replaced_by(
-    url: str, served: dict[str, object], args: argparse.Namespace
-) -> str | None:
-    """The same for a mounted URL: its completion marker, fetched once with bounded waits.
-
-    Only with storage options (``--storage-option``, ``BUNDLEFS_STORAGE_OPTIONS``): the daemon's
-    stay in the daemon, and asking the default endpoint instead (AWS) could find another bucket
-    of that name and say something false. None when the store cannot be asked now: an
-    unreachable store is not a replaced bundle.
-    """
-    from bundlefs.core import format as fmt
-    from bundlefs.core.checksum import crc32c
-    from bundlefs.storage.remote import remote_filesystem
-
-    location = parse_location(url, storage_options(args))
-    if not location.storage_options:
-        return None
-    try:
-        data = remote_filesystem(location).cat_file(location.child(fmt.MARKER_NAME))
-    except FileNotFoundError:
-        return "nothing that opens (no completion marker: a pack --force is uploading?)"
-    except Exception:  # noqa: BLE001 - any back-end's failure: we cannot tell, so say nothing
-        return None
-    try:
-        on_store = fmt.decode_marker(data, crc32c).bundle_id.hex()
-    except BundleError:
-        return "something that is not a bundle"
-    return None if on_store == served.get("bundle_id") else f"bundle {on_store}"
-
-
-def _info_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
-    rows = [("bundle", str(facts["path"]))]
-    rows += _location_rows(facts)
-    rows += [
-        ("bundle id", str(facts["bundle_id"])),
-        ("format", f"version {facts['format_version']}"),
-        ("files", f"{facts['files']:,}"),
-        ("directories", f"{facts['dirs']:,}"),
-        ("symlinks", f"{facts['symlinks']:,}"),
-        ("hard links", f"{facts['hardlinks']:,}"),
-        *([("special files", f"{facts['specials']:,}")] if facts.get("specials") else []),
-        ("bytes", f"{facts['bytes']:,} ({format_size(facts['bytes'])})"),
-        ("stored bytes", f"{facts['stored_bytes']:,} ({format_size(facts['stored_bytes'])})"),
-        ("ratio", ratio(facts["bytes"], facts["stored_bytes"])),
-        ("shards", f"{facts['shards']:,}"),
-        ("index size", f"{facts['index_bytes']:,} ({format_size(facts['index_bytes'])})"),
-        ("record size", format_size(facts["record_size"])),
-        ("block size", format_size(facts["block_size"])),
-        ("compression", str(facts["compression"])),
-    ]
-    if facts.get("created_ns"):
-        seconds = facts["created_ns"] // 10**9
-        rows.append(("created", time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))))
-    if facts.get("content_types"):
-        rows.append(("content types", f"{facts['content_types']:,}"))
-    for key, value in facts.get("meta", {}).items():
-        rows.append((f"meta {key}", value))
-    if "replaced_on_disk_by" in facts:
-        replaced = f"replaced by {facts['replaced_on_disk_by']} since it was mounted"
-        where = "on store" if facts.get("location") else "on disk"
-        rows.append((where, replaced + " (remount to serve that)"))
-    rows += _daemon_rows(dict(facts.get("daemon", {})))
-    leftovers = facts.get("stale_partials", [])
-    if leftovers:
-        where = os.path.dirname(leftovers[0]["path"])
-        size = format_size(sum(p["bytes"] for p in leftovers))
-        rows.append(
-            (
-                "partials",
-                f"{len(leftovers)} left by killed packs in {where} ({size}): "
-                f"'bundlefs gc {where}' removes them",
-            )
-        )
-    return rows
-
-
-def _daemon_rows(daemon: dict[str, Any]) -> list[tuple[str, str]]:
-    """The serving daemon's figures (a mount point's ``info``): the whole mount's counters, how
-    many processes serve it (and why one, where that is so), then each worker process."""
-    workers = daemon.pop("worker_processes", [])
-    options = daemon.pop("options", None)
-    if isinstance(options, dict):  # the effective mount options, as k=v
-        daemon["options"] = " ".join(f"{k}={v}" for k, v in sorted(options.items()))
-    reason = daemon.pop("single_process_reason", "")
-    if "workers" in daemon:
-        count = daemon.pop("workers")
-        daemon["workers"] = f"{count} ({reason})" if reason else count
-    if "pid" in daemon:
-        daemon["pid"] = str(daemon["pid"])  # a number to type into kill, not a count
-    rows = [(f"daemon {k.replace('_', ' ')}", _daemon_value(v)) for k, v in sorted(daemon.items())]
-    for w in workers:
-        resident = "?" if w.get("rss_bytes") is None else format_size(w["rss_bytes"])
-        rows.append(
-            (
-                f"daemon worker {w['slot']}",
-                f"pid {w['pid']}, {resident} resident, {w['requests']:,} requests, "
-                f"{format_size(w['cache_bytes'])} cached, restarted {w['restarts']} times",
-            )
-        )
-    return rows
-
-
-def _location_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
-    """Where a bundle at a URL lives and its store's figures (docs/storage.md): requests, bytes
-    fetched, cache hits, the disk cache. Nothing for a local bundle."""
-    location = facts.get("location")
-    if not location:
-        return []
-    rows = [("location", str(location))]
-    for key, value in (facts.get("storage") or {}).items():
-        if key != "location":
-            rows.append((f"storage {key.replace('_', ' ')}", _storage_value(key, value)))
-    return rows
-
-
-def _storage_value(key: str, value: object) -> str:
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int) and ("bytes" in key or key.endswith("_size")):
-        return f"{value:,} ({format_size(value)})"
-    if value is None:
-        return "-"
-    return _daemon_value(value)
-
-
-def _daemon_value(value: object) -> str:
-    if isinstance(value, dict):  # request counts: the ones that happened, busiest first
-        counts = sorted(((n, k) for k, n in value.items() if n), reverse=True)
-        return ", ".join(f"{k} {n:,}" for n, k in counts) or "none"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return str(value) or "-"
 
 
 # -- ls -------------------------------------------------------------------------------------------
@@ -399,7 +162,7 @@ def run_ls(args: argparse.Namespace) -> int:
     end = b"\0" if args.zero else b"\n"
     shown = (lambda name: name) if args.zero or args.literal else shell_escaped
 
-    with _open_bundle(args.bundle, args) as bundle:
+    with open_bundle(args.bundle, args) as bundle:
         listing: list[tuple[Entry, bytes]] = []
 
         def show(entry: Entry, name: bytes) -> None:
@@ -463,7 +226,7 @@ def add_cat_arguments(p: argparse.ArgumentParser) -> None:
 def run_cat(args: argparse.Namespace) -> int:
     result = EXIT_OK
     stdout = sys.stdout.buffer
-    with _open_bundle(args.bundle, args) as bundle:
+    with open_bundle(args.bundle, args) as bundle:
         for path in args.paths:
             try:
                 entry = bundle.resolve(path)

@@ -23,7 +23,7 @@ from bundlefs.cli.options import BUNDLE_HELP, seconds
 from bundlefs.cli.output import EXIT_OK, LogTarget, setup_logging, size
 from bundlefs.core.units import parse_size
 from bundlefs.errors import MountError, MountOptionError
-from bundlefs.read.bundle import DEFAULT_CACHE_SIZE
+from bundlefs.read.options import DEFAULT_CACHE_SIZE
 
 if TYPE_CHECKING:
     from bundlefs.mount.options import MountOptions

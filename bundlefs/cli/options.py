@@ -8,7 +8,7 @@ line into one of these, so no secret stays in ``ps``); the commands that read on
 take ``--disk-cache DIR`` and ``--disk-cache-size SIZE``, the on-disk record cache of a remote
 bundle, and ``--store-timeout SECONDS``, what a read waits for a store that does not answer.
 ``cli.app`` adds them to a command as argparse parents (``PARENTS``), so each is defined once;
-``bundle_options`` turns what was given into the keywords of ``Bundle`` and ``verify``.
+``remote_options`` turns what was given into the ``RemoteOptions`` of ``Bundle`` and ``verify``.
 
 May import: the library layers, ``bundlefs.cli.output``.
 """
@@ -16,10 +16,14 @@ May import: the library layers, ``bundlefs.cli.output``.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bundlefs.cli.output import size
+from bundlefs.read.options import ReadOptions, RemoteOptions
 from bundlefs.storage.location import merged_storage_options
+
+if TYPE_CHECKING:
+    from bundlefs.read.bundle import Bundle
 
 STORAGE = "storage"
 DISK_CACHE = "disk-cache"
@@ -109,27 +113,22 @@ def storage_options(args: argparse.Namespace) -> dict[str, Any]:
     return dict(cached)
 
 
-def bundle_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The keywords for ``Bundle(...)`` (and ``verify``) the user gave: only those, so a local
-    bundle opens exactly as it always did."""
-    options: dict[str, Any] = {}
-    storage = storage_options(args)
-    if storage:
-        options["storage_options"] = storage
-    if getattr(args, "disk_cache", None) is not None:
-        options["disk_cache"] = args.disk_cache
-    if getattr(args, "disk_cache_size", None) is not None:
-        options["disk_cache_size"] = args.disk_cache_size
-    if getattr(args, "store_timeout", None) is not None:
-        options["store_timeout"] = args.store_timeout
-    return options
+def remote_options(args: argparse.Namespace) -> RemoteOptions:
+    """The options of a bundle at a URL the user gave (for ``Bundle`` and ``verify``): only
+    those, so a local bundle opens exactly as it always did."""
+    return RemoteOptions(
+        storage_options=storage_options(args) or None,
+        disk_cache=getattr(args, "disk_cache", None),
+        disk_cache_size=getattr(args, "disk_cache_size", None),
+        store_timeout=getattr(args, "store_timeout", None),
+    )
 
 
-def open_bundle(path: str, args: argparse.Namespace, **keywords: Any):
+def open_bundle(path: str, args: argparse.Namespace, **keywords: Any) -> Bundle:
     """``Bundle(path, ...)`` with the location options of ``args`` (imported when called)."""
     from bundlefs.read.bundle import Bundle
 
-    return Bundle(path, **bundle_options(args), **keywords)
+    return Bundle(path, options=ReadOptions(remote=remote_options(args)), **keywords)
 
 
 BUNDLE_HELP = "the bundle: its directory, or a URL (s3://BUCKET/KEY)"

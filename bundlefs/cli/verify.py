@@ -14,7 +14,7 @@ import argparse
 import time
 from typing import TYPE_CHECKING
 
-from bundlefs.cli.options import BUNDLE_HELP, bundle_options
+from bundlefs.cli.options import BUNDLE_HELP, remote_options
 from bundlefs.cli.output import EXIT_FAILURE, EXIT_OK, count, error, out, out_json, rate, status
 from bundlefs.core.units import format_size
 
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
             f"({rate(p.bytes_checked, elapsed)}), {elapsed:.0f} s"
         )
 
-    report = verify(args.bundle, None if args.quiet else progress, **bundle_options(args))
+    report = verify(args.bundle, None if args.quiet else progress, remote=remote_options(args))
     status.clear()
     if args.json:
         out_json(report.to_dict())

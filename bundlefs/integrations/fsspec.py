@@ -33,7 +33,7 @@ from fsspec.utils import stringify_path, tokenize  # type: ignore[import-untyped
 
 from bundlefs import Bundle, BundleStat
 from bundlefs.errors import EntryNotFound, NotADirectory
-from bundlefs.read.bundle import DEFAULT_CACHE_SIZE
+from bundlefs.read.options import DEFAULT_CACHE_SIZE
 
 # Protocols whose paths are local files; any other is a bundle on an object store, opened by URL
 # with the target's options as its storage options (docs/storage.md).

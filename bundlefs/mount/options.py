@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bundlefs.read.bundle import DEFAULT_CACHE_SIZE
+from bundlefs.read.options import DEFAULT_CACHE_SIZE, RemoteOptions
 
 DEFAULT_READ_AHEAD_KB = 1024
 DEFAULT_INDEX_RESIDENT = 256 * 1024 * 1024  # ~3.5 million entries at ~70 bytes each
@@ -57,13 +57,8 @@ class MountOptions:
 
     def remote_options(self) -> dict[str, Any]:
         """The ``Bundle`` keywords of a bundle at a URL that were given (none for a local one)."""
-        given = {
-            "storage_options": self.storage_options,
-            "disk_cache": self.disk_cache,
-            "disk_cache_size": self.disk_cache_size,
-            "store_timeout": self.store_timeout,
-        }
-        return {k: v for k, v in given.items() if v is not None}
+        remote = (self.storage_options, self.disk_cache, self.disk_cache_size, self.store_timeout)
+        return RemoteOptions(*remote).given()
 
 
 def default_workers() -> int:

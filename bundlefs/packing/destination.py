@@ -21,7 +21,7 @@ from typing import TypeVar
 from bundlefs.core import format as fmt
 from bundlefs.errors import BundleError, IndexWriteError, PackError
 from bundlefs.packing.options import PackOptions, PackSource
-from bundlefs.packing.sources.archive import STDIN
+from bundlefs.packing.sources.streams import STDIN
 from bundlefs.storage import publish
 from bundlefs.storage.location import Location, parse_location
 from bundlefs.storage.objects import is_remote_prefix

@@ -6,7 +6,7 @@ and the bounded caches that make those cheap. It applies the format's tree invar
 (core/integrity.py) to what it reads and fails fast with ``FormatError``.
 
 Synchronous and thread-safe. May import: ``bundlefs.core``, ``bundlefs.errors``,
-``bundlefs.storage.index``.
+``bundlefs.storage.index``, ``bundlefs.read.options``.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from collections.abc import Iterator
 from bundlefs.core import format as fmt
 from bundlefs.core import integrity
 from bundlefs.errors import EntryNotFound, FormatError, NotADirectory, SymlinkLoop
+from bundlefs.read.options import DEFAULT_NAME_CACHE
 from bundlefs.storage.index import IndexReader
 
-DEFAULT_NAME_CACHE = 131_072  # names (~100 bytes each) of recently searched directories
 MAX_SYMLINK_HOPS = 40
 _DIRECTORY_CACHE = 4096  # decoded directory entries held (~0.3 KB each)
 _RESOLVED_PATHS = 16_384  # whole paths → entries held by the path API (~0.3 KB each)

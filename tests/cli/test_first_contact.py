@@ -24,7 +24,7 @@ import pytest
 from bundlefs import Bundle, PackOptions, pack
 from bundlefs.core import format as fmt
 from bundlefs.mount.options import DEFAULT_INDEX_RESIDENT, DEFAULT_READ_AHEAD_KB
-from bundlefs.read.bundle import DEFAULT_CACHE_SIZE
+from bundlefs.read.options import DEFAULT_CACHE_SIZE
 from tests.conftest import build_tree, pseudo_random_bytes
 from tests.support.mounting import Mount, is_mounted, mounted
 from tests.support.trees import assert_one_line_error, run_cli

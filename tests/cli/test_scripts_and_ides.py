@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import bundlefs
-from bundlefs.read.bundle import BundleDirEntry
+from bundlefs.read.paths import BundleDirEntry
 from tests.support.trees import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -24,7 +24,8 @@ import pytest
 
 from bundlefs import Bundle, PackError, PackOptions, pack
 from bundlefs.packing.sources.archive import ArchiveSource
-from bundlefs.packing.sources.base import SourceErrors
+from bundlefs.packing.sources.base import SourceErrors, StoredContent
+from bundlefs.packing.sources.synthetic import File, SyntheticStat, SyntheticTree, name_problem
 from bundlefs.read.export import export_tar
 from tests.conftest import bundle_file_bytes
 from tests.support.trees import assert_one_line_error, build_rich_tree, diff_r, run_cli, snapshot
@@ -302,6 +303,43 @@ HOSTILE = {
         "it would replace a directory that has children",
     ),
 }
+
+
+@pytest.mark.parametrize(
+    ("parts", "why"),
+    [
+        ([b"a", b""], "an empty component"),
+        ([b"a", b"."], "a '.' component"),
+        ([b"..", b"x"], "a '..' component"),
+        ([b"n" * 256], "longer than 255 bytes"),
+        ([b"a\0b"], "NUL"),
+    ],
+)
+def test_one_set_of_name_rules_for_every_made_up_tree(parts, why):
+    # Archives drop empty and "." components before asking (as GNU tar); object keys do not.
+    assert name_problem([b"a", b"b" * 255]) is None
+    problem = name_problem(parts)
+    assert problem is not None and why in problem
+
+
+def test_a_synthetic_tree_implies_places_links_and_numbers():
+    refused: list[tuple[bytes, str]] = []
+    tree = SyntheticTree(lambda rel, why: refused.append((rel, why)))
+    st = SyntheticStat(stat.S_IFREG | 0o600, 7, 8, 5)
+    stored = StoredContent(0, 0, 3, 0, st, b"abc")
+    assert tree.placeable([b"a", b"f"], st)
+    tree.place([b"a", b"f"], File(stored), st)
+    tree.link([b"g"], b"a/f", st)
+    tree.place([b"a", b"f", b"x"], File(stored), st)  # through a file: refused, never followed
+    tree.number_files()
+    root = tree.root()
+    assert (stat.S_IMODE(root.st.st_mode), root.st.st_uid, root.st.st_mtime_ns) == (0o755, 7, 5)
+    assert [item.name for item in tree.children(b"")] == [b"a", b"g"]
+    (f,) = tree.children(b"a")
+    g = next(item for item in tree.children(b"") if item.name == b"g")
+    assert f.stored is not None and g.stored is f.stored
+    assert (f.st.st_nlink, f.st.st_ino, f.st.st_size) == (2, 1, 3)
+    assert refused == [(b"a/f/x", "it leads through the file a/f, which is never followed")]
 
 
 @pytest.mark.parametrize("case", list(HOSTILE))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bundlefs import Bundle, EntryNotFound, IsADirectory, NotADirectory
+from bundlefs import Bundle, EntryNotFound, IsADirectory, NotADirectory, ReadOptions
 from bundlefs.errors import NotASymlink
 from bundlefs.read import tree as tree_module
 from tests.conftest import (
@@ -576,7 +576,7 @@ def test_a_forked_child_reads_a_record_another_parent_thread_was_loading(
     with Bundle(sample_bundle_path, cache_size=0) as b:
         entry = b.resolve("big.bin")
         loading, release = threading.Event(), threading.Event()
-        real_load = b._shards.load
+        real_load = b._parts.shards.load
         parent_loader: list[threading.Thread] = []
 
         def stalled_load(record, *, nowait=False):
@@ -585,7 +585,7 @@ def test_a_forked_child_reads_a_record_another_parent_thread_was_loading(
                 release.wait(30)
             return real_load(record, nowait=nowait)
 
-        b._shards.load = stalled_load
+        b._parts.shards.load = stalled_load
         parent_loader.append(threading.Thread(target=b.content.read_at, args=(entry, 1, 100)))
         parent_loader[0].start()
         assert loading.wait(10)
@@ -754,7 +754,7 @@ def test_a_bundle_survives_a_pickle_round_trip_with_its_options(sample_bundle_pa
             assert copy.read("dir/sub/deep.txt") == b"deep down\n"
             assert copy.info().bundle_id == b.info().bundle_id
             assert copy.cache.capacity == 1 << 20
-            assert copy._options == {"cache_size": 1 << 20, "name_cache": 0, "check_index": False}
+            assert copy.options == ReadOptions(cache_size=1 << 20, name_cache=0, check_index=False)
         assert b.read("hello.txt") == SAMPLE_FILES["hello.txt"]  # the original is untouched
 
 

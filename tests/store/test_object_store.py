@@ -200,7 +200,7 @@ def test_a_bundle_replaced_while_open_never_serves_the_new_bytes(
         }
         other = pack_tree(spec, name="replacement", record_size=16 * 1024)
         upload_bundle(s3_server, other, sample_url)
-        old._store._memory.clear()  # type: ignore[union-attr]  # as if it had been evicted
+        old._parts.store._memory.clear()  # type: ignore[union-attr]  # as if it had been evicted
         old.cache.clear()
         assert _files_read_correctly_or_refused(old) > 0
     with _open(s3_server, sample_url, cache) as new:  # a new open sees the new bundle

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -261,7 +261,7 @@ def mounted(
     mountpoint: Path,
     *args: str,
     log_path: Path,
-    allowed_log: list[str] = (),
+    allowed_log: Sequence[str] = (),
     python_path: tuple[str, ...] = (),
 ) -> Iterator[Mount]:
     """A mount for the duration of a ``with`` block; its log must hold no unexpected warning."""
@@ -272,7 +272,13 @@ def mounted(
     finally:
         stop_mount(mount)
     unexpected = mount.unexpected_log_lines()
-    assert not unexpected, "unexpected lines in the daemon log:\n" + "\n".join(unexpected)
+    # The whole tail goes with it: a "Traceback" line alone does not say what raised.
+    assert not unexpected, (
+        "unexpected lines in the daemon log:\n"
+        + "\n".join(unexpected)
+        + "\n--- the log's last lines ---\n"
+        + _tail(mount.log_text(), 60)
+    )
 
 
 def sweep_stale_mounts(root: Path, *, live_too: bool = False) -> list[str]:

@@ -12,6 +12,7 @@ May import: nothing of bundlefs.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable, Iterable
 
 # How far a cut may move from its ideal place to fall on a shallower directory boundary: a
 # share divided by this (a quarter), so partitions stay within 0.5 to 1.5 shares.
@@ -44,13 +45,34 @@ class Shape:
         self.bytes = 0
 
 
-def add_totals(order: list[tuple[Shape, Shape | None]]) -> None:
-    """Sum ``entries`` and ``bytes`` up the tree: ``order`` lists each directory after its parent
-    (with its parent, None for the top), so walking it backwards visits children first."""
-    for node, parent in reversed(order):
+def shape_of(listing: Callable[[bytes], Iterable[tuple[bytes, int]]]) -> Shape:
+    """The shape of the tree whose directory ``rel`` ``listing(rel)`` lists: (name, size) in name
+    order, size -1 for a directory. Directories are listed depth first, in name order."""
+    top = Shape()
+    order: list[tuple[Shape, Shape | None]] = [(top, None)]
+    stack: list[tuple[Shape, bytes]] = [(top, b"")]
+    while stack:
+        node, rel = stack.pop()
+        names: list[bytes] = []
+        below: list[tuple[Shape, bytes]] = []
+        for name, size in listing(rel):
+            if size < 0:
+                child = Shape()
+                node.subdirs[len(names)] = child
+                order.append((child, node))
+                below.append((child, rel + b"/" + name if rel else name))
+            elif size > 0:
+                node.bytes += size
+            names.append(name)
+            node.sizes.append(size)
+        node.names = b"/".join(names)
+        node.entries = len(names)
+        stack.extend(reversed(below))
+    for node, parent in reversed(order):  # children before their parents: totals bottom up
         if parent is not None:
             parent.entries += node.entries
             parent.bytes += node.bytes
+    return top
 
 
 # A position in the tree's depth-first order: (entries, content bytes) before it. Its weight is

@@ -19,12 +19,12 @@ import bisect
 import os
 import stat as statmod
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from bundlefs.errors import PackError
-from bundlefs.packing.distributed.cutter import Key, Pos, Shape, add_totals, cuts, key_of
+from bundlefs.packing.distributed.cutter import Key, Pos, Shape, cuts, key_of, shape_of
 from bundlefs.packing.sources.base import DirectorySource, SourceErrors
 from bundlefs.packing.sources.objects import ObjectSource
 from bundlefs.packing.sources.streams import STDIN
@@ -134,46 +134,30 @@ def _walk(
 ) -> tuple[Shape, dict[tuple[int, int], list[bytes]]]:
     """The tree's shape and sizes, and the names of each multiply-linked file."""
     pool = ThreadPoolExecutor(jobs) if jobs > 1 else None
+    links: dict[tuple[int, int], list[bytes]] = {}
     try:
         walker = DirectorySource(
             root, errors, excludes=excludes, pool=pool, skip=skip, read_ahead=False
         )
         walker.root()  # an unreadable root: the pack's own PackError
-        top = Shape()
-        links: dict[tuple[int, int], list[bytes]] = {}
-        order: list[tuple[Shape, Shape | None]] = [(top, None)]
-        stack: list[tuple[Shape, bytes]] = [(top, b"")]
-        while stack:
-            node, rel = stack.pop()
-            names: list[bytes] = []
-            below: list[tuple[Shape, bytes]] = []
+
+        def listing(rel: bytes) -> Iterator[tuple[bytes, int]]:
             for item in walker.children(rel):
-                mode = item.st.st_mode
-                size = 0
-                if statmod.S_ISDIR(mode):
-                    child = Shape()
-                    node.subdirs[len(names)] = child
-                    order.append((child, node))
-                    below.append((child, item.rel))
-                    size = -1
-                elif statmod.S_ISREG(mode):
-                    size = item.st.st_size
-                    if item.st.st_nlink > 1:
-                        names_of = links.setdefault((item.st.st_dev, item.st.st_ino), [])
+                st = item.st
+                size = -1 if statmod.S_ISDIR(st.st_mode) else 0
+                if statmod.S_ISREG(st.st_mode):
+                    size = st.st_size
+                    if st.st_nlink > 1:
+                        names_of = links.setdefault((st.st_dev, st.st_ino), [])
                         if names_of:
                             size = 0  # the content is stored once, with its first name
                         names_of.append(item.rel)
-                names.append(item.name)
-                node.sizes.append(size)
-                if size > 0:
-                    node.bytes += size
-            node.names = b"/".join(names)
-            node.entries = len(names)
-            stack.extend(reversed(below))
+                yield item.name, size
+
+        top = shape_of(listing)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
-    add_totals(order)
     return top, {k: v for k, v in links.items() if len(v) > 1}
 
 
@@ -233,7 +217,7 @@ def plan_objects(
     errors = SourceErrors(skip_errors)
     source = ObjectSource(location, errors, created_ns=created_ns, excludes=excludes)
     source.root()  # the listing: an unreachable store or a refused key fails here
-    top = _listed_shape(source)
+    top = shape_of(lambda rel: ((name, size) for name, size, _, _ in source.listing(rel)))
     if fit:
         count = fitted_count(count, top.entries, top.bytes)
     found = cuts(top, count)
@@ -245,32 +229,6 @@ def plan_objects(
     return Plan(
         partitions, top.entries, top.bytes, tuple(errors.skipped), time.monotonic() - started
     )
-
-
-def _listed_shape(source: ObjectSource) -> Shape:
-    """The shape of the tree the listing implies (as ``_walk`` sees a directory's)."""
-    top = Shape()
-    order: list[tuple[Shape, Shape | None]] = [(top, None)]
-    stack: list[tuple[Shape, bytes]] = [(top, b"")]
-    while stack:
-        node, rel = stack.pop()
-        names: list[bytes] = []
-        below: list[tuple[Shape, bytes]] = []
-        for name, size, _mtime, _marked in source.listing(rel):
-            if size < 0:
-                child = Shape()
-                node.subdirs[len(names)] = child
-                order.append((child, node))
-                below.append((child, rel + b"/" + name if rel else name))
-            else:
-                node.bytes += size
-            names.append(name)
-            node.sizes.append(size)
-        node.names = b"/".join(names)
-        node.entries = len(names)
-        stack.extend(reversed(below))
-    add_totals(order)
-    return top
 
 
 def _shares(source: ObjectSource, keys: list[Key]) -> list[list[ObjectInfo]]:

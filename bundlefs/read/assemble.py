@@ -1,0 +1,157 @@
+"""``BundleParts``: a bundle's storage opened and put together, local or on an object store.
+
+The one place a bundle is opened from its location: the index (the bundle's own, or one fetched
+into the local cache and checked against the marker), the shard store (a directory, or a
+``RemoteShardStore`` bounded by the shard table's sizes), the ``ShardSet`` over it, and the two
+models above them, ``TreeModel`` and ``ContentReader`` — closing what was opened if a later step
+fails. ``Bundle`` is a facade over one; ``verify`` opens one with its own settings (no records on
+disk, the index already checked). The record cache is a parameter, so a caller may share one.
+
+Everything that names a concrete store lives here: the layers above see a ``ShardSet``.
+May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``, ``bundlefs.read``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bundlefs.core import format as fmt
+from bundlefs.errors import CorruptDataError
+from bundlefs.read.cache import RecordCache
+from bundlefs.read.content import ContentReader
+from bundlefs.read.options import ReadOptions
+from bundlefs.read.tree import TreeModel
+from bundlefs.storage.index import IndexReader
+from bundlefs.storage.location import Location
+from bundlefs.storage.objectstore.outage import FailedRead
+from bundlefs.storage.remote import (
+    DEFAULT_STORE_TIMEOUT,
+    RemoteShardStore,
+    check_store_timeout,
+    fetch_index,
+)
+from bundlefs.storage.shards import ShardSet, zstd_module
+from bundlefs.storage.store import LocalShardStore
+
+
+def store_timeout(options: ReadOptions) -> float:
+    """The remote store's timeout in seconds, checked (``StorageError`` if unusable)."""
+    given = options.remote.store_timeout
+    return check_store_timeout(DEFAULT_STORE_TIMEOUT if given is None else given)
+
+
+def index_directory(location: Location, options: ReadOptions) -> str:
+    """The directory holding the bundle's marker and index on this machine: a local bundle's
+    own, or a bundle at a URL's copy in the disk cache, fetched if not there and checked against
+    the marker (a download always, a cached copy when ``check_index``)."""
+    if location.is_local:
+        return location.path
+    return fetch_index(
+        location,
+        options.remote.disk_cache,
+        check=options.check_index,
+        timeout=store_timeout(options),
+    )
+
+
+def _remote_store(location: Location, index: IndexReader, options: ReadOptions) -> RemoteShardStore:
+    marker = index.marker
+    # The shards' sizes bound coalesced GETs to each object (one index get per shard).
+    sizes = {
+        fmt.shard_filename(i, marker.format_version): index.shard_info(i).file_size
+        for i in range(index.config.shard_count)
+    }
+    return RemoteShardStore(
+        location,
+        marker.bundle_id,
+        shard_sizes=sizes,
+        disk_cache=options.remote.disk_cache,
+        disk_cache_size=options.remote.disk_cache_size,
+        store_timeout=store_timeout(options),
+    )
+
+
+@dataclass
+class BundleParts:
+    """The open pieces of one bundle, bottom first; ``close`` closes them all."""
+
+    location: Location
+    path: str  # a local bundle's directory, or the URL: what messages name
+    index: IndexReader
+    store: LocalShardStore | RemoteShardStore
+    shards: ShardSet
+    tree: TreeModel
+    content: ContentReader
+    owns_cache: bool = True  # False: the record cache was given, and outlives these parts
+
+    @classmethod
+    def open(
+        cls,
+        location: Location,
+        options: ReadOptions,
+        *,
+        record_cache: RecordCache | None = None,
+        index_dir: str | None = None,
+    ) -> BundleParts:
+        """Open the bundle at ``location``. ``record_cache``: the cache of decompressed records
+        to read through (default: a new one of ``options.cache_size`` bytes). ``index_dir``: the
+        index, already fetched and checked (``index_directory``)."""
+        path = location.path if location.is_local else location.url
+        if location.is_local:
+            index = IndexReader(index_dir or path, check_checksum=options.check_index)
+        else:
+            # fetch_index has checked the index against the marker: no second CRC pass here.
+            index = IndexReader(
+                index_dir or index_directory(location, options), check_checksum=False
+            )
+        store: LocalShardStore | RemoteShardStore
+        try:
+            if index.config.record_codec == fmt.COMPRESSION_ZSTD:
+                zstd_module()  # a missing binding is refused at open, not at the first read
+            if location.is_local:
+                store = LocalShardStore(path)
+            else:
+                store = _remote_store(location, index, options)
+        except BaseException:
+            index.close()
+            raise
+        shards = ShardSet(store, index.marker, index.shard_info)
+        try:
+            tree = TreeModel(index, name_cache=options.name_cache)
+        except BaseException:
+            shards.close()  # and the bundle directory's descriptor with it
+            index.close()
+            raise
+        cache = RecordCache(options.cache_size) if record_cache is None else record_cache
+        content = ContentReader(index, shards, cache, bundle_path=path, path_of=tree.path_of)
+        return cls(location, path, index, store, shards, tree, content, record_cache is None)
+
+    @property
+    def remote(self) -> RemoteShardStore | None:
+        """The object store a bundle at a URL is read from; None for a local bundle."""
+        return self.store if isinstance(self.store, RemoteShardStore) else None
+
+    def storage_stats(self) -> dict[str, object] | None:
+        """A bundle at a URL: its store's counters; None for a local bundle."""
+        return None if self.remote is None else self.remote.stats()
+
+    def failed_read(self, error: CorruptDataError) -> FailedRead:
+        """Whether a read that failed with ``error`` is damage or the object store's outage."""
+        if self.remote is not None and error.unreadable:
+            # Bytes the store did not deliver (a checksum mismatch is damage, outage or not).
+            return self.remote.failed_read(error.path, error.shard, error.record)
+        return FailedRead.DAMAGE
+
+    def forked(self) -> None:
+        """In a child after ``fork()``: drop what the parent's threads held."""
+        self.content.forked()
+        self.tree.forked()
+        self.store.forked()
+
+    def close(self) -> None:
+        """Close the shards and the index, and drop the caches this bundle owns."""
+        self.shards.close()
+        self.index.close()
+        if self.owns_cache:
+            self.content.cache.clear()
+        self.tree.clear()

@@ -1,0 +1,69 @@
+"""``verify``'s file phase: every regular file read whole, its CRC32C checked.
+
+A file is damaged when its own bytes fail (CRC, decompression, a missing shard) or when it shares
+a record the shard phase found damaged; a damaged file's every name (its hard links) is named.
+
+May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.read``.
+"""
+
+from __future__ import annotations
+
+from bundlefs.core import format as fmt
+from bundlefs.errors import BundleError, CorruptDataError, FormatError
+from bundlefs.read.content import ContentReader
+from bundlefs.read.tree import TreeModel
+from bundlefs.read.verify.report import Findings
+from bundlefs.read.verify.shards import ShardScan
+from bundlefs.read.verify.tree import InodeTable
+
+
+def check_files(
+    tree_model: TreeModel,
+    content: ContentReader,
+    table: InodeTable,
+    shards: ShardScan,
+    findings: Findings,
+) -> None:
+    """Read every file the entry phase found, noting each damaged one under all its names."""
+    n = len(table.kinds) - 1
+    for ino in range(1, n + 1):
+        findings.tick("files", ino, n)
+        if not table.is_file(ino):
+            continue
+        try:
+            entry = tree_model.stored_entry(ino)
+        except FormatError:
+            continue  # reported by the entry scan
+        path = table.path(ino)
+        message = _file_problem(content, shards, entry, path)
+        if message is not None:
+            findings.damaged_files.add(path)
+            for link in table.links_to(ino):
+                findings.damaged_files.add(table.path(link))
+            findings.problem("file", f"{path}: {message}", path=path, shard=entry.shard)
+
+
+def _file_problem(
+    content: ContentReader, shards: ShardScan, entry: fmt.Entry, path: str
+) -> str | None:
+    """Why the file is damaged, or None."""
+    stream_size = shards.stream_sizes.get(entry.shard)
+    if stream_size is None:
+        return f"stored in shard {entry.shard}, which does not exist or is unreadable"
+    if entry.offset + entry.size > stream_size:
+        return f"extends past the end of shard {entry.shard}'s stream"
+    message = None
+    try:
+        for _piece in content.iter_content(entry, path):
+            pass  # its CRC is checked as it is read; the records' bytes are counted above
+    except CorruptDataError as e:
+        message = e.detail + (f" (shard {e.shard})" if e.shard is not None else "")
+        if e.record is not None:
+            message = f"{e.detail} (shard {e.shard}, record at stream offset {e.record:,})"
+    except (BundleError, OSError) as e:
+        message = str(e)
+    bad = shards.bad.overlapping(entry.shard, entry.offset, entry.offset + entry.size)
+    if message is None and bad is not None:
+        # Its own bytes check out, but it shares a damaged record: name it all the same.
+        message = f"shares a damaged record (shard {entry.shard}, stream offset {bad[0]:,})"
+    return message
