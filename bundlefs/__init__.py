@@ -18,6 +18,7 @@ from bundlefs.errors import (
     IsADirectory,
     NotABundleError,
     NotADirectory,
+    NotARegularFile,
     PackError,
     UnsupportedVersionError,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "IsADirectory",
     "NotABundleError",
     "NotADirectory",
+    "NotARegularFile",
     "PackError",
     "ReadOptions",
     "RemoteOptions",

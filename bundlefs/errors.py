@@ -134,6 +134,13 @@ class IsADirectory(_PathError, IsADirectoryError):
     ERRNO = errno.EISDIR
 
 
+class NotARegularFile(_PathError):
+    """Content asked of a FIFO, a socket or a device (format version 4), which hold none:
+    ``ENXIO``, as ``open`` says of a socket or of a device without its driver."""
+
+    ERRNO = errno.ENXIO
+
+
 class NotASymlink(_PathError):
     """readlink of something that is not a symbolic link: ``EINVAL``, as ``os.readlink`` says."""
 

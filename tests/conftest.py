@@ -193,8 +193,8 @@ def sample_bundle_path(sample_tree: Path, tmp_path_factory: pytest.TempPathFacto
 
 @pytest.fixture(scope="session")
 def grafted_bundle_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A version-3 bundle of the committed bundles' tree whose shard table names shards of
-    version-1, version-2 and version-3 bundles, as a merge links them in
+    """A bundle of today's version of the committed bundles' tree whose shard table names shards
+    of version-1 and version-2 bundles beside its own, as a merge links them in
     (``legacy_trees.graft_legacy_shards``). Read-only: copy it before damaging it."""
     from tests.support.legacy_trees import (
         SOURCE_DATE_EPOCH,

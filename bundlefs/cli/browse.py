@@ -94,7 +94,10 @@ def _long_fields(bundle: Bundle, entry: Entry, names: _Names) -> list[str]:
         str(st.st_nlink),
         names.user(st.st_uid),
         names.group(st.st_gid),
-        str(st.st_size),
+        # A device shows its number where a file shows its size ("1, 3"), as ls -l does.
+        f"{os.major(st.st_rdev)}, {os.minor(st.st_rdev)}"
+        if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+        else str(st.st_size),
         when,
         st.content_type or "-",
     ]

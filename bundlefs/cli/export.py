@@ -54,10 +54,13 @@ def run(args: argparse.Namespace) -> int:
         # The summary goes to stderr when the tar itself is on stdout.
         line = (
             f"exported {count(summary.files, 'file')}, {count(summary.dirs, 'dir')}, "
-            f"{count(summary.symlinks, 'symlink')}, {count(summary.hardlinks, 'hard link')} "
-            f"({count(summary.bytes, 'byte')}) as a "
+            f"{count(summary.symlinks, 'symlink')}, {count(summary.hardlinks, 'hard link')}"
+            + (f", {count(summary.specials, 'special file')}" if summary.specials else "")
+            + f" ({count(summary.bytes, 'byte')}) as a "
             f"{summary.tar_bytes:,}-byte tar: {'stdout' if to_stdout else args.out}"
         )
+        if summary.sockets_left_out:
+            line += f" ({count(summary.sockets_left_out, 'socket')} left out: a tar holds none)"
         if to_stdout:
             sys.stderr.write(line + "\n")
         else:

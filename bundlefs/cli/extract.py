@@ -59,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         out(
             f"extracted {count(summary.files, 'file')}, {count(summary.dirs, 'dir')}, "
-            f"{count(summary.symlinks, 'symlink')}, {count(summary.hardlinks, 'hard link')} "
-            f"({count(summary.bytes, 'byte')}) into {summary.dest}"
+            f"{count(summary.symlinks, 'symlink')}, {count(summary.hardlinks, 'hard link')}"
+            + (f", {count(summary.specials, 'special file')}" if summary.specials else "")
+            + f" ({count(summary.bytes, 'byte')}) into {summary.dest}"
         )
     return EXIT_OK if summary.ok else EXIT_FAILURE

@@ -157,6 +157,7 @@ def _info_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
         ("directories", f"{facts['dirs']:,}"),
         ("symlinks", f"{facts['symlinks']:,}"),
         ("hard links", f"{facts['hardlinks']:,}"),
+        *([("special files", f"{facts['specials']:,}")] if facts.get("specials") else []),
         ("bytes", f"{facts['bytes']:,} ({format_size(facts['bytes'])})"),
         ("stored bytes", f"{facts['stored_bytes']:,} ({format_size(facts['stored_bytes'])})"),
         ("ratio", ratio(facts["bytes"], facts["stored_bytes"])),

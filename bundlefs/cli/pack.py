@@ -348,7 +348,8 @@ def _summary_line(summary: PackSummary) -> str:
     return (
         f"packed {count(c.file_count, 'file')}, {count(c.dir_count, 'dir')}, "
         f"{count(c.symlink_count, 'symlink')}, {count(c.hardlink_count, 'hard link')}, "
-        f"{count(c.data_bytes, 'byte')} into {count(summary.stored_bytes, 'stored byte')} "
+        + (f"{count(c.special_count, 'special file')}, " if c.special_count else "")
+        + f"{count(c.data_bytes, 'byte')} into {count(summary.stored_bytes, 'stored byte')} "
         f"(ratio {ratio(c.data_bytes, summary.stored_bytes)}) {timing}: {summary.dest}{note}"
     )
 

@@ -62,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
         out(
             f"checked {count(report.files, 'file')}, {count(report.dirs, 'dir')}, "
             f"{count(report.symlinks, 'symlink')}, {count(report.hardlinks, 'hard link')}, "
-            f"{count(report.records, 'record')} in {count(report.shards, 'shard')}: "
+            + (f"{count(report.specials, 'special file')}, " if report.specials else "")
+            + f"{count(report.records, 'record')} in {count(report.shards, 'shard')}: "
             f"{_checked_bytes(report)} in {report.seconds:.2f} s "
             f"({rate(report.bytes_checked, report.seconds)})"
         )

@@ -92,6 +92,7 @@ class TreeCounts:
     symlinks: int = 0
     hardlinks: int = 0
     data_bytes: int = 0
+    specials: int = 0  # FIFOs, sockets, devices (version 4): entry_count less the other counts
 
     def add(self, entry: fmt.Entry) -> None:
         """Count one entry (a LINK entry counts as a hard link, not as the file it names)."""
@@ -104,6 +105,8 @@ class TreeCounts:
             self.dirs += 1
         elif entry.is_symlink:
             self.symlinks += 1
+        elif entry.is_special:
+            self.specials += 1
 
     @classmethod
     def claimed_by(cls, config: fmt.Config) -> TreeCounts:
@@ -113,6 +116,7 @@ class TreeCounts:
             config.symlink_count,
             config.hardlink_count,
             config.data_bytes,
+            config.special_count,
         )
 
     def problems_against(self, config: fmt.Config) -> list[str]:
@@ -120,6 +124,6 @@ class TreeCounts:
         claimed = self.claimed_by(config)
         return [
             f"config says {getattr(claimed, name)} {name}, the entries hold {getattr(self, name)}"
-            for name in ("files", "dirs", "symlinks", "hardlinks", "data_bytes")
+            for name in ("files", "dirs", "symlinks", "hardlinks", "data_bytes", "specials")
             if getattr(claimed, name) != getattr(self, name)
         ]

@@ -165,8 +165,10 @@ class BundleFileSystem(AbstractFileSystem):
             kind, size = "directory", 0  # a bundle directory's st_size is its child count
         elif stat.S_ISREG(st.st_mode):
             kind, size = "file", st.st_size
-        else:
+        elif stat.S_ISLNK(st.st_mode):
             kind, size = "link", st.st_size
+        else:  # a FIFO, socket or device (format version 4), as fsspec's local file system says
+            kind, size = "other", 0
         out: dict[str, Any] = {
             "name": name,
             "size": size,

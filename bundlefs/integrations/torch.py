@@ -29,7 +29,7 @@ from typing import Any, BinaryIO
 from torch.utils.data import Dataset
 
 from bundlefs import Bundle
-from bundlefs.errors import EntryNotFound, IsADirectory
+from bundlefs.errors import EntryNotFound, IsADirectory, NotARegularFile
 
 # The sampler is a module of its own; its names are this module's too (the user's one import).
 from bundlefs.integrations.torch_sampler import DEFAULT_WINDOW as DEFAULT_WINDOW
@@ -139,6 +139,8 @@ def _regular_files(bundle: Bundle, paths: Sequence[str]) -> list[str]:
     """``paths``, checked: each must name a regular file (symlinks followed)."""
     for path in paths:
         entry = bundle.resolve(path)  # EntryNotFound / NotADirectory
+        if entry.is_special:  # a FIFO, socket or device (format version 4): no content
+            raise NotARegularFile(f"{path!r} is not a regular file", path)
         if not entry.is_file:
             raise IsADirectory(f"{path!r} is a directory, not a file", path)
     return list(paths)

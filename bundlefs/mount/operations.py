@@ -218,7 +218,7 @@ class BundleOperations(ReadOnlyOperations):
         attr.st_nlink = entry.nlink
         attr.st_uid = uid if self.settings.uid is None else self.settings.uid
         attr.st_gid = gid if self.settings.gid is None else self.settings.gid
-        attr.st_size = entry.size
+        attr.st_size, attr.st_rdev = entry.size, entry.rdev  # a device's number; mounted nodev
         attr.st_blksize = self.bundle.config.block_size
         attr.st_blocks = entry.blocks
         attr.st_atime_ns = attr.st_mtime_ns = attr.st_ctime_ns = entry.mtime_ns

@@ -125,8 +125,13 @@ class EntryBuilder:
             entry = self._symlink_entry(ino, item)
         elif kind == statmod.S_IFREG:
             entry = self._file_entry(ino, item)
+        elif kind in fmt.SPECIAL_KINDS:
+            rdev = item.st.st_rdev if kind in fmt.DEVICE_KINDS else 0
+            entry = fmt.Entry(
+                ino=ino, size=0, name=item.name, rdev=rdev, **self._common(item.st, item.rel)
+            )
         else:
-            self.errors.skip(item.rel, "not a regular file, directory or symlink")
+            self.errors.skip(item.rel, "not a file type a bundle holds")
             return None
         if entry is None:
             return None

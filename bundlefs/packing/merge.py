@@ -73,6 +73,7 @@ class MergeSummary:
             "dirs": c.dir_count,
             "symlinks": c.symlink_count,
             "hardlinks": c.hardlink_count,
+            "specials": c.special_count,
             "data_bytes": c.data_bytes,
             "shards": c.shard_count,
             "linked": self.linked,

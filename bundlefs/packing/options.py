@@ -122,7 +122,7 @@ class PackSummary:
     stored_bytes: int
     index_bytes: int
     seconds: float
-    skipped: list[str] = field(default_factory=list)  # special files and (with skip_errors) errors
+    skipped: list[str] = field(default_factory=list)  # unholdable names; skip_errors errors
     changed: list[str] = field(default_factory=list)  # files that changed while being read
     # Seconds of each phase of a distributed pack (listing, packing, merge); empty otherwise.
     phases: dict[str, float] = field(default_factory=dict)
@@ -140,6 +140,7 @@ class PackSummary:
             "dirs": c.dir_count,
             "symlinks": c.symlink_count,
             "hardlinks": c.hardlink_count,
+            "specials": c.special_count,
             "bytes": c.data_bytes,
             "stored_bytes": self.stored_bytes,
             "index_bytes": self.index_bytes,

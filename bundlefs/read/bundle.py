@@ -35,6 +35,7 @@ from bundlefs.errors import (
     FormatError,
     IsADirectory,
     NotADirectory,
+    NotARegularFile,
     NotASymlink,
 )
 from bundlefs.read import stream
@@ -382,6 +383,8 @@ class Bundle:
         entry = self._resolve(raw, path)
         if entry.is_dir:
             raise IsADirectory(f"{os.fsdecode(raw)!r} is a directory", shown(path))
+        if entry.is_special:
+            raise NotARegularFile(f"{os.fsdecode(raw)!r} is not a regular file", shown(path))
         return opened(
             BundleFile(self._content, entry, os.fsdecode(raw)), mode, encoding, errors, newline
         )

@@ -17,7 +17,13 @@ from collections.abc import Callable, Iterator
 
 from bundlefs.core import format as fmt
 from bundlefs.core.checksum import crc32c
-from bundlefs.errors import CorruptDataError, FormatError, IsADirectory, WouldBlock
+from bundlefs.errors import (
+    CorruptDataError,
+    FormatError,
+    IsADirectory,
+    NotARegularFile,
+    WouldBlock,
+)
 from bundlefs.read.cache import RecordCache
 from bundlefs.storage.index import IndexReader
 from bundlefs.storage.shards import ShardSet
@@ -144,6 +150,10 @@ class ContentReader:
         """
         if entry.is_dir:
             raise IsADirectory(f"{path or entry.name!r} is a directory", path or entry.name)
+        if entry.is_special:
+            raise NotARegularFile(
+                f"{path or entry.name!r} is not a regular file", path or entry.name
+            )
         if not entry.is_file:
             raise FormatError(f"{path or entry.name!r} is not a regular file")
         end = min(entry.size, offset + size)

@@ -15,7 +15,8 @@ field by field (docs/archives.md lists what was measured):
 - a name or link target over 100 bytes: a ``././@LongLink`` member (``K`` for the target first,
   then ``L`` for the name), the header keeping the first 100 bytes;
 - later names of a multiply-linked file: hard link members (type ``1``) naming the first name
-  written; symlinks: type ``2``;
+  written; symlinks: type ``2``; FIFOs ``6``, character devices ``3`` and block devices ``4``
+  with their major and minor numbers; a socket is left out (GNU tar: "socket ignored"), counted;
 - two zero blocks, then zeros to a multiple of 10,240 bytes (20 blocks a record).
 
 Content is read with ``bundle.content.iter_content`` (each file checked against its CRC32C); a
@@ -41,6 +42,7 @@ _NAME_FIELD = 100
 _GNU_MAGIC = b"ustar  \0"
 _LONGLINK = b"././@LongLink"
 _ZEROS = bytes(RECORD)
+_SPECIAL_TYPES = {fmt.KIND_FIFO: b"6", fmt.KIND_CHAR_DEVICE: b"3", fmt.KIND_BLOCK_DEVICE: b"4"}
 
 
 @dataclass
@@ -49,6 +51,8 @@ class ExportSummary:
     dirs: int = 0
     symlinks: int = 0
     hardlinks: int = 0
+    specials: int = 0  # FIFOs and devices
+    sockets_left_out: int = 0  # a tar cannot hold one
     bytes: int = 0  # of file content
     tar_bytes: int = 0  # of the tar stream
 
@@ -88,6 +92,7 @@ def header(
     mtime: int = 0,
     kind: bytes = b"0",
     linkname: bytes = b"",
+    device: tuple[int, int] | None = None,
 ) -> bytes:
     """One 512-byte GNU tar header (name and linkname already cut to 100 bytes by the caller)."""
     block = bytearray(BLOCK)
@@ -101,6 +106,9 @@ def header(
     block[156:157] = kind
     block[157 : 157 + len(linkname[:_NAME_FIELD])] = linkname[:_NAME_FIELD]
     block[257:265] = _GNU_MAGIC
+    if device is not None:
+        block[329:337] = _number(device[0], 8)
+        block[337:345] = _number(device[1], 8)
     block[148:156] = b"%06o\0 " % sum(block)
     return bytes(block)
 
@@ -140,6 +148,8 @@ class _TarWriter:
             elif entry.is_symlink:
                 self._member(name, entry, kind=b"2", linkname=entry.symlink)
                 self.summary.symlinks += 1
+            elif entry.is_special:
+                self._special(name, entry)
             elif entry.nlink > 1 and entry.ino in self._first_name:
                 self._member(name, entry, kind=b"1", linkname=self._first_name[entry.ino])
                 self.summary.hardlinks += 1
@@ -173,6 +183,17 @@ class _TarWriter:
         self._member(name, entry, kind=b"5")
         self.summary.dirs += 1
 
+    def _special(self, name: bytes, entry: fmt.Entry) -> None:
+        kind = _SPECIAL_TYPES.get(entry.kind)
+        if kind is None:
+            self.summary.sockets_left_out += 1
+            return
+        device = (
+            (os.major(entry.rdev), os.minor(entry.rdev)) if entry.kind != fmt.KIND_FIFO else None
+        )
+        self._member(name, entry, kind=kind, device=device)
+        self.summary.specials += 1
+
     def _file(self, name: bytes, entry: fmt.Entry) -> None:
         self._member(name, entry, kind=b"0", size=entry.size)
         path = os.fsdecode(name[2:])
@@ -187,7 +208,14 @@ class _TarWriter:
         self.summary.bytes += written
 
     def _member(
-        self, name: bytes, entry: fmt.Entry, *, kind: bytes, size: int = 0, linkname: bytes = b""
+        self,
+        name: bytes,
+        entry: fmt.Entry,
+        *,
+        kind: bytes,
+        size: int = 0,
+        linkname: bytes = b"",
+        device: tuple[int, int] | None = None,
     ) -> None:
         uid, gid = self.tree.owner(entry)
         self._write(long_name_members(name, linkname))
@@ -201,6 +229,7 @@ class _TarWriter:
                 mtime=entry.mtime_ns // 10**9,
                 kind=kind,
                 linkname=linkname,
+                device=device,
             )
         )
 

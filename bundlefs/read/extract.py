@@ -1,7 +1,8 @@
 """``extract``: restoring a bundle (or parts of it) to an ordinary directory tree, safely.
 
 It owns the rules for writing bundle content to disk: content, modes, nanosecond mtimes, symlinks,
-hard links and (as root) owners are restored, and nothing is ever written outside DEST:
+hard links, FIFOs, sockets, devices (as root; else warned about, in ``not_created``) and (as
+root) owners are restored, and nothing is ever written outside DEST:
 
 - every directory is opened relative to its parent's descriptor with ``O_NOFOLLOW``, and every
   file is created with ``O_CREAT|O_EXCL|O_NOFOLLOW`` relative to that descriptor, so no symlink —
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import shutil
 import stat as statmod
@@ -46,6 +48,8 @@ from bundlefs.errors import (
 from bundlefs.read.bundle import Bundle
 from bundlefs.storage import publish
 
+log = logging.getLogger(__name__)
+
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -57,12 +61,14 @@ class ExtractSummary:
     dirs: int = 0
     symlinks: int = 0
     hardlinks: int = 0
+    specials: int = 0  # FIFOs, sockets and devices
     bytes: int = 0
     damaged: list[str] = field(default_factory=list)  # files not extracted: content is damaged
+    not_created: list[str] = field(default_factory=list)  # devices mknod refused (not root)
 
     @property
     def ok(self) -> bool:
-        return not self.damaged
+        return not self.damaged and not self.not_created
 
 
 def extract(
@@ -292,12 +298,7 @@ class _Writer:
         elif entry.is_symlink:
             self._make_way(dir_fd, name, rel)
             os.symlink(entry.symlink, name, dir_fd=dir_fd)
-            if self.owners:
-                uid, gid = self.bundle.tree.owner(entry)
-                os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
-            os.utime(
-                name, ns=(entry.mtime_ns, entry.mtime_ns), dir_fd=dir_fd, follow_symlinks=False
-            )
+            self._set_owner_and_mtime(dir_fd, name, entry)
             self.summary.symlinks += 1
         elif entry.is_file:
             first = self._linked.get(entry.ino)
@@ -313,7 +314,36 @@ class _Writer:
                 self.summary.hardlinks += 1
             elif self._write_file(dir_fd, name, rel, entry) and entry.nlink > 1:
                 self._linked[entry.ino] = rel
+        elif entry.is_special:
+            self._make_special(dir_fd, name, rel, entry)
         self._tick()
+
+    def _make_special(
+        self, dir_fd: int, name: bytes, rel: tuple[bytes, ...], entry: fmt.Entry
+    ) -> None:
+        """A FIFO, socket or device with its owner, mode and mtime. A device mknod refuses (EPERM:
+        not root; EINVAL: a number this kernel cannot hold) is one warning, and the rest goes on."""
+        self._make_way(dir_fd, name, rel)
+        try:
+            os.mknod(name, entry.kind | 0o600, entry.rdev, dir_fd=dir_fd)
+        except OSError as e:
+            if entry.kind not in fmt.DEVICE_KINDS:
+                raise
+            why = "making a device node needs root" if e.errno == errno.EPERM else e.strerror
+            self.summary.not_created.append(os.fsdecode(b"/".join(rel)))
+            log.warning("%s: not created: %s", self.summary.not_created[-1], why)
+            return
+        self._set_owner_and_mtime(dir_fd, name, entry)
+        os.chmod(name, statmod.S_IMODE(entry.mode), dir_fd=dir_fd)
+        self.summary.specials += 1
+
+    def _set_owner_and_mtime(self, dir_fd: int, name: bytes, entry: fmt.Entry) -> None:
+        """Of a symlink or a special file, never following it: its owner (as root or with
+        ``owners``) and its mtime."""
+        if self.owners:
+            uid, gid = self.bundle.tree.owner(entry)
+            os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
+        os.utime(name, ns=(entry.mtime_ns, entry.mtime_ns), dir_fd=dir_fd, follow_symlinks=False)
 
     def _write_file(
         self, dir_fd: int, name: bytes, rel: tuple[bytes, ...], entry: fmt.Entry

@@ -87,6 +87,7 @@ class BundleInfo:
             "dirs": c.dir_count,
             "symlinks": c.symlink_count,
             "hardlinks": c.hardlink_count,
+            "specials": c.special_count,
             "entries": c.entry_count,
             "bytes": c.data_bytes,
             "stored_bytes": self.shard_bytes,

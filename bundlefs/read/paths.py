@@ -52,6 +52,7 @@ class BundleStat:
     # attached at pack time (``pack --user-data`` stores a JSON object); None where there is none.
     content_type: str | None = None
     user_data: bytes | None = None
+    st_rdev: int = 0  # a character or block device's number (format version 4); else 0
 
     @property
     def st_mtime(self) -> float:
@@ -73,6 +74,7 @@ def entry_stat(tree: TreeModel, entry: fmt.Entry) -> BundleStat:
         entry.blocks,
         tree.content_type(entry),
         entry.user_data or None,  # the format stores none rather than an empty one
+        entry.rdev,
     )
 
 

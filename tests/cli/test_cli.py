@@ -76,13 +76,19 @@ def test_pack_options_reach_the_bundle(tmp_path):
         assert not b.exists("skip.tmp")
 
 
-def test_pack_warns_about_special_files_on_stderr(tmp_path):
+def test_pack_stores_special_files_and_says_so_in_its_summary(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
     os.mkfifo(src / "fifo")
     result = run_cli("pack", src, tmp_path / "b")
-    assert result.returncode == 4  # published, but the bundle lacks an entry of SRC
-    assert result.stderr.decode().startswith("bundlefs: warning: skipping fifo")
+    assert result.returncode == 0 and result.stderr == b""  # the bundle holds SRC whole
+    assert b", 1 special file, " in result.stdout
+    listing = run_cli("ls", "-l", tmp_path / "b").stdout.decode()
+    assert listing.startswith("p") and listing.rstrip().endswith(" fifo")
+    info = run_cli("info", tmp_path / "b").stdout.decode().splitlines()
+    assert ["special", "files", "1"] in [line.split() for line in info]
+    verified = run_cli("verify", tmp_path / "b")
+    assert verified.returncode == 0 and b", 1 special file, " in verified.stdout
 
 
 def test_pack_to_an_existing_dest_without_force_is_one_line_error(packed, tmp_path):

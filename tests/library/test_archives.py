@@ -248,7 +248,8 @@ def test_implicit_directories_duplicates_and_special_files(tmp_path, caplog):
             [
                 _member("a/b/c.txt", b"first", mtime=1_500_000_000, uid=7, gid=8),
                 _member("a/b/c.txt", b"second wins"),
-                _member("dev", kind=tarfile.CHRTYPE),
+                _member("dev", kind=tarfile.CHRTYPE, devmajor=1, devminor=3, mode=0o600),
+                _member("disk", kind=tarfile.BLKTYPE, devmajor=259, devminor=70000),
                 _member("fifo", kind=tarfile.FIFOTYPE),
                 _member("/abs/path", b"leading slash removed"),
                 _member("./dot/./x", b"dots dropped"),
@@ -258,7 +259,7 @@ def test_implicit_directories_duplicates_and_special_files(tmp_path, caplog):
         )
     )
     summary = pack(str(archive), str(tmp_path / "b"))
-    assert sorted(summary.skipped) == ["dev", "fifo"]
+    assert summary.skipped == []  # FIFOs and devices are stored (format version 4)
     with Bundle(tmp_path / "b") as bundle:
         assert bundle.read("a/b/c.txt") == b"second wins"
         assert bundle.read("abs/path") == b"leading slash removed"
@@ -271,7 +272,11 @@ def test_implicit_directories_duplicates_and_special_files(tmp_path, caplog):
         assert (stat.S_IMODE(described.st_mode), described.st_mtime_ns) == (0o700, 1_400 * 10**15)
         assert bundle.stat("linked").st_nlink == 2
         assert bundle.stat("linked").st_ino == bundle.stat("a/b/c.txt").st_ino
-        assert sorted(bundle.listdir("")) == ["a", "abs", "dot", "linked"]
+        assert sorted(bundle.listdir("")) == ["a", "abs", "dev", "disk", "dot", "fifo", "linked"]
+        dev, disk = bundle.stat("dev"), bundle.stat("disk")
+        assert (dev.st_mode, dev.st_rdev) == (stat.S_IFCHR | 0o600, os.makedev(1, 3))
+        assert (disk.st_mode, disk.st_rdev) == (stat.S_IFBLK | 0o644, os.makedev(259, 70000))
+        assert bundle.stat("fifo").st_mode == stat.S_IFIFO | 0o644
 
 
 HOSTILE = {
@@ -439,6 +444,43 @@ def test_export_is_byte_identical_to_gnu_tar_sort_name(tree, tree_tar, tree_bund
     exported = (tmp_path / "out.tar").read_bytes()
     assert len(exported) % 10240 == 0
     assert exported == tree_tar.read_bytes()
+
+
+def test_export_of_fifos_and_devices_is_byte_identical_to_gnu_tar_and_leaves_sockets_out(
+    tmp_path, monkeypatch
+):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "file").write_bytes(b"data")
+    os.mkfifo(src / "fifo")
+    monkeypatch.chdir(src)  # a relative socket path avoids the 108-byte limit of sun_path
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind("sock")
+    if os.geteuid() == 0:
+        os.mknod(src / "null", stat.S_IFCHR | 0o600, os.makedev(1, 3))
+        os.mknod(src / "disk", stat.S_IFBLK | 0o640, os.makedev(259, 70000))
+    pack(str(src), str(tmp_path / "b"))
+    with Bundle(tmp_path / "b") as b, open(tmp_path / "out.tar", "wb") as out:
+        summary = export_tar(b, out)
+    assert summary.sockets_left_out == 1 and summary.specials == (3 if os.geteuid() == 0 else 1)
+    gnu = subprocess.run([*GNU_TAR, "-C", src, "-cf", "-", "."], capture_output=True)
+    assert b"socket ignored" in gnu.stderr  # GNU tar leaves a socket out too
+    assert (tmp_path / "out.tar").read_bytes() == gnu.stdout
+    result = run_cli(
+        "pack", tmp_path / "out.tar", tmp_path / "again"
+    )  # and back, whole but the socket
+    assert result.returncode == 0, result.stderr
+    with Bundle(tmp_path / "again") as again, Bundle(tmp_path / "b") as b:
+        for name in b.listdir(""):
+            if name != "sock":
+                one, two = again.lstat(name), b.lstat(name)
+                assert (one.st_mode, one.st_rdev, one.st_mtime_ns // 10**9) == (
+                    two.st_mode,
+                    two.st_rdev,
+                    two.st_mtime_ns // 10**9,  # a tar keeps seconds
+                ), name
 
 
 def test_export_to_stdout_is_the_same_tar(tree_tar, tree_bundle):

@@ -77,9 +77,11 @@ def bundle_tree(path: str | os.PathLike, **bundle_options: object) -> dict[str, 
                 data: bytes | str | None = b.readlink(top)
             elif stat.S_ISREG(st.st_mode):
                 data = b.read(top)
-            else:
+            elif stat.S_ISDIR(st.st_mode):
                 data = None
                 pending += [f"{top}/{n}" if top else n for n in b.listdir(top)]
+            else:  # a FIFO, socket or device: its number is what it holds
+                data = str(st.st_rdev)
             group = first.setdefault(st.st_ino, top) if stat.S_ISREG(st.st_mode) else top
             size = 0 if stat.S_ISDIR(st.st_mode) else st.st_size
             out[top] = (
@@ -341,6 +343,9 @@ def test_a_dask_pack_equals_a_single_machine_pack(tmp_path: Path, client: Client
     spread_tree(root / "spread")
     # A file with a second name outside the tree: stored once, flagged as multiply linked.
     os.link(root / "hello.txt", tmp_path / "outside-name")
+    os.mkfifo(root / "spread" / "fifo")  # special files (format version 4) in some partition
+    if os.geteuid() == 0:
+        os.mknod(root / "spread" / "null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
     single = tmp_path / "single.bundle"
     pack(str(root), str(single), OPTIONS)
     for count in (1, 3, 8):

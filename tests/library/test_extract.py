@@ -214,3 +214,60 @@ def test_extract_skips_a_damaged_file_names_it_and_restores_the_rest(tmp_path):
     assert b"Traceback" not in result.stderr
     assert not (tmp_path / "out" / "damaged.bin").exists()
     assert (tmp_path / "out" / "fine.txt").read_bytes() == b"fine\n" * 1000
+
+
+# --- special files (format version 4) -------------------------------------------------------------
+
+
+def _tar_with_specials(path) -> None:
+    """A tar holding a FIFO and a character device 1:3: a bundle of them needs no root."""
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w") as tar:
+        for name, kind, mode in (
+            ("fifo", tarfile.FIFOTYPE, 0o640),
+            ("null", tarfile.CHRTYPE, 0o666),
+        ):
+            info = tarfile.TarInfo(name)
+            info.type, info.mode, info.mtime = kind, mode, 1_600_000_000
+            info.devmajor, info.devminor = (1, 3) if kind == tarfile.CHRTYPE else (0, 0)
+            tar.addfile(info, io.BytesIO(b""))
+
+
+def test_extract_makes_fifos_and_as_root_devices(tmp_path):
+    import stat
+
+    _tar_with_specials(tmp_path / "s.tar")
+    pack(str(tmp_path / "s.tar"), str(tmp_path / "b"))
+    with Bundle(tmp_path / "b") as b:
+        summary = extract(b, tmp_path / "out", owners=False)
+    fifo = os.lstat(tmp_path / "out" / "fifo")
+    assert fifo.st_mode == stat.S_IFIFO | 0o640 and fifo.st_mtime_ns == 1_600_000_000 * 10**9
+    if os.geteuid() == 0:
+        null = os.lstat(tmp_path / "out" / "null")
+        assert (null.st_mode, null.st_rdev) == (stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        assert summary.ok and summary.specials == 2
+
+
+def test_a_device_mknod_refuses_is_one_warning_and_the_rest_is_extracted(
+    tmp_path, monkeypatch, caplog
+):
+    import errno
+    import stat
+
+    _tar_with_specials(tmp_path / "s.tar")
+    pack(str(tmp_path / "s.tar"), str(tmp_path / "b"))
+    real_mknod = os.mknod
+
+    def mknod_without_privilege(path, mode=0o600, device=0, *, dir_fd=None):
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+            raise PermissionError(errno.EPERM, "Operation not permitted")
+        return real_mknod(path, mode, device, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "mknod", mknod_without_privilege)  # what a user who is not root gets
+    with Bundle(tmp_path / "b") as b:
+        summary = extract(b, tmp_path / "out")
+    assert summary.not_created == ["null"] and not summary.ok  # the CLI exits 1
+    assert caplog.text.count("null: not created: making a device node needs root") == 1
+    assert sorted(os.listdir(tmp_path / "out")) == ["fifo"]

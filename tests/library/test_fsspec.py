@@ -410,3 +410,17 @@ def test_pyarrow_reads_parquet_through_the_file_system(fs: BundleFileSystem) -> 
     assert infos["d/t.parquet"].type == FileType.File
     assert infos["d/t.parquet"].size == fs.size("d/t.parquet")
     assert pq.read_table("d/t.parquet", filesystem=arrow_fs).to_pydict() == TABLE
+
+
+def test_special_files_are_of_type_other_as_fsspecs_local_file_system_says(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "file").write_bytes(b"x")
+    os.mkfifo(src / "fifo")
+    pack(str(src), str(tmp_path / "b.bundle"))
+    fs = BundleFileSystem(fo=tmp_path / "b.bundle", skip_instance_cache=True)
+    assert fs.info("fifo")["type"] == fsspec.filesystem("file").info(str(src / "fifo"))["type"]
+    assert fs.info("fifo")["type"] == "other" and fs.info("fifo")["size"] == 0
+    assert sorted(fs.find("")) == ["fifo", "file"]  # what walk and find list: not a directory
+    with Bundle(tmp_path / "b.bundle") as b:
+        assert list(b.walk("")) == [("", [], ["fifo", "file"])]

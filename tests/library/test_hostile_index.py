@@ -221,6 +221,12 @@ def _marker_shard_count(b: Path) -> tuple[dict, list]:
     return _f(config_put(config_value(b, shard_count=3)))
 
 
+def _special(kind: int, flags: int = 0, size: int = 0, numbers: bytes = bytes(8)) -> bytes:
+    """A version-4 special entry named hello.txt (§3.3.2): a device carries ``numbers``."""
+    fixed = struct.pack(">HBBBI", kind | 0o644, flags, 0, size, 1_700_000_000)
+    return fixed + (numbers if kind in fmt.DEVICE_KINDS else b"") + b"hello.txt"
+
+
 HUGE = 2**32 - 1
 CASES: dict[str, tuple[Forgery, str, str]] = {
     # file location, size and checksum
@@ -265,6 +271,33 @@ CASES: dict[str, tuple[Forgery, str, str]] = {
     "entry truncated to 10 bytes": (_raw(b"hello.txt", lambda v: v[:10]), "invalid", "whole"),
     "entry value empty": (_raw(b"hello.txt", lambda v: b""), "invalid", "whole"),
     "mtime at the i64 extremes": (_file(mtime_ns=-(2**63)), "valid", "whole"),
+    # special files (version 4, §3.3.2)
+    # (Not into a FIFO: opening one blocks until a writer comes, on a mount as anywhere.)
+    "file turned into a socket": (
+        _raw(b"hello.txt", lambda v: _special(stat.S_IFSOCK)),
+        "invalid",
+        "whole",
+    ),
+    "FIFO with a size": (
+        _raw(b"hello.txt", lambda v: _special(stat.S_IFIFO, size=3)),
+        "invalid",
+        "whole",
+    ),
+    "socket with a content type": (
+        _raw(b"hello.txt", lambda v: _special(stat.S_IFSOCK, flags=fmt.FLAG_CONTENT_TYPE)),
+        "invalid",
+        "whole",
+    ),
+    "device whose numbers are cut short": (
+        _raw(b"hello.txt", lambda v: _special(stat.S_IFCHR)[:12]),
+        "invalid",
+        "whole",
+    ),
+    "device with the largest numbers": (
+        _raw(b"hello.txt", lambda v: _special(stat.S_IFBLK, numbers=b"\xff" * 8)),
+        "invalid",  # a valid entry, but the config counts hello.txt as a file
+        "whole",
+    ),
     # the compact entry's layout byte (version 3)
     "entry layout with an unknown bit": (_layout(b"hello.txt", 0x40), "invalid", "whole"),
     "directory layout with a wide shard": (
@@ -447,7 +480,7 @@ CASES: dict[str, tuple[Forgery, str, str]] = {
         "whole",
     ),
     "shard table header version past the bundle's": (
-        _shard(0, header_version=4, header_id=b"\xab" * 16),
+        _shard(0, header_version=5, header_id=b"\xab" * 16),
         "invalid",
         "whole",
     ),
@@ -469,9 +502,10 @@ CASES: dict[str, tuple[Forgery, str, str]] = {
     ),
     # config and owners
     "config with the wrong magic": (_config_raw(0, b"NOTMAGIC"), "invalid", "whole"),
-    "config version 4": (_config_raw(8, b"\0\x04"), "invalid", "whole"),
-    "config version 1 in a version-3 bundle": (_config_raw(8, b"\0\x01"), "invalid", "whole"),
-    "config version 2 in a version-3 bundle": (_config_raw(8, b"\0\x02"), "invalid", "whole"),
+    "config version 5": (_config_raw(8, b"\0\x05"), "invalid", "whole"),
+    "config version 1 in a version-4 bundle": (_config_raw(8, b"\0\x01"), "invalid", "whole"),
+    "config version 2 in a version-4 bundle": (_config_raw(8, b"\0\x02"), "invalid", "whole"),
+    "config version 3 in a version-4 bundle": (_config_raw(8, b"\0\x03"), "invalid", "whole"),
     "config with an unknown incompatible feature": (
         _config_raw(12, U32.pack(1)),
         "invalid",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -205,20 +206,49 @@ def test_shards_on_another_file_system_are_copied_and_said_so(pack_tree, tmp_pat
 
 def test_a_bundle_can_hold_shards_of_versions_1_2_and_3_and_of_lz4_and_zstd(tmp_path) -> None:
     tree = build_v1_tree(tmp_path / "src")
-    v3 = tmp_path / "v3.bundle"
-    pack(str(tree), str(v3), PackOptions(block_size=512, record_size=4096, shard_size=4000))
+    today = tmp_path / "v4.bundle"
+    pack(str(tree), str(today), PackOptions(block_size=512, record_size=4096, shard_size=4000))
     out = tmp_path / "all.bundle"
-    inputs = [DATA / "v1-twelve-shards.bundle", DATA / "v2-twelve-shards.bundle", v3]
-    merge(inputs, str(out), MergeOptions(at=("v1", "v2", "v3")))
+    inputs = [DATA / f"v{v}-twelve-shards.bundle" for v in (1, 2, 3)] + [today]
+    merge(inputs, str(out), MergeOptions(at=("v1", "v2", "v3", "v4")))
     with Bundle(out) as m:
         assert m.config.format_version == fmt.FORMAT_VERSION
         codecs = {m.content.shard_info(i).codec for i in range(m.config.shard_count)}
         assert codecs == {fmt.COMPRESSION_LZ4, fmt.COMPRESSION_ZSTD}
         versions = {m.content.shard_info(i).header_version for i in range(m.config.shard_count)}
-        assert versions == {1, 2, 3}
-        for prefix in ("v1", "v2", "v3"):
+        assert versions == {1, 2, 3, 4}
+        for prefix in ("v1", "v2", "v3", "v4"):
             for rel, _size, _compressible in V1_FILES:
                 assert m.read(f"{prefix}/{rel}") == (tree / rel).read_bytes(), (prefix, rel)
+    assert verify(out).ok
+
+
+def test_special_files_of_the_inputs_are_merged_with_their_device_numbers(tmp_path) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    for src in (first, second):
+        src.mkdir()
+        (src / "file").write_bytes(src.name.encode())
+    os.mkfifo(first / "fifo")
+    os.chmod(first / "fifo", 0o640)  # mkfifo's mode is under the umask
+    if os.geteuid() == 0:
+        os.mknod(second / "null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    bundles = []
+    for src in (first, second):
+        pack(str(src), str(tmp_path / f"{src.name}.bundle"))
+        bundles.append(tmp_path / f"{src.name}.bundle")
+    out = tmp_path / "merged.bundle"
+    summary = merge(bundles, str(out), MergeOptions(at=("a", "b")))
+    with Bundle(out) as m:
+        assert m.stat("a/fifo").st_mode == stat.S_IFIFO | 0o640
+        if os.geteuid() == 0:
+            null = m.stat("b/null")
+            source = os.lstat(second / "null")
+            assert (null.st_mode, null.st_rdev) == (source.st_mode, os.makedev(1, 3))
+        assert (
+            m.config.special_count
+            == summary.to_dict()["specials"]
+            == len([p for src in (first, second) for p in src.iterdir() if not p.is_file()])
+        )
     assert verify(out).ok
 
 

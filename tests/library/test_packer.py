@@ -14,7 +14,8 @@ import pytest
 
 from bundlefs import Bundle, PackError, PackOptions, pack
 from bundlefs.core import format as fmt
-from bundlefs.errors import EntryNotFound
+from bundlefs.errors import EntryNotFound, NotARegularFile
+from bundlefs.read.verify import verify
 from bundlefs.storage import shard_writer
 from bundlefs.storage.shard_writer import ShardWriter
 from tests.conftest import (
@@ -367,7 +368,7 @@ def test_exclude_patterns_match_names_and_paths(pack_tree) -> None:
         assert b.stat("sub").st_size == 1
 
 
-def test_fifos_sockets_and_devices_are_skipped_with_a_warning_and_never_opened(
+def test_fifos_sockets_and_devices_are_stored_and_never_opened(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     src = build_tree(tmp_path / "src", {"regular": b"data"})
@@ -375,10 +376,11 @@ def test_fifos_sockets_and_devices_are_skipped_with_a_warning_and_never_opened(
     monkeypatch.chdir(src)  # a relative socket path avoids the 108-byte limit of sun_path
     sock = socket.socket(socket.AF_UNIX)
     sock.bind("socket")
-    special = [b"fifo", b"socket"]
+    special = {b"fifo": stat.S_IFIFO, b"socket": stat.S_IFSOCK}
     if os.geteuid() == 0:
         os.mknod(src / "chardev", stat.S_IFCHR | 0o600, os.makedev(1, 3))
-        special.append(b"chardev")
+        os.mknod(src / "blockdev", stat.S_IFBLK | 0o640, os.makedev(7, 2**20 - 1))
+        special |= {b"chardev": stat.S_IFCHR, b"blockdev": stat.S_IFBLK}
     opened: list[bytes] = []
     real_open = os.open
 
@@ -393,12 +395,23 @@ def test_fifos_sockets_and_devices_are_skipped_with_a_warning_and_never_opened(
     finally:
         sock.close()
     monkeypatch.setattr(os, "open", real_open)
-    assert sorted(summary.skipped) == sorted(os.fsdecode(n) for n in special)
+    assert summary.skipped == [] and "skipping" not in caplog.text
+    assert summary.config.special_count == len(special)
     for name in special:
-        assert os.fsdecode(name) in caplog.text
         assert not [p for p in opened if p.endswith(b"/" + name)]
     with Bundle(tmp_path / "b.bundle") as b:
-        assert b.listdir("") == ["regular"]
+        assert sorted(b.listdir("")) == sorted(["regular", *map(os.fsdecode, special)])
+        for name, kind in special.items():
+            st = b.stat(os.fsdecode(name), follow_symlinks=False)
+            source = os.lstat(src / os.fsdecode(name))
+            assert stat.S_IFMT(st.st_mode) == kind and st.st_mode == source.st_mode, name
+            assert st.st_rdev == source.st_rdev and st.st_size == 0, name
+            with pytest.raises(NotARegularFile):
+                b.read(os.fsdecode(name))
+            with pytest.raises(NotARegularFile):
+                b.open(os.fsdecode(name), "rb")
+        assert b.info().to_dict()["specials"] == len(special)
+    assert verify(tmp_path / "b.bundle").ok
 
 
 # --- determinism, destinations --------------------------------------------------------------------

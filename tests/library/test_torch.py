@@ -24,7 +24,7 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader, RandomSampler  # noqa: E402
 
 from bundlefs import Bundle, PackOptions, pack  # noqa: E402
-from bundlefs.errors import EntryNotFound, IsADirectory  # noqa: E402
+from bundlefs.errors import EntryNotFound, IsADirectory, NotARegularFile  # noqa: E402
 from bundlefs.integrations.torch import (  # noqa: E402
     IMG_EXTENSIONS,
     BundleDataset,
@@ -105,6 +105,15 @@ def test_the_dataset_lists_regular_files_by_pattern_or_by_list(files_bundle):
         BundleDataset(files_bundle, paths=["part0"])
     with pytest.raises(ValueError):
         BundleDataset(files_bundle, "**", paths=listed)
+
+
+def test_a_fifo_is_no_sample_and_naming_one_is_not_a_regular_file(tmp_path):
+    src = build_tree(tmp_path / "src", {"a.bin": b"a"})
+    os.mkfifo(src / "fifo")
+    pack(str(src), str(tmp_path / "b.bundle"))
+    assert BundleDataset(tmp_path / "b.bundle").paths == ["a.bin"]
+    with pytest.raises(NotARegularFile):
+        BundleDataset(tmp_path / "b.bundle", paths=["fifo"])
 
 
 def test_items_are_the_bytes_or_what_the_transform_makes_of_them(files_bundle):

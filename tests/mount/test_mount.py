@@ -12,6 +12,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -258,6 +259,65 @@ def test_a_file_used_as_a_directory_gives_enotdir(sample_mount):
 def test_reading_a_directory_gives_eisdir(sample_mount):
     with pytest.raises(IsADirectoryError):
         (sample_mount.mountpoint / "dir").read_bytes()
+
+
+# -- special files (format version 4) --------------------------------------------------------------
+
+
+def _special_tree(src: Path) -> Path:
+    """A file, a FIFO, a socket and, as root, a character device 1:3 and a block device 7:0."""
+    src.mkdir()
+    (src / "file").write_bytes(b"data")
+    os.mkfifo(src / "fifo")
+    here = os.getcwd()
+    os.chdir(src)  # a relative socket path avoids the 108-byte limit of sun_path
+    try:
+        with socket.socket(socket.AF_UNIX) as server:
+            server.bind("sock")
+    finally:
+        os.chdir(here)
+    if os.geteuid() == 0:
+        os.mknod(src / "null", stat.S_IFCHR | 0o600, os.makedev(1, 3))
+        os.mknod(src / "loop", stat.S_IFBLK | 0o640, os.makedev(7, 0))
+    return src
+
+
+def _facts(root: Path) -> dict[str, tuple]:
+    """What diff -r would compare of each name, and a device's number besides."""
+    out = {}
+    for name in sorted(os.listdir(root)):
+        st = os.lstat(root / name)
+        out[name] = (st.st_mode, st.st_uid, st.st_gid, st.st_mtime_ns, st.st_rdev)
+    return out
+
+
+def test_fifos_sockets_and_devices_mount_and_extract_with_their_types_and_numbers(
+    mount_bundle, tmp_path
+):
+    src = _special_tree(tmp_path / "src")
+    bundle = tmp_path / "b.bundle"
+    bundlefs.pack(str(src), str(bundle))
+    mnt = mount_bundle(bundle).mountpoint
+    assert _facts(mnt) == _facts(src)
+    kinds = {"p": "./fifo", "s": "./sock", "f": "./file"}
+    if os.geteuid() == 0:
+        kinds |= {"c": "./null", "b": "./loop"}
+        with pytest.raises(PermissionError):  # the mount is nodev: a device never opens there
+            (mnt / "null").read_bytes()
+    for kind, path in kinds.items():
+        assert run("find", ".", "-type", kind, cwd=mnt).stdout.split() == [path], kind
+    listing = {line.split()[-1]: line for line in run("ls", "-l", str(mnt)).stdout.splitlines()[1:]}
+    assert listing["fifo"].startswith("p") and listing["sock"].startswith("s")
+    if os.geteuid() == 0:
+        assert listing["null"].startswith("crw-------") and " 1, 3 " in listing["null"]
+        assert listing["loop"].startswith("brw-r-----") and " 7, 0 " in listing["loop"]
+    with pytest.raises(OSError) as error:
+        (mnt / "sock").read_bytes()
+    assert error.value.errno == errno.ENXIO
+    out = tmp_path / "out"
+    result = run(*BUNDLEFS, "extract", str(bundle), str(out))
+    assert result.returncode == 0, result.stderr
+    assert _facts(out) == _facts(src)
 
 
 # -- large directories -----------------------------------------------------------------------------

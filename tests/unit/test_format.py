@@ -4,6 +4,7 @@ docs/format.md does not allow (with FormatError or a more specific BundleError).
 from __future__ import annotations
 
 import dataclasses
+import os
 import stat
 import struct
 
@@ -127,16 +128,16 @@ def _reseal(body: bytes) -> bytes:
     return body[:48] + struct.pack(">I", crc32c(body[:48]))
 
 
-def test_marker_is_written_in_version_3() -> None:
+def test_marker_is_written_in_version_4() -> None:
     data = fmt.encode_marker(MARKER, crc32c)
-    assert data[8:12] == struct.pack(">I", 3) == struct.pack(">I", fmt.FORMAT_VERSION)
+    assert data[8:12] == struct.pack(">I", 4) == struct.pack(">I", fmt.FORMAT_VERSION)
 
 
-@pytest.mark.parametrize("version", [0, 4, 2**32 - 1])
+@pytest.mark.parametrize("version", [0, 5, 2**32 - 1])
 def test_marker_of_an_unknown_version_is_unsupported(version: int) -> None:
     data = fmt.encode_marker(MARKER, crc32c)
     data = _reseal(data[:8] + struct.pack(">I", version) + data[12:])
-    with pytest.raises(UnsupportedVersionError, match="reads versions 1 to 3"):
+    with pytest.raises(UnsupportedVersionError, match="reads versions 1 to 4"):
         fmt.decode_marker(data, crc32c)
 
 
@@ -253,13 +254,13 @@ def test_config_with_the_wrong_magic_is_refused() -> None:
         fmt.decode_config(b"BUNDLEFZ" + fmt.encode_config(CONFIG)[8:])
 
 
-def test_config_is_written_in_version_3() -> None:
-    assert fmt.encode_config(CONFIG)[8:10] == b"\x00\x03"
+def test_config_is_written_in_version_4() -> None:
+    assert fmt.encode_config(CONFIG)[8:10] == b"\x00\x04"
 
 
-@pytest.mark.parametrize("version", [0, 4, 0xFFFF])
+@pytest.mark.parametrize("version", [0, 5, 0xFFFF])
 def test_config_of_an_unknown_version_is_unsupported(version: int) -> None:
-    with pytest.raises(UnsupportedVersionError, match="reads versions 1 to 3"):
+    with pytest.raises(UnsupportedVersionError, match="reads versions 1 to 4"):
         fmt.decode_config(_config_with(8, ">H", version))
 
 
@@ -1121,7 +1122,7 @@ def test_own_shard_descriptor_must_carry_its_own_index_and_the_bundles_version(
 # --- shard headers (§4) ---------------------------------------------------------------------------
 
 BUNDLE_ID = bytes(range(100, 116))
-OWN = _shard()  # shard 4, written by this (version 3) bundle
+OWN = _shard(header_version=4)  # shard 4, written by this (version 4) bundle
 FOREIGN = _shard(
     header_version=1, codec=fmt.COMPRESSION_LZ4, header_index=9, header_id=OTHER_BUNDLE
 )
@@ -1130,7 +1131,7 @@ FOREIGN = _shard(
 def test_shard_header_is_32_bytes_and_checks() -> None:
     header = fmt.encode_shard_header(4, BUNDLE_ID)
     assert len(header) == fmt.SHARD_HEADER_SIZE == 32
-    assert header == b"BNDLSHRD" + struct.pack(">II", 3, 4) + BUNDLE_ID
+    assert header == b"BNDLSHRD" + struct.pack(">II", 4, 4) + BUNDLE_ID
     fmt.check_shard_header(header + bytes(100), 4, BUNDLE_ID, OWN)
 
 
@@ -1142,7 +1143,7 @@ def test_shard_header_is_32_bytes_and_checks() -> None:
         (fmt.encode_shard_header(5, BUNDLE_ID), FormatError),
         (fmt.encode_shard_header(4, bytes(16)), FormatError),
         (fmt.encode_shard_header(4, OTHER_BUNDLE), FormatError),
-        (fmt.encode_shard_header(4, BUNDLE_ID, 4), UnsupportedVersionError),
+        (fmt.encode_shard_header(4, BUNDLE_ID, 5), UnsupportedVersionError),
         (fmt.encode_shard_header(4, BUNDLE_ID, 2), UnsupportedVersionError),
         (fmt.encode_shard_header(4, BUNDLE_ID, 1), UnsupportedVersionError),
     ],
@@ -1196,3 +1197,106 @@ def test_shard_linked_from_another_bundle_with_any_other_header_is_refused(
 ) -> None:
     with pytest.raises(error):
         fmt.check_shard_header(header, 4, BUNDLE_ID, FOREIGN)
+
+
+# --- special files of version 4 (§3.3.2) ----------------------------------------------------------
+
+SPECIALS = {
+    "fifo": fmt.Entry(ino=5, mode=stat.S_IFIFO | 0o640, owner=0, mtime_ns=10**18, size=0,
+                      name=b"fifo"),
+    "socket": fmt.Entry(ino=5, mode=stat.S_IFSOCK | 0o755, owner=2, mtime_ns=-5, size=0,
+                        name=b"sock", flags=fmt.FLAG_USER_DATA, user_data=b"{}"),
+    "char": fmt.Entry(ino=5, mode=stat.S_IFCHR | 0o600, owner=0, mtime_ns=10**18, size=0,
+                      name=b"null", rdev=os.makedev(1, 3)),
+    "whiteout": fmt.Entry(ino=5, mode=stat.S_IFCHR, owner=0, mtime_ns=0, size=0, name=b"gone"),
+    "block": fmt.Entry(ino=5, mode=stat.S_IFBLK | 0o660, owner=1, mtime_ns=10**18, size=0,
+                       name=b"sda", rdev=fmt.makedev(2**32 - 1, 2**32 - 1)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("entry", SPECIALS.values(), ids=SPECIALS.keys())
+def test_version_4_special_file_round_trips_with_its_device_number(entry: fmt.Entry) -> None:
+    data = fmt.encode_entry(entry, 4)
+    assert fmt.decode_entry(entry.ino, data, 4) == entry
+    assert fmt.entry_name(data, 4) == entry.name
+    assert entry.is_special and not entry.is_file and entry.blocks == 0
+
+
+def test_makedev_packs_major_and_minor_as_the_operating_system_does() -> None:
+    for major, minor in ((1, 3), (259, 2**20 + 5), (2**31 - 1, 2**31 - 1), (0, 0)):
+        assert fmt.makedev(major, minor) == os.makedev(major, minor)
+
+
+def test_version_4_device_holds_major_and_minor_as_two_u32_after_the_common_fields() -> None:
+    data = fmt.encode_entry(SPECIALS["char"], 4)
+    # mode, flags 0, layout 0 (size u8, mtime u32 seconds, owner 0 not stored), size 0, mtime
+    assert (
+        data
+        == struct.pack(">HBBBI", stat.S_IFCHR | 0o600, 0, 0, 0, 10**9)
+        + struct.pack(">II", 1, 3)
+        + b"null"
+    )
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("entry", SPECIALS.values(), ids=SPECIALS.keys())
+def test_a_special_file_is_not_in_versions_before_4(entry: fmt.Entry, version: int) -> None:
+    with pytest.raises(FormatError, match="cannot encode file type"):
+        fmt.encode_entry(entry, version)
+    # Version 3 sees the file type; versions 1 and 2 a value too short for their header.
+    with pytest.raises(FormatError, match="unsupported file type|truncated"):
+        fmt.decode_entry(entry.ino, fmt.encode_entry(entry, 4), version)
+
+
+def _special_value(kind: int, flags: int = 0, layout: int = 0, size: bytes = b"\0") -> bytes:
+    numbers = struct.pack(">II", 8, 1) if kind in fmt.DEVICE_KINDS else b""
+    return struct.pack(">HBB", kind | 0o644, flags, layout) + size + bytes(4) + numbers + b"name"
+
+
+@pytest.mark.parametrize(
+    "value, error",
+    [
+        (_special_value(stat.S_IFIFO, size=b"\x05"), "special file of size 5"),
+        (_special_value(stat.S_IFBLK, size=b"\x01"), "device of size 1"),
+        (_special_value(stat.S_IFSOCK, flags=fmt.FLAG_LINK), "file-only flags"),
+        (_special_value(stat.S_IFCHR, flags=fmt.FLAG_NLINK), "file-only flags"),
+        (_special_value(stat.S_IFIFO, flags=fmt.FLAG_CONTENT_TYPE), "content type"),
+        (_special_value(stat.S_IFCHR, flags=0x80), "unknown flags"),
+        (_special_value(stat.S_IFIFO, layout=fmt.LAYOUT_WIDE_SHARD), "invalid layout"),
+        (_special_value(stat.S_IFCHR)[:12], "truncated"),  # the minor number cut short
+        (_special_value(0o070000), "unsupported file type"),  # no such file type
+    ],
+    ids=[
+        "fifo-size",
+        "device-size",
+        "link",
+        "nlink",
+        "content-type",
+        "unknown-flag",
+        "layout",
+        "truncated-device-number",
+        "file-type-7",
+    ],  # fmt: skip
+)
+def test_a_version_4_special_entry_breaking_a_rule_is_a_format_error(
+    value: bytes, error: str
+) -> None:
+    with pytest.raises(FormatError, match=error):
+        fmt.decode_entry(5, value, 4)
+
+
+def test_a_special_file_with_a_size_or_a_fifo_with_a_device_number_is_not_encoded() -> None:
+    with pytest.raises(FormatError, match="has a size"):
+        fmt.encode_entry(dataclasses.replace(SPECIALS["fifo"], size=1), 4)
+    with pytest.raises(FormatError, match="device number"):
+        fmt.encode_entry(dataclasses.replace(SPECIALS["fifo"], rdev=7), 4)
+    with pytest.raises(FormatError, match="device number"):
+        fmt.encode_entry(dataclasses.replace(SPECIALS["char"], rdev=2**64), 4)
+
+
+def test_a_version_4_config_counts_special_files_by_the_entries_no_field_counts() -> None:
+    config = dataclasses.replace(CONFIG, entry_count=CONFIG.entry_count + 3)
+    assert fmt.decode_config(fmt.encode_config(config)).special_count == 3
+    forged = dataclasses.replace(CONFIG, entry_count=1, file_count=5)
+    with pytest.raises(FormatError, match="more entries by kind"):
+        fmt.decode_config(fmt.encode_config(forged))

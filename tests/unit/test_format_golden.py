@@ -1,9 +1,10 @@
 """The worked example of docs/format.md §8: bundles decoded from the document alone.
 
-The reader below reads every version the document defines: the worked example in version 3, the
-committed version-1 bundle (twelve hex-named shards) and version-2 bundle (twelve decimal-named
-zstd shards), the same tree packed today, and version-3 bundles whose shard tables name shards of
-those two bundles: one ``bundlefs merge`` made, one made from the document alone.
+The reader below reads every version the document defines: the worked example in version 4, the
+committed version-1 bundle (twelve hex-named shards), version-2 bundle (twelve decimal-named zstd
+shards) and version-3 bundle, the same tree packed today, bundles whose shard tables name shards
+of those bundles (one ``bundlefs merge`` made, one made from the document alone), and the special
+files of version 4 (a FIFO, a socket and, as root, two devices: §3.3.2).
 
 Nothing here imports bundlefs except ``pack`` and ``merge`` (to write the bundles under test): the
 reader below
@@ -41,6 +42,7 @@ from tests.support.legacy_trees import V1_FILES, V1_PACK_OPTIONS, V2_PACK_OPTION
 
 V1_BUNDLE = Path(__file__).resolve().parents[1] / "data" / "v1-twelve-shards.bundle"
 V2_BUNDLE = Path(__file__).resolve().parents[1] / "data" / "v2-twelve-shards.bundle"
+V3_BUNDLE = Path(__file__).resolve().parents[1] / "data" / "v3-twelve-shards.bundle"
 
 CONTENT = b"hello, bundle\n"
 MTIME_NS = 1_700_000_000_123_456_789  # 0x17979cfe3d85cd15
@@ -60,7 +62,7 @@ def read_marker(bundle: Path) -> dict:
     data = (bundle / "COMPLETE").read_bytes()
     assert len(data) == 52
     magic, version, reserved, bundle_id, index_size, index_crc, shard_count = u("8sII16sQII", data)
-    assert magic == b"BNDLDONE" and version in (1, 2, 3) and reserved == 0
+    assert magic == b"BNDLDONE" and version in (1, 2, 3, 4) and reserved == 0
     (marker_crc,) = u("I", data, 48)
     assert marker_crc == crc32c.crc32c(data[:48])
     return dict(
@@ -133,7 +135,7 @@ class DocReader:
             "created_ns",
         ]  # fmt: skip
         config = dict(zip(names, u("8sHHIIIIB3xIIQQQQQQq", v), strict=True))
-        assert config["magic"] == b"BUNDLEFS" and config["version"] in (1, 2, 3)
+        assert config["magic"] == b"BUNDLEFS" and config["version"] in (1, 2, 3, 4)
         assert config["incompatible"] == 0
         if config["version"] == 1:
             config["content_type_count"] = 0  # reserved in version 1
@@ -251,6 +253,12 @@ class DocReader:
         elif kind == 0o120000:  # symlink: the target, `size` bytes
             e["symlink"] = v[pos : pos + size]
             pos += size
+        elif kind in (0o010000, 0o140000) and self.version >= 4:  # FIFO, socket (§3.3.2)
+            assert size == 0 and flags & ~0x02 == 0  # USER_DATA only
+        elif kind in (0o020000, 0o060000) and self.version >= 4:  # char, block device: u32 x 2
+            e["major"], e["minor"] = u("II", v, pos)
+            pos += 8
+            assert size == 0 and flags & ~0x02 == 0
         else:
             raise AssertionError(f"file type {kind:o} is not in the format")
         return e, pos
@@ -425,7 +433,7 @@ def test_golden_marker(tiny: Path, reader: DocReader) -> None:
     index = (tiny / "index" / "data.mdb").read_bytes()
     body = (
         b"BNDLDONE"  # 0: magic
-        + h("00 00 00 03")  # 8: format_version 3
+        + h("00 00 00 04")  # 8: format_version 4
         + h("00 00 00 00")  # 12: reserved
         + hashlib.blake2b(index).digest()[:16]  # 16: bundle_id
         + len(index).to_bytes(8, "big")  # 32: index_size
@@ -438,7 +446,7 @@ def test_golden_marker(tiny: Path, reader: DocReader) -> None:
 def test_golden_config(reader: DocReader) -> None:
     assert reader.raw(b"config", b"config") == (
         b"BUNDLEFS"  # 0: magic
-        + h("00 03")  # 8: format_version
+        + h("00 04")  # 8: format_version
         + h("00 01")  # 10: content_type_count: text/plain
         + h("00 00 00 00")  # 12: incompatible_features: none
         + h("00 00 10 00")  # 16: block_size 4096
@@ -546,7 +554,7 @@ def test_golden_shard_descriptor(reader: DocReader) -> None:
                 " 00 00 00 00 00 00 00 0e"  # 8: uncompressed_size 14
                 " 00 00 00 01"  # 16: record_count
                 " 01"  # 20: compression lz4 (the packer's; this shard's one record is RAW)
-                " 03"  # 21: header_version: this bundle's
+                " 04"  # 21: header_version: this bundle's
                 " 00 00"  # 22: reserved
                 " 00 00 00 00"  # 24: header_index: this shard's
                 " 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00"  # 28: header_bundle_id: zeros,
@@ -558,7 +566,7 @@ def test_golden_shard_descriptor(reader: DocReader) -> None:
 def test_golden_shard_file(tiny: Path, reader: DocReader) -> None:
     header = (
         b"BNDLSHRD"  # 0: magic
-        + h("00 00 00 03")  # 8: format_version: the shard table's header_version
+        + h("00 00 00 04")  # 8: format_version: the shard table's header_version
         + h("00 00 00 00")  # 12: shard_index: the shard table's header_index
         + reader.marker["bundle_id"]  # 16: as in COMPLETE (the shard table's id is zeros)
     )
@@ -645,24 +653,36 @@ def test_doc_reader_reads_the_version_2_bundle_with_twelve_decimal_named_zstd_sh
         r.close()
 
 
+def test_doc_reader_reads_the_version_3_bundle_with_its_compact_entries(v1_tree: Path) -> None:
+    r = DocReader(V3_BUNDLE)
+    try:
+        assert r.version == 3 and r.marker["shard_count"] == 12
+        assert all(len(v) == 44 for _k, v in r.items(b"shards"))  # the shard table
+        assert all(v[21] == 3 for _k, v in r.items(b"shards"))  # every shard its own, version 3
+        assert_reads_the_v1_tree(r, v1_tree)
+        assert r.meta() == {"made-by": "bundlefs 6acabea, format version 3"}
+    finally:
+        r.close()
+
+
 @pytest.mark.parametrize(
     "options, codec", [(V1_PACK_OPTIONS, 1), (V2_PACK_OPTIONS, 2)], ids=["lz4", "zstd"]
 )
-def test_the_same_tree_packed_today_is_version_3_with_decimal_shard_names(
+def test_the_same_tree_packed_today_is_version_4_with_decimal_shard_names(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, v1_tree: Path, options: dict, codec: int
 ) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", str(V1_EPOCH))
-    dest = tmp_path / "v3.bundle"
+    dest = tmp_path / "v4.bundle"
     pack(str(v1_tree), str(dest), PackOptions(**options))
     r = DocReader(dest)
     try:
-        assert r.version == 3 and r.marker["shard_count"] == 12
+        assert r.version == 4 and r.marker["shard_count"] == 12
         names = sorted(p.name for p in dest.glob("shard-*"))
         assert names == [f"shard-{i:08d}" for i in range(12)]
         assert "shard-00000010" in names and "shard-00000011" in names
-        # Every shard is the bundle's own: its codec, version 3, its own index, zeros for the id.
+        # Every shard is the bundle's own: its codec, version 4, its own index, zeros for the id.
         for key, value in r.items(b"shards"):
-            assert value[20:] == bytes([codec, 3, 0, 0]) + key + bytes(16)
+            assert value[20:] == bytes([codec, 4, 0, 0]) + key + bytes(16)
         assert_reads_the_v1_tree(r, v1_tree)
     finally:
         r.close()
@@ -675,12 +695,12 @@ def test_doc_reader_reads_a_bundle_holding_shards_of_version_1_2_and_3_bundles(
     # the bundle's own: each one's header and codec come from the shard table (§3.5).
     r = DocReader(grafted_bundle_path)
     try:
-        assert r.version == 3 and r.config["compression"] == 1
+        assert r.version == 4 and r.config["compression"] == 1
         v1_id = read_marker(V1_BUNDLE)["bundle_id"]
         v2_id = read_marker(V2_BUNDLE)["bundle_id"]
         table = [value for _key, value in r.items(b"shards")]
         assert [v[20] for v in table] == [1] * 4 + [2] * 4 + [1] * 4  # compression
-        assert [v[21] for v in table] == [1] * 4 + [2] * 4 + [3] * 4  # header_version
+        assert [v[21] for v in table] == [1] * 4 + [2] * 4 + [4] * 4  # header_version
         assert [v[24:28] for v in table] == [struct.pack(">I", i) for i in range(12)]
         assert [v[28:] for v in table] == [v1_id] * 4 + [v2_id] * 4 + [bytes(16)] * 4
         assert (grafted_bundle_path / "shard-00000000").read_bytes()[8:32] == (
@@ -694,18 +714,20 @@ def test_doc_reader_reads_a_bundle_holding_shards_of_version_1_2_and_3_bundles(
 def test_doc_reader_reads_a_merged_bundle_of_version_1_2_and_3_bundles(
     tmp_path: Path, v1_tree: Path
 ) -> None:
-    # §8: the committed bundles and the tree packed today, merged at three prefixes. A merge links
-    # the inputs' shard files in unchanged, so every shard of the result is another bundle's.
+    # §8: the committed bundles and the tree packed today (version 4), merged at four prefixes. A
+    # merge links the inputs' shard files in unchanged, so every shard of the result is another
+    # bundle's.
     from bundlefs.packing.merge import MergeOptions, merge
 
     today = tmp_path / "today.bundle"
     pack(str(v1_tree), str(today), PackOptions(**V1_PACK_OPTIONS))
     dest = tmp_path / "merged.bundle"
-    merge([V1_BUNDLE, V2_BUNDLE, today], str(dest), MergeOptions(at=("v1", "v2", "v3")))
+    inputs = [V1_BUNDLE, V2_BUNDLE, V3_BUNDLE, today]
+    merge(inputs, str(dest), MergeOptions(at=("v1", "v2", "v3", "v4")))
     r = DocReader(dest)
     try:
-        assert r.version == 3 and r.marker["shard_count"] == 36
-        ids = [read_marker(b)["bundle_id"] for b in (V1_BUNDLE, V2_BUNDLE, today)]
+        assert r.version == 4 and r.marker["shard_count"] == 48
+        ids = [read_marker(b)["bundle_id"] for b in inputs]
         for key, value in r.items(b"shards"):
             (shard,) = u("I", key)
             version, index = shard // 12 + 1, shard % 12
@@ -714,7 +736,7 @@ def test_doc_reader_reads_a_merged_bundle_of_version_1_2_and_3_bundles(
                 value[20:]
                 == bytes([codec, version, 0, 0]) + struct.pack(">I", index) + ids[version - 1]
             )
-        for prefix in ("v1", "v2", "v3"):
+        for prefix in ("v1", "v2", "v3", "v4"):
             for path in v1_tree.rglob("*"):
                 if path.is_file() and not path.is_symlink():
                     rel = f"{prefix}/{path.relative_to(v1_tree)}"
@@ -735,5 +757,60 @@ def test_doc_reader_reads_a_zstd_bundle(tmp_path: Path, v1_tree: Path) -> None:
         assert all(r.shard(i)["compression"] == 2 for i in range(r.config["shard_count"]))
         assert any(v[20] == 0 for _k, v in r.items(b"records"))  # some records are zstd frames
         assert_reads_the_v1_tree(r, v1_tree)
+    finally:
+        r.close()
+
+
+# --- special files (version 4, §3.3.2) ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def specials(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A FIFO, a socket and (as root) a character device 1:3 and a block device 7:300000, each
+    mode 0640 and mtime 1_700_000_000 s."""
+    import socket
+
+    src = tmp_path_factory.mktemp("specials") / "src"
+    src.mkdir()
+    os.mkfifo(src / "fifo", 0o640)
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(src / "sock"))
+    if os.geteuid() == 0:
+        os.mknod(src / "chr", 0o020640, os.makedev(1, 3))
+        os.mknod(src / "blk", 0o060640, os.makedev(7, 300000))
+    for p in src.iterdir():
+        os.chmod(p, 0o640)
+        os.utime(p, ns=(SOURCE_DATE_EPOCH * 10**9,) * 2)
+    dest = src.parent / "specials.bundle"
+    pack(str(src), str(dest), PackOptions(created_ns=SOURCE_DATE_EPOCH * 10**9))
+    return dest
+
+
+def test_golden_special_file_entries(specials: Path) -> None:
+    r = DocReader(specials)
+    try:
+        assert r.version == 4
+        # Names sort bytewise: blk, chr, fifo, sock (inodes 2 to 5 as root, else fifo 2, sock 3).
+        names = [b"blk", b"chr", b"fifo", b"sock"] if os.geteuid() == 0 else [b"fifo", b"sock"]
+        # Layout 0x00, size u8 0, mtime u32 seconds 1_700_000_000; owner index 0 (the only owner
+        # there is) is not stored.
+        common = " 00 00 65 53 f1 00"
+        golden = {
+            b"fifo": h("11 a0 00" + common) + b"fifo",  # mode 0o010640, flags 0, then the name
+            b"sock": h("c1 a0 00" + common) + b"sock",  # mode 0o140640
+            b"chr": h("21 a0 00" + common + " 00 00 00 01 00 00 00 03") + b"chr",  # major, minor
+            b"blk": h("61 a0 00" + common + " 00 00 00 07 00 04 93 e0") + b"blk",  # 7, 300000
+        }
+        for ino, name in enumerate(names, 2):
+            assert r.raw(b"entries", struct.pack(">I", ino)) == golden[name], name
+            e = r.entry(ino)
+            assert e["name"] == name and e["size"] == 0
+        if os.geteuid() == 0:
+            assert (r.entry(2)["major"], r.entry(2)["minor"]) == (7, 300000)
+            assert (r.entry(3)["major"], r.entry(3)["minor"]) == (1, 3)
+        c = r.config
+        # §3.2: no count field counts them; entry_count less the others does.
+        counted = c["file_count"] + c["dir_count"] + c["symlink_count"] + c["hardlink_count"]
+        assert c["entry_count"] - counted == len(names)
     finally:
         r.close()

@@ -1,4 +1,4 @@
-"""The bundlefs on-disk format, version 3 (versions 1 and 2 still read): layouts and keys.
+"""The bundlefs on-disk format, version 4 (versions 1 to 3 still read): layouts and keys.
 
 This package is docs/format.md in code. It is pure: it does no I/O and imports neither lmdb nor
 lz4. Every decoder validates what it decodes and raises ``FormatError`` for anything the document
@@ -10,8 +10,8 @@ One room per job, each importing only the rooms before it in this order (bottom 
 ``constants`` (versions, names, limits, codes, flags) → ``keys`` (LMDB keys, shard file names, the
 version check, metadata and content types) → ``bundle`` (marker, LMDB meta probe, config, owners)
 → ``entry`` (``Entry`` and the validation every layout shares) → ``entry_v2`` (the layout of
-versions 1 and 2) and ``entry_v3`` (the compact layout) → ``records`` (records, the shard table,
-the shard header) → this module.
+versions 1 and 2) and ``entry_v3`` (the compact layout of versions 3 and 4) → ``records``
+(records, the shard table, the shard header) → this module.
 
 Order (bottom first): constants, keys, bundle, entry, entry_v2 | entry_v3, records
 
@@ -55,6 +55,8 @@ from bundlefs.core.format.constants import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_LARGE_FILE_THRESHOLD,
     DEFAULT_RECORD_SIZE,
+    DEVICE_KINDS,
+    FIRST_SPECIAL_VERSION,
     FLAG_CONTENT_TYPE,
     FLAG_LINK,
     FLAG_NLINK,
@@ -62,8 +64,12 @@ from bundlefs.core.format.constants import (
     FORMAT_VERSION,
     INDEX_DIR,
     INDEX_FILE,
+    KIND_BLOCK_DEVICE,
+    KIND_CHAR_DEVICE,
     KIND_DIR,
+    KIND_FIFO,
     KIND_FILE,
+    KIND_SOCKET,
     KIND_SYMLINK,
     MARKER_MAGIC,
     MARKER_NAME,
@@ -89,6 +95,7 @@ from bundlefs.core.format.constants import (
     ROOT_INO,
     SHARD_MAGIC,
     SHARD_PREFIX,
+    SPECIAL_KINDS,
     SUPPORTED_VERSIONS,
     V1_DBS,
     XATTR_BUNDLE,
@@ -100,6 +107,7 @@ from bundlefs.core.format.constants import (
 )
 from bundlefs.core.format.entry import (
     Entry,
+    makedev,
     validate_name,
 )
 from bundlefs.core.format.entry_v2 import _decode_entry_v2, _encode_entry_v2, _entry_name_v2
@@ -149,7 +157,7 @@ from bundlefs.errors import FormatError
 def encode_entry(e: Entry, version: int = FORMAT_VERSION) -> bytes:
     """Encode an entry value (the key is ``entry_key(e.ino)``) in ``version``'s layout."""
     if version >= 3:
-        return _encode_entry_v3(e)
+        return _encode_entry_v3(e, version)
     return _encode_entry_v2(e)
 
 
@@ -173,7 +181,7 @@ def decode_entry(ino: int, data: bytes, version: int = FORMAT_VERSION) -> Entry:
     has an empty name."""
     try:
         if version >= 3:
-            return _decode_entry_v3(ino, data)
+            return _decode_entry_v3(ino, data, version)
         return _decode_entry_v2(ino, data, version)
     except struct.error:
         raise FormatError(f"entry {ino} is truncated") from None
@@ -199,7 +207,9 @@ __all__ = [
     "DEFAULT_BLOCK_SIZE",
     "DEFAULT_LARGE_FILE_THRESHOLD",
     "DEFAULT_RECORD_SIZE",
+    "DEVICE_KINDS",
     "Entry",
+    "FIRST_SPECIAL_VERSION",
     "FLAG_CONTENT_TYPE",
     "FLAG_LINK",
     "FLAG_NLINK",
@@ -207,8 +217,12 @@ __all__ = [
     "FORMAT_VERSION",
     "INDEX_DIR",
     "INDEX_FILE",
+    "KIND_BLOCK_DEVICE",
+    "KIND_CHAR_DEVICE",
     "KIND_DIR",
+    "KIND_FIFO",
     "KIND_FILE",
+    "KIND_SOCKET",
     "KIND_SYMLINK",
     "LAYOUT_MTIME_NS",
     "LAYOUT_OWNER",
@@ -246,6 +260,7 @@ __all__ = [
     "SHARD_HEADER_SIZE",
     "SHARD_MAGIC",
     "SHARD_PREFIX",
+    "SPECIAL_KINDS",
     "SUPPORTED_VERSIONS",
     "ShardInfo",
     "V1_DBS",
@@ -281,6 +296,7 @@ __all__ = [
     "entry_key",
     "entry_name",
     "is_directory_value",
+    "makedev",
     "meta_key",
     "owner_key",
     "pad_to",

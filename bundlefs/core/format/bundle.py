@@ -18,6 +18,7 @@ from bundlefs.core.format.constants import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_LARGE_FILE_THRESHOLD,
     DEFAULT_RECORD_SIZE,
+    FIRST_SPECIAL_VERSION,
     FORMAT_VERSION,
     MARKER_MAGIC,
     MAX_BLOCK_SIZE,
@@ -132,6 +133,12 @@ class Config:
         return _COMPRESSION_BY_CODE[self.compression]
 
     @property
+    def special_count(self) -> int:
+        """FIFOs, sockets and devices (version 4): the entries no count field counts."""
+        counted = self.file_count + self.dir_count + self.symlink_count + self.hardlink_count
+        return self.entry_count - counted
+
+    @property
     def record_codec(self) -> int:
         """How a record without ZEROS or RAW is stored: always lz4 in version 1, the bundle's
         compression from version 2 on (none then leaves no valid compressed record)."""
@@ -192,6 +199,8 @@ def decode_config(data: bytes) -> Config:
         raise FormatError("config counts are out of range")
     if c.entry_count < 1:
         raise FormatError("config claims no root directory")
+    if version >= FIRST_SPECIAL_VERSION and c.special_count < 0:
+        raise FormatError("config counts more entries by kind than it has entries")
     return c
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import stat as statmod
 
-FORMAT_VERSION = 3  # what the packer writes
-SUPPORTED_VERSIONS = (1, 2, 3)  # what readers read (docs/format.md §7 lists what each one added)
+FORMAT_VERSION = 4  # what the packer writes
+SUPPORTED_VERSIONS = (1, 2, 3, 4)  # what readers read (docs/format.md §7 lists what each one added)
 
 MARKER_NAME = "COMPLETE"
 
@@ -62,6 +62,7 @@ _COMPRESSIONS_OF_VERSION = {
     1: (COMPRESSION_NONE, COMPRESSION_LZ4),
     2: tuple(COMPRESSION_NAMES.values()),
     3: tuple(COMPRESSION_NAMES.values()),
+    4: tuple(COMPRESSION_NAMES.values()),
 }
 _COMPRESSION_BY_CODE = {code: name for name, code in COMPRESSION_NAMES.items()}
 
@@ -94,3 +95,11 @@ RECORD_RAW = 0x02
 KIND_FILE = statmod.S_IFREG
 KIND_DIR = statmod.S_IFDIR
 KIND_SYMLINK = statmod.S_IFLNK
+# Special files (version 4, docs/format.md §3.3.2): no content; a device also has a number.
+KIND_FIFO = statmod.S_IFIFO
+KIND_SOCKET = statmod.S_IFSOCK
+KIND_CHAR_DEVICE = statmod.S_IFCHR
+KIND_BLOCK_DEVICE = statmod.S_IFBLK
+DEVICE_KINDS = (KIND_CHAR_DEVICE, KIND_BLOCK_DEVICE)
+SPECIAL_KINDS = (KIND_FIFO, KIND_SOCKET, *DEVICE_KINDS)
+FIRST_SPECIAL_VERSION = 4  # the first format version that holds special files

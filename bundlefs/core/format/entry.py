@@ -1,6 +1,6 @@
 """The entry every version decodes to: ``Entry``, the name rule, and the validation all entry
 layouts share (docs/format.md §3.3). The layouts themselves live in ``entry_v2`` (versions 1 and
-2) and ``entry_v3``.
+2) and ``entry_v3`` (versions 3 and 4; version 4 adds the special files of §3.3.2).
 
 May import: the standard library, ``bundlefs.errors``, ``bundlefs.core.format.constants``,
 ``bundlefs.core.format.keys``.
@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from bundlefs.core.format.constants import (
     _KNOWN_ENTRY_FLAGS,
+    DEVICE_KINDS,
+    FIRST_SPECIAL_VERSION,
     FLAG_CONTENT_TYPE,
     FLAG_LINK,
     FLAG_NLINK,
@@ -29,6 +31,7 @@ from bundlefs.core.format.constants import (
     MAX_USER_DATA,
     NO_CONTENT_TYPE,
     ROOT_INO,
+    SPECIAL_KINDS,
 )
 from bundlefs.core.format.keys import _U16, _U32
 from bundlefs.errors import FormatError
@@ -63,6 +66,7 @@ class Entry:
     symlink: bytes = b""  # symlink target
     user_data: bytes = b""
     content_type: int = NO_CONTENT_TYPE  # file: index into ``types`` (version 2)
+    rdev: int = 0  # character or block device: its number, as os.makedev makes it (version 4)
 
     @property
     def kind(self) -> int:
@@ -79,6 +83,11 @@ class Entry:
     @property
     def is_symlink(self) -> bool:
         return statmod.S_IFMT(self.mode) == KIND_SYMLINK
+
+    @property
+    def is_special(self) -> bool:
+        """A FIFO, a socket or a device (version 4): no content, nothing below it."""
+        return statmod.S_IFMT(self.mode) in SPECIAL_KINDS
 
     @property
     def is_link(self) -> bool:
@@ -132,14 +141,40 @@ def _file_tail(e: Entry) -> tuple[int, bytes]:
     return flags, tail
 
 
+def _device_numbers(e: Entry) -> tuple[int, ...]:
+    """A device's (major, minor), each stored as a u32; nothing for a FIFO or a socket, whose
+    rdev must be 0."""
+    if e.kind not in DEVICE_KINDS:
+        if e.rdev:
+            raise FormatError(f"{e.name.decode(errors='replace')!r} has a device number")
+        return ()
+    if not 0 <= e.rdev < 2**64:
+        raise FormatError(f"the device number of {e.name.decode(errors='replace')!r} is invalid")
+    rdev = e.rdev
+    return (rdev >> 32) & 0xFFFFF000 | (rdev >> 8) & 0xFFF, (rdev >> 12) & 0xFFFFFF00 | rdev & 0xFF
+
+
+def makedev(major: int, minor: int) -> int:
+    """``st_rdev`` of a device (major, minor), each a u32, packed as Linux's dev_t is (what
+    ``os.makedev`` returns there; it takes C ints, so a major past 2^31 would overflow it)."""
+    return (
+        (major & 0xFFFFF000) << 32
+        | (major & 0xFFF) << 8
+        | (minor & 0xFFFFFF00) << 12
+        | minor & 0xFF
+    )
+
+
 # --- decoding: the checks every layout makes ------------------------------------------------------
 
 # What follows an entry's common fields, by its kind: a file with content, a LINK entry, a
-# directory, a symlink (whose target and the optional parts are not fixed-size).
-_PART_FILE, _PART_LINK, _PART_DIR, _PART_SYMLINK = range(4)
+# directory, a symlink (whose target and the optional parts are not fixed-size), a FIFO or socket
+# (nothing), a device (its major and minor numbers).
+_PART_FILE, _PART_LINK, _PART_DIR, _PART_SYMLINK, _PART_SPECIAL, _PART_DEVICE = range(6)
+_PART_NAMES = ("file", "LINK entry", "directory", "symlink", "special file", "device")
 
 
-def _part(ino: int, mode: int, flags: int) -> int:
+def _part(ino: int, mode: int, flags: int, version: int) -> int:
     if flags & ~_KNOWN_ENTRY_FLAGS:
         raise FormatError(f"entry {ino} has unknown flags 0x{flags:x}")
     kind = mode & 0o170000
@@ -149,11 +184,12 @@ def _part(ino: int, mode: int, flags: int) -> int:
         part = _PART_DIR
     elif kind == KIND_SYMLINK:
         part = _PART_SYMLINK
+    elif kind in SPECIAL_KINDS and version >= FIRST_SPECIAL_VERSION:
+        part = _PART_DEVICE if kind in DEVICE_KINDS else _PART_SPECIAL
     else:
         raise FormatError(f"entry {ino} has unsupported file type 0o{kind:o}")
     if flags & (FLAG_LINK | FLAG_NLINK):
-        what = "directory" if part == _PART_DIR else "symlink"
-        raise FormatError(f"entry {ino}: {what} with file-only flags")
+        raise FormatError(f"entry {ino}: {_PART_NAMES[part]} with file-only flags")
     return part
 
 
@@ -196,9 +232,11 @@ def _decode_rest(
     elif part == _PART_DIR:
         parent, first_child, nlink = fixed
         _check_children(ino, size, first_child)
-    else:
+    elif part == _PART_SYMLINK:
         symlink = _symlink_target(ino, data, pos, size)
         pos += size
+    elif size:
+        raise FormatError(f"entry {ino}: a {_PART_NAMES[part]} of size {size}")
     if flags & FLAG_USER_DATA:
         user_data = _user_data(ino, data, pos)
         pos += 2 + len(user_data)
@@ -208,9 +246,10 @@ def _decode_rest(
             raise FormatError("the root entry must be a nameless directory")
     else:
         validate_name(name)
+    rdev = makedev(*fixed) if part == _PART_DEVICE else 0
     return Entry(
         ino, mode, owner, mtime_ns, size, name, flags, shard, offset, crc, nlink, target,
-        parent, first_child, symlink, user_data, content_type,
+        parent, first_child, symlink, user_data, content_type, rdev,
     )  # fmt: skip
 
 

@@ -95,7 +95,7 @@ def _decode_entry_v2(ino: int, data: bytes, version: int) -> Entry:
     mode, flags, owner, mtime_ns, size = _HEADER.unpack_from(data)
     if version == 1 and flags & FLAG_CONTENT_TYPE:
         raise FormatError(f"entry {ino} has a content type, which version 1 does not define")
-    part = _part(ino, mode, flags)
+    part = _part(ino, mode, flags, version)
     pos = _HEADER.size
     fixed: tuple[int, ...] = ()
     if part == _PART_FILE:

@@ -1,6 +1,7 @@
-"""The compact entry layout of version 3 (docs/format.md §3.3): mode, flags and a layout byte,
-then each field only as wide as its value needs. A small file's entry is 19 bytes before its
-name, not the 34 of versions 1 and 2 (index bytes per file: docs/scale.md).
+"""The compact entry layout of versions 3 and 4 (docs/format.md §3.3.1): mode, flags and a layout
+byte, then each field only as wide as its value needs. A small file's entry is 19 bytes before its
+name, not the 34 of versions 1 and 2 (index bytes per file: docs/scale.md). Version 4 adds the
+special files (§3.3.2) and changes nothing else.
 
 May import: the standard library, ``bundlefs.errors``, ``bundlefs.core.format.constants``,
 ``bundlefs.core.format.keys``, ``bundlefs.core.format.entry``.
@@ -12,6 +13,8 @@ import struct
 
 from bundlefs.core.format.constants import (
     _KNOWN_ENTRY_FLAGS,
+    DEVICE_KINDS,
+    FIRST_SPECIAL_VERSION,
     FLAG_CONTENT_TYPE,
     FLAG_LINK,
     FLAG_NLINK,
@@ -19,16 +22,20 @@ from bundlefs.core.format.constants import (
     KIND_DIR,
     KIND_FILE,
     KIND_SYMLINK,
+    SPECIAL_KINDS,
 )
 from bundlefs.core.format.entry import (
+    _PART_DEVICE,
     _PART_DIR,
     _PART_FILE,
     _PART_LINK,
+    _PART_SPECIAL,
     _PART_SYMLINK,
     Entry,
     _check_location,
     _check_mtime,
     _decode_rest,
+    _device_numbers,
     _file_tail,
     _part,
 )
@@ -58,7 +65,7 @@ def _v3_fixed(part: int, layout: int) -> struct.Struct:
             code += "H" if layout & LAYOUT_WIDE_SHARD else "B"
             code += "QI" if layout & LAYOUT_WIDE_OFFSET else "II"
         else:
-            code += ("I", "III", "")[part - 1]
+            code += ("I", "III", "", "", "II")[part - 1]
         fixed = _V3_FIXED[part << 8 | layout] = struct.Struct(code)
     return fixed
 
@@ -67,7 +74,7 @@ def _width_code(n: int) -> int:
     return 0 if n < 0x100 else 1 if n < 0x10000 else 2 if n < 2**32 else 3
 
 
-def _encode_entry_v3(e: Entry) -> bytes:
+def _encode_entry_v3(e: Entry, version: int) -> bytes:
     flags = e.flags & FLAG_LINK
     kind = e.kind
     seconds, nanos = divmod(e.mtime_ns, 1_000_000_000)
@@ -100,8 +107,13 @@ def _encode_entry_v3(e: Entry) -> bytes:
     elif kind == KIND_SYMLINK:
         part = _PART_SYMLINK
         tail = e.symlink
+    elif kind in SPECIAL_KINDS and version >= FIRST_SPECIAL_VERSION:
+        part = _PART_DEVICE if kind in DEVICE_KINDS else _PART_SPECIAL
+        if e.size:
+            raise FormatError(f"special file {e.name.decode(errors='replace')!r} has a size")
+        fields += _device_numbers(e)
     else:
-        raise FormatError(f"cannot encode file type 0o{kind:o}")
+        raise FormatError(f"format version {version} cannot encode file type 0o{kind:o}")
     # The packer writes a directory before it has counted its children and rewrites it after;
     # a fixed-width count keeps the value's length, so the rewrite never splits a full page.
     layout |= _DIR_LAYOUT if part == _PART_DIR else _width_code(e.size)
@@ -116,9 +128,9 @@ def _encode_entry_v3(e: Entry) -> bytes:
     )
 
 
-def _decode_entry_v3(ino: int, data: bytes) -> Entry:
+def _decode_entry_v3(ino: int, data: bytes, version: int) -> Entry:
     mode, flags, layout = _V3_PREFIX.unpack_from(data)
-    part = _part(ino, mode, flags)
+    part = _part(ino, mode, flags, version)
     if layout & ~_KNOWN_LAYOUT or (layout & _LAYOUT_FILE_ONLY and part != _PART_FILE):
         raise FormatError(f"entry {ino} has an invalid layout 0x{layout:x}")
     fixed = _v3_fixed(part, layout)
@@ -135,8 +147,12 @@ def _decode_entry_v3(ino: int, data: bytes) -> Entry:
 # Where the name starts, by (file type, flags, layout), for values whose name offset those fix
 # (neither a symlink nor user data): a binary search reads ~17 names per lookup in a
 # 100,000-entry directory, and the table takes entry_name from ~1.2 µs to ~0.4 µs (measured).
-# Only valid flag and layout bits are kept, so it holds at most 3 x 16 x 64 items.
+# Only valid flag and layout bits are kept, so it holds at most 7 x 16 x 64 items.
 _NAME_AT: dict[int, int] = {}
+_PART_OF_KIND = {
+    KIND_DIR: _PART_DIR,
+    **{kind: _PART_DEVICE if kind in DEVICE_KINDS else _PART_SPECIAL for kind in SPECIAL_KINDS},
+}
 
 
 def _entry_name_v3(data: bytes) -> bytes:
@@ -151,7 +167,7 @@ def _entry_name_v3(data: bytes) -> bytes:
     if kind == KIND_FILE:
         part = _PART_LINK if flags & FLAG_LINK else _PART_FILE
     else:
-        part = _PART_DIR if kind == KIND_DIR else _PART_SYMLINK
+        part = _PART_OF_KIND.get(kind, _PART_SYMLINK)
     fixed = _v3_fixed(part, layout & _KNOWN_LAYOUT)
     pos = _V3_PREFIX.size + fixed.size
     if part == _PART_FILE:
@@ -167,7 +183,7 @@ def _entry_name_v3(data: bytes) -> bytes:
         part != _PART_SYMLINK
         and not flags & ~_KNOWN_ENTRY_FLAGS
         and not layout & ~_KNOWN_LAYOUT
-        and kind in (KIND_FILE, KIND_DIR)
+        and (kind in (KIND_FILE, KIND_DIR) or kind in SPECIAL_KINDS)
     ):
         _NAME_AT[key] = pos
     return data[pos:]

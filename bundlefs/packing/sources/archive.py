@@ -16,7 +16,8 @@ How members map (docs/archives.md has the whole story):
   children is never replaced by a non-directory (an error, as ``tar -x`` fails to remove it);
 - hard link members become names of the file they link to (``st_nlink`` is the number of names,
   ``st_ino`` one per content), a hard link to a symlink becomes a copy of the symlink;
-- device files, FIFOs and sockets are skipped with a warning, like in a directory pack.
+- FIFOs and character and block devices are stored, a device with its major and minor numbers
+  (format version 4), as in a directory pack; a tar holds no sockets, a zip none of these.
 
 Compression (``streams``): tar plain, gzip, bzip2, xz and zstd (the ``zstd`` extra). A zip needs
 a seekable file (its directory is at its end), so it cannot come on stdin.
@@ -67,6 +68,7 @@ from bundlefs.packing.sources.streams import (
 from bundlefs.packing.sources.synthetic import (
     Dir,
     File,
+    Special,
     Symlink,
     SyntheticStat,
     SyntheticTree,
@@ -78,6 +80,8 @@ log = logging.getLogger(__name__)
 # What ``pack`` reads besides a directory, for the sentence that refuses anything else.
 ARCHIVE_FORMATS = "tar, tar.gz, tar.bz2, tar.xz, tar.zst or zip"
 _ZIP_UNIX = 3  # ZipInfo.create_system of a zip made on Unix: external_attr holds st_mode
+_TAR_SPECIAL_KINDS = {tarfile.FIFOTYPE: statmod.S_IFIFO, tarfile.CHRTYPE: statmod.S_IFCHR,
+                      tarfile.BLKTYPE: statmod.S_IFBLK}  # fmt: skip
 
 
 def is_archive_path(path: str) -> bool:
@@ -217,6 +221,12 @@ class ArchiveSource:
             self._tree.place(parts, Symlink(st, target), st)
         elif member.islnk():
             self._tree.link(parts, member.linkname.encode("utf-8", "surrogateescape"), st)
+        elif member.type in _TAR_SPECIAL_KINDS:
+            device = member.ischr() or member.isblk()
+            rdev = os.makedev(member.devmajor, member.devminor) if device else 0
+            kind = _TAR_SPECIAL_KINDS[member.type]
+            st = dataclasses.replace(st, st_mode=kind | mode, st_size=0, st_rdev=rdev)
+            self._tree.place(parts, Special(st), st)
         else:
             self.errors.skip(rel, "not a regular file, directory or symlink")
 

@@ -44,8 +44,9 @@ _READ_AHEAD_MAX = 1024 * 1024
 class Stat(Protocol):
     """What the packer uses of an ``os.stat_result``; a source may hand over any such object.
 
-    The file type and permission bits, owner, mtime and size go into the entry; ``st_nlink``
-    with (``st_dev``, ``st_ino``) is how later names of a hard-linked file are recognised.
+    The file type and permission bits, owner, mtime and size go into the entry, and a device's
+    ``st_rdev``; ``st_nlink`` with (``st_dev``, ``st_ino``) is how later names of a hard-linked
+    file are recognised.
     """
 
     @property
@@ -64,6 +65,8 @@ class Stat(Protocol):
     def st_dev(self) -> int: ...
     @property
     def st_ino(self) -> int: ...
+    @property
+    def st_rdev(self) -> int: ...
 
 
 # How many leading bytes of a file the builder sees: enough for every magic number
@@ -175,7 +178,7 @@ class SourceErrors:
 
     def __init__(self, skip_errors: bool) -> None:
         self.skip_errors = skip_errors
-        self.skipped: list[str] = []  # special files and (with skip_errors) errors
+        self.skipped: list[str] = []  # what a bundle cannot hold and (with skip_errors) errors
 
     def _warn(self, message: str, *args: object) -> None:
         if len(self.skipped) < self.NAMED:

@@ -48,6 +48,7 @@ class StoredStat:
     st_nlink: int = 1
     st_dev: int = 0  # the input's number: with st_ino, names one file across the inputs
     st_ino: int = 0
+    st_rdev: int = 0  # a device's number
     symlink: bytes = b""
     user_data: bytes = b""
 
@@ -212,6 +213,7 @@ class StoredSource:
             st_nlink=max(entry.nlink, 2) if entry.flags & fmt.FLAG_NLINK else entry.nlink,
             st_dev=number,
             st_ino=entry.ino,
+            st_rdev=entry.rdev,
             symlink=entry.symlink,
             user_data=entry.user_data,
         )

@@ -46,6 +46,7 @@ class SyntheticStat:
     st_nlink: int = 1
     st_dev: int = 0
     st_ino: int = 0
+    st_rdev: int = 0  # a device's number
 
 
 def name_problem(parts: Sequence[bytes]) -> str | None:
@@ -88,7 +89,16 @@ class File:
         self.stored = stored
 
 
-Node = Dir | Symlink | File
+class Special:
+    """A FIFO or a device: its status is all there is (its mode and device number)."""
+
+    __slots__ = ("st",)
+
+    def __init__(self, st: SyntheticStat) -> None:
+        self.st = st
+
+
+Node = Dir | Symlink | File | Special
 
 
 class SyntheticTree:
@@ -148,8 +158,9 @@ class SyntheticTree:
         node: Node | None = self._root
         for part in target_parts:
             node = node.children.get(part) if isinstance(node, Dir) else None
-        if isinstance(node, File | Symlink):
-            # A hard link to a symlink becomes a copy of it (a bundle links regular files only).
+        if isinstance(node, File | Symlink | Special):
+            # A hard link to a symlink or a special file becomes a copy of it (a bundle links
+            # regular files only).
             self.place(parts, node, st)
         else:
             why = "is a directory" if isinstance(node, Dir) else "is not in the archive before it"

@@ -46,6 +46,7 @@ class VerifyReport:
     dirs: int = 0
     symlinks: int = 0
     hardlinks: int = 0
+    specials: int = 0  # FIFOs, sockets, devices
     shards: int = 0
     records: int = 0
     # Shard bytes read and found sound: each shard's header block and its records' stored
@@ -73,6 +74,7 @@ class VerifyReport:
             "dirs": self.dirs,
             "symlinks": self.symlinks,
             "hardlinks": self.hardlinks,
+            "specials": self.specials,
             "shards": self.shards,
             "records": self.records,
             "bytes_checked": self.bytes_checked,

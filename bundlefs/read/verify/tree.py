@@ -21,7 +21,7 @@ from bundlefs.read.tree import TreeModel
 from bundlefs.read.verify.report import Findings
 
 # Per-inode kinds in the table (one byte per inode, so millions of entries fit).
-BAD, FILE, DIR, SYMLINK, LINK = 0, 1, 2, 3, 4
+BAD, FILE, DIR, SYMLINK, LINK, SPECIAL = 0, 1, 2, 3, 4, 5
 NAME_AFTER_PREVIOUS = 0x10  # bit: this entry's name sorts after the previous inode's name
 
 
@@ -136,6 +136,8 @@ class TreeCheck:
                 tree.add_dir(entry)
             elif entry.is_symlink:
                 kind = SYMLINK
+            elif entry.is_special:
+                kind = SPECIAL
             # Which directory lists an inode is known only once every directory is read: keep
             # the one bit the name-order rule needs against the inode before it.
             if previous is not None and integrity.child_order(0, previous, entry.name) is None:
@@ -148,6 +150,7 @@ class TreeCheck:
             counts.symlinks,
             counts.hardlinks,
         )
+        self.findings.report.specials = counts.specials
         try:
             extra = next(tree_model.stored_entries(n + 1, 1), None)
         except FormatError:
