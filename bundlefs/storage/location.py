@@ -123,6 +123,27 @@ def read_storage_options_file(path: str | os.PathLike) -> dict[str, Any]:
     use drained, and not to be inherited by a daemon.
     """
     name = os.fsdecode(os.fspath(path))
+    data = _read_private_file(path, name)
+    if len(data) > _OPTIONS_FILE_LIMIT:
+        raise StorageOptionsError(f"the storage options file {name} is over 1 MiB")
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        raise StorageOptionsError(f"the storage options file {name} is not UTF-8 text") from None
+    if text.lstrip().startswith("{"):
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
+        if not isinstance(value, dict):
+            raise StorageOptionsError(f"the storage options file {name} is not a JSON object")
+        return value
+    return _parse_option_lines(text, name)
+
+
+def _read_private_file(path: str | os.PathLike, name: str) -> bytes:
+    """Up to one byte over the limit of ``path``, refused unless only its owner (us or root) may
+    read it; an inherited ``/dev/fd/N`` (N > 2) is closed once opened."""
     inherited = name.removeprefix("/dev/fd/")
     try:
         with open(path, "rb") as f:
@@ -139,36 +160,26 @@ def read_storage_options_file(path: str | os.PathLike) -> dict[str, Any]:
                     f"refusing the storage options file {name}: it is owned by uid {st.st_uid}, "
                     "neither by you nor by root"
                 )
-            data = f.read(_OPTIONS_FILE_LIMIT + 1)
+            return f.read(_OPTIONS_FILE_LIMIT + 1)
     except OSError as e:
         raise StorageOptionsError(
             f"cannot read the storage options file {name}: {e.strerror}"
         ) from None
-    if len(data) > _OPTIONS_FILE_LIMIT:
-        raise StorageOptionsError(f"the storage options file {name} is over 1 MiB")
-    try:
-        text = data.decode()
-    except UnicodeDecodeError:
-        raise StorageOptionsError(f"the storage options file {name} is not UTF-8 text") from None
-    if text.lstrip().startswith("{"):
-        try:
-            value = json.loads(text)
-        except ValueError:
-            value = None
-        if not isinstance(value, dict):
-            raise StorageOptionsError(f"the storage options file {name} is not a JSON object")
-        return value
+
+
+def _parse_option_lines(text: str, name: str) -> dict[str, Any]:
+    """``KEY=VALUE`` lines (blank lines and ``#`` comments skipped); no message quotes a line."""
     pairs = []
     for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        key, sep, _ = line.partition("=")
+        key, sep, value = line.partition("=")
         if not sep or not key.strip():
             raise StorageOptionsError(
                 f"line {number} of the storage options file {name} is not KEY=VALUE"
             )
-        pairs.append(f"{key.strip()}={line.partition('=')[2].strip()}")
+        pairs.append(f"{key.strip()}={value.strip()}")
     try:
         return parse_storage_options(pairs)
     except StorageOptionsError:  # a nesting clash; its message would quote the line
