@@ -23,7 +23,7 @@ from bundlefs.cli.options import BUNDLE_HELP, seconds
 from bundlefs.cli.output import EXIT_OK, LogTarget, setup_logging, size
 from bundlefs.core.units import parse_size
 from bundlefs.errors import MountError, MountOptionError
-from bundlefs.read.options import DEFAULT_CACHE_SIZE
+from bundlefs.read.options import DEFAULT_CACHE_SIZE, ReadOptions, RemoteOptions
 
 if TYPE_CHECKING:
     from bundlefs.mount.options import MountOptions
@@ -276,7 +276,6 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
         bundle=os.path.abspath(location.path) if location.is_local else location.url,
         mountpoint=os.path.abspath(args.mountpoint),
         foreground=bool(values["foreground"]),
-        cache_size=DEFAULT_CACHE_SIZE if cache is None else cache,
         allow_other=bool(values["allow_other"]),
         uid=uid,
         gid=gid,
@@ -285,18 +284,23 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
         open_mode=_text_or_none(values["open_mode"]) or "auto",
         index_resident=DEFAULT_INDEX_RESIDENT if resident is None else resident,
         prefetch=not args.no_prefetch,
-        check_index=not args.no_index_check,
         strict=bool(values["strict"]),
         # Absolute: the detached daemon changes its directory to / before it opens the log.
         log_file=_absolute_or_none(_text_or_none(values["log_file"])),
         debug=args.debug,
         auto_unmount=not args.no_auto_unmount,
         allow_nonempty=bool(values["allow_nonempty"]),
-        storage_options=dict(location.storage_options) or None,
-        disk_cache=_absolute_or_none(disk_cache),
-        disk_cache_size=_size_or_none(values["disk_cache_size"]),
         workers=_int_or_none(values["workers"]),
-        store_timeout=_seconds_or_none(values["store_timeout"]),
+        read=ReadOptions(
+            cache_size=DEFAULT_CACHE_SIZE if cache is None else cache,
+            check_index=not args.no_index_check,
+            remote=RemoteOptions(
+                storage_options=dict(location.storage_options) or None,
+                disk_cache=_absolute_or_none(disk_cache),
+                disk_cache_size=_size_or_none(values["disk_cache_size"]),
+                store_timeout=_seconds_or_none(values["store_timeout"]),
+            ),
+        ),
     )
 
 

@@ -19,6 +19,7 @@ May import: ``bundlefs`` (the public face), ``bundlefs.errors``, ``bundlefs.read
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import io
 import json
@@ -33,7 +34,7 @@ from fsspec.utils import stringify_path, tokenize  # type: ignore[import-untyped
 
 from bundlefs import Bundle, BundleStat
 from bundlefs.errors import EntryNotFound, NotADirectory
-from bundlefs.read.options import DEFAULT_CACHE_SIZE
+from bundlefs.read.options import DEFAULT_CACHE_SIZE, ReadOptions, RemoteOptions
 
 # Protocols whose paths are local files; any other is a bundle on an object store, opened by URL
 # with the target's options as its storage options (docs/storage.md).
@@ -47,7 +48,8 @@ class BundleFileSystem(AbstractFileSystem):
     hands it over), a URL (``s3://bucket/x.bundle``, or ``bundle://PATH::s3://bucket/x.bundle``
     chained, the ``s3`` options then being the target's), or an open ``Bundle``, which the file
     system then uses and leaves open. ``cache_size``, ``check_index``, ``storage_options``,
-    ``disk_cache`` and ``disk_cache_size`` are ``Bundle``'s options.
+    ``disk_cache``, ``disk_cache_size`` and ``store_timeout`` are ``Bundle``'s options
+    (``bundlefs.ReadOptions``; the remote ones apply to a bundle at a URL).
 
     Paths are relative to the bundle's root (a leading ``/`` is allowed). ``info`` follows a
     final symlink, as ``os.stat`` and fsspec's local file system do (``islink`` and
@@ -71,6 +73,7 @@ class BundleFileSystem(AbstractFileSystem):
         storage_options: dict[str, Any] | None = None,
         disk_cache: str | None = None,
         disk_cache_size: int | None = None,
+        store_timeout: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(fo, **kwargs)
@@ -79,17 +82,12 @@ class BundleFileSystem(AbstractFileSystem):
             self._owns_bundle = False
         else:
             where, options = _bundle_location(fo, target_protocol, target_options)
-            if options is None:
-                self.bundle = Bundle(where, cache_size=cache_size, check_index=check_index)
-            else:
-                self.bundle = Bundle(
-                    where,
-                    cache_size=cache_size,
-                    check_index=check_index,
-                    storage_options={**options, **(storage_options or {})},
-                    disk_cache=disk_cache,
-                    disk_cache_size=disk_cache_size,
-                )
+            read = ReadOptions(cache_size=cache_size, check_index=check_index)
+            if options is not None:  # a bundle at a URL: our storage options over the target's
+                merged = {**options, **(storage_options or {})}
+                remote = RemoteOptions(merged, disk_cache, disk_cache_size, store_timeout)
+                read = dataclasses.replace(read, remote=remote)
+            self.bundle = Bundle(where, options=read)
             self._owns_bundle = True
         self.fo = self.bundle.path
 

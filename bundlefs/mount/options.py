@@ -12,9 +12,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from bundlefs.read.options import DEFAULT_CACHE_SIZE, RemoteOptions
+from bundlefs.read.options import ReadOptions
 
 DEFAULT_READ_AHEAD_KB = 1024
 DEFAULT_INDEX_RESIDENT = 256 * 1024 * 1024  # ~3.5 million entries at ~70 bytes each
@@ -31,7 +30,6 @@ class MountOptions:
     bundle: str
     mountpoint: str
     foreground: bool = False
-    cache_size: int = DEFAULT_CACHE_SIZE
     allow_other: bool = False
     uid: int | None = None
     gid: int | None = None
@@ -40,25 +38,17 @@ class MountOptions:
     open_mode: str = "auto"
     index_resident: int = DEFAULT_INDEX_RESIDENT
     prefetch: bool = True
-    check_index: bool = True
     strict: bool = False  # refuse a bundle with a damaged shard instead of serving the rest
     log_file: str | None = None
     debug: bool = False
     auto_unmount: bool = True
     allow_nonempty: bool = False
     workers: int | None = None  # serving processes; None: default_workers()
-    # A bundle at a URL (``bundle`` is then the URL): the store's options, which stay in this
+    # How the bundle is read: the record cache (the total across workers), the index check and,
+    # for a bundle at a URL (``bundle`` is then the URL), the store's options, which stay in this
     # process (the daemon forks from it, so they never appear on a command line or in the mount
-    # table), and the on-disk record cache (docs/storage.md).
-    storage_options: dict[str, Any] | None = None
-    disk_cache: str | None = None
-    disk_cache_size: int | None = None
-    store_timeout: float | None = None
-
-    def remote_options(self) -> dict[str, Any]:
-        """The ``Bundle`` keywords of a bundle at a URL that were given (none for a local one)."""
-        remote = (self.storage_options, self.disk_cache, self.disk_cache_size, self.store_timeout)
-        return RemoteOptions(*remote).given()
+    # table) and the on-disk record cache (docs/storage.md).
+    read: ReadOptions = ReadOptions()
 
 
 def default_workers() -> int:

@@ -297,7 +297,7 @@ def test_the_command_line_options_win_over_the_file_and_the_file_over_the_enviro
         os.environ.pop("BUNDLEFS_STORAGE_OPTIONS")
         if env is not None:
             os.environ["BUNDLEFS_STORAGE_OPTIONS"] = env
-    assert options.storage_options == {"a": 1, "b": 2, "c": 3, "d": 0}
+    assert options.read.remote.storage_options == {"a": 1, "b": 2, "c": 3, "d": 0}
 
 
 def test_the_rewrite_moves_every_pair_and_keeps_the_rest_in_order():

@@ -609,8 +609,8 @@ def test_fstab_options_carry_storage_options_and_the_disk_cache(tmp_path):
     )
     options = options_from_args(build_parser().parse_args(argv))
     assert options.bundle == "s3://bucket/x.bundle"
-    assert options.storage_options == {"endpoint_url": "http://h:9000", "anon": True}
-    assert options.disk_cache == os.path.abspath("rel/cache")
-    assert options.disk_cache_size == 2 * 1024**3
-    assert options.store_timeout == 7.5
-    assert options.remote_options()["store_timeout"] == 7.5
+    remote = options.read.remote
+    assert remote.storage_options == {"endpoint_url": "http://h:9000", "anon": True}
+    assert remote.disk_cache == os.path.abspath("rel/cache")
+    assert remote.disk_cache_size == 2 * 1024**3
+    assert remote.store_timeout == 7.5
