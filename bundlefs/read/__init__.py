@@ -9,15 +9,16 @@ Modules import one way, bottom first (a module imports only those on lines above
 3. ``content`` (file bytes through the cache)
 4. ``paths`` (``BundleStat``, ``BundleDirEntry``), ``fileobj`` (``BundleFile``), ``stream``
    (whole-bundle traversals)
-5. ``assemble`` (``BundleParts``: the one place a bundle's storage is opened, local or remote)
+5. ``assemble`` (``BundleParts``: the one place a bundle's storage is opened, local or remote),
+   ``mapping`` (``BundleMapping``: the files as a ``Mapping``, which ``Bundle`` inherits)
 6. ``facts`` (``BundleInfo``, ``ShardDamage``)
 7. ``bundle`` (``Bundle``), ``verify`` (a package: its ``__init__`` orders its inside)
 8. ``extract``, ``export`` (over ``Bundle``)
 
 As the layering test reads it:
 
-Order (bottom first): options, cache | tree, content, paths | fileobj | stream, assemble, facts,
-bundle | verify, extract | export
+Order (bottom first): options, cache | tree, content, paths | fileobj | stream, assemble |
+mapping, facts, bundle | verify, extract | export
 
 Where the next features go: a record cache shared by several readers, or a store that resolves
 shards across bundles (delta bundles that reference a base), plug in at ``assemble``.

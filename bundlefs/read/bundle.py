@@ -6,9 +6,10 @@ and ``bundle.content`` (read/content.py: file bytes, the record cache). Programs
 methods here (``stat``, ``listdir``, ``scandir``, ``walk``, ``read``, ``open``, ``glob``…); the
 FUSE adapter, ``extract`` and ``verify`` use ``tree`` and ``content`` by inode.
 
-It is also a collection of paths (``len``, ``in``, iteration), streams every file in stored order
-(``iter_files``, read/stream.py), and pickles to its location, so spawned workers reopen it
-(docs/python.md).
+It is also a read-only mapping of the regular files' paths to their bytes (``b[path]``, ``in``,
+``len``, ``items()`` in stored order: read/mapping.py), lists every path (``paths``), streams
+every file in stored order (``iter_files``, read/stream.py), and pickles to its location, so
+spawned workers reopen it (docs/python.md).
 
 A bundle at a URL (``s3://bucket/x.bundle``; storage/location.py) opens the same way: its index
 is fetched into a local cache and opened from there, and its shards are read through a
@@ -44,6 +45,7 @@ from bundlefs.read.cache import CacheStats, RecordCache
 from bundlefs.read.content import ContentReader
 from bundlefs.read.facts import BundleInfo, ShardDamage, shard_bytes, shard_damage
 from bundlefs.read.fileobj import BundleFile, check_mode, opened
+from bundlefs.read.mapping import BundleMapping
 from bundlefs.read.options import ReadKeywords, ReadOptions
 from bundlefs.read.paths import (
     BundleDirEntry,
@@ -88,7 +90,7 @@ def _reopen(location: str, bundle_id: bytes, options: ReadOptions) -> Bundle:
     return bundle
 
 
-class Bundle:
+class Bundle(BundleMapping):
     """An open bundle. Use as a context manager, or call ``close()``.
 
     ``path`` is a directory or a URL (``s3://bucket/x.bundle``). The options are the fields of
@@ -293,25 +295,18 @@ class Bundle:
         """
         return stream.walk(self.scandir, os.fspath(top))
 
-    # -- the bundle as a collection of paths ------------------------------------------------------
+    # -- every path; the mapping of files is read/mapping.py ---------------------------------------
 
-    def __len__(self) -> int:
-        """The number of paths: every entry but the root (a hard link's every name counts)."""
-        return self.config.entry_count - 1  # inode numbers are 1 … entry_count, the root is 1
-
-    def __contains__(self, path: object) -> bool:
-        """Whether ``path`` names an entry, as ``os.path.lexists``: a dangling symlink is in the
-        bundle, the root is not (it is not among the paths iteration yields)."""
-        if not isinstance(path, (str, bytes, os.PathLike)):
-            return False
-        return (entry := self._found(path, False)) is not None and entry.ino != fmt.ROOT_INO
-
-    def __iter__(self) -> Iterator[str]:
-        """Every path but the root, in the index's order: breadth first, each directory's names
-        in bytewise order (inode order: one forward scan of the index). ``bundle.tree`` yields
-        (path, entry) pairs instead."""
+    def paths(self) -> Iterator[str]:
+        """Every path but the root (directories, symlinks, every name of a hard link), in the
+        index's order: breadth first, each directory's names in bytewise order (one forward scan
+        of the index). ``bundle.tree`` yields (path, entry) pairs instead."""
         for path, _entry in stream.breadth_first(self._tree):
             yield path
+
+    def lexists(self, path: Path) -> bool:
+        """Like ``os.path.lexists``: whether ``path`` names an entry, a dangling symlink too."""
+        return self._found(path, False) is not None
 
     def iter_files(self) -> Iterator[tuple[str, bytes]]:
         """(path, content) of every regular file, in the order the content is stored, so each

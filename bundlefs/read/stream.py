@@ -99,6 +99,16 @@ class _StoredFiles:
         return order
 
 
+def stored_names(tree: TreeModel) -> Iterator[tuple[str, int]]:
+    """(path, inode holding the content) of every regular file's every name, in the order the
+    content is stored: what ``iter_files`` reads, and the keys of the ``Bundle`` mapping."""
+    stored = _StoredFiles(tree)
+    for i in stored.order():
+        top = stored.dir_paths[stored.dirs[i]]
+        name = os.fsdecode(tree.stored_entry(stored.names[i]).name)
+        yield (top + "/" + name if top else name), stored.files[i]
+
+
 def iter_files(tree: TreeModel, content: ContentReader) -> Iterator[tuple[str, bytes]]:
     """(path, content) of every regular file, in the order the content is stored.
 
@@ -106,14 +116,10 @@ def iter_files(tree: TreeModel, content: ContentReader) -> Iterator[tuple[str, b
     Each file's CRC is checked (``CorruptDataError``) and each is held whole in memory.
     Symlinks and directories are not yielded.
     """
-    stored = _StoredFiles(tree)
     last_ino, last_data = 0, b""
-    for i in stored.order():
-        top = stored.dir_paths[stored.dirs[i]]
-        name = os.fsdecode(tree.stored_entry(stored.names[i]).name)
-        path = top + "/" + name if top else name
-        if stored.files[i] != last_ino:
-            entry = tree.entry(stored.files[i])
+    for path, ino in stored_names(tree):
+        if ino != last_ino:
+            entry = tree.entry(ino)
             last_ino = entry.ino
             last_data = bytes(content.read_at(entry, 0, entry.size, path=path))
         yield path, last_data

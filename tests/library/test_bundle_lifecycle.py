@@ -70,7 +70,7 @@ def test_a_tree_deeper_than_the_recursion_limit_walks_and_names_damage(tmp_path)
         _remove_deep_tree(path, depth)
     with bundlefs.Bundle(bundle) as b:
         assert sum(len(files) for _top, _dirs, files in b.walk()) == 1
-        assert len(list(b)) == depth + 1
+        assert len(list(b.paths())) == depth + 1
         leaf = b.resolve("/".join(parts) + "/leaf.bin")
         record = b.content.record_at(leaf.shard, leaf.offset)
     flip_byte(bundle / fmt.shard_filename(0), record.stored_offset + 1)
