@@ -2,8 +2,9 @@
 
 A fixed table rather than Python's ``mimetypes``: that module also reads the machine's
 ``/etc/mime.types``, so the same tree would pack to different bundles on two machines. The table
-covers what datasets of small files hold (images, audio, video, text, tabular and array formats,
-archives); a file it does not know gets no type, never a guess. Pure: no I/O.
+covers what datasets of small files hold (images, audio, video, text, tabular, array and
+serialisation formats, 3-D models, archives); a file it does not know gets no type, never a
+guess. Pure: no I/O.
 
 May import: the standard library.
 """
@@ -33,6 +34,11 @@ BY_EXTENSION: dict[str, str] = {
     "heic": "image/heic",
     "avif": "image/avif",
     "jxl": "image/jxl",
+    "jp2": "image/jp2",
+    "pbm": "image/x-portable-bitmap",
+    "pgm": "image/x-portable-graymap",
+    "ppm": "image/x-portable-pixmap",
+    "pnm": "image/x-portable-anymap",
     "exr": "image/x-exr",
     "dcm": "application/dicom",
     # audio and video
@@ -41,6 +47,9 @@ BY_EXTENSION: dict[str, str] = {
     "mp3": "audio/mpeg",
     "ogg": "audio/ogg",
     "opus": "audio/opus",
+    "aac": "audio/aac",
+    "aif": "audio/aiff",
+    "aiff": "audio/aiff",
     "m4a": "audio/mp4",
     "mp4": "video/mp4",
     "m4v": "video/mp4",
@@ -83,7 +92,15 @@ BY_EXTENSION: dict[str, str] = {
     "parquet": "application/vnd.apache.parquet",
     "arrow": "application/vnd.apache.arrow.file",
     "feather": "application/vnd.apache.arrow.file",
+    "arrows": "application/vnd.apache.arrow.stream",
+    "orc": "application/x-orc",
     "avro": "application/avro",
+    "msgpack": "application/msgpack",
+    "mpk": "application/msgpack",
+    "cbor": "application/cbor",
+    "bson": "application/bson",
+    "pb": "application/x-protobuf",
+    "onnx": "application/x-onnx",
     "npy": "application/x-npy",
     "npz": "application/x-npz",
     "h5": "application/x-hdf5",
@@ -95,6 +112,12 @@ BY_EXTENSION: dict[str, str] = {
     "pkl": "application/x-pickle",
     "pickle": "application/x-pickle",
     "tfrecord": "application/x-tfrecord",
+    # 3-D models and point clouds
+    "glb": "model/gltf-binary",
+    "gltf": "model/gltf+json",
+    "stl": "model/stl",
+    "ply": "model/ply",
+    # No "obj": Wavefront models and compilers' object files share it.
     # archives and compressed streams
     "zip": "application/zip",
     "tar": "application/x-tar",
@@ -142,6 +165,14 @@ _MAGIC: tuple[tuple[int, bytes, str], ...] = (
     (0, b"ARROW1", "application/vnd.apache.arrow.file"),
     (0, b"\x93NUMPY", "application/x-npy"),
     (0, b"\x89HDF\r\n\x1a\n", "application/x-hdf5"),
+    (0, b"Obj\x01", "application/avro"),
+    # CBOR's self-describe tag (RFC 8949 §3.4.6). MessagePack has no magic: only its names say it.
+    (0, b"\xd9\xd9\xf7", "application/cbor"),
+    (0, b"glTF", "model/gltf-binary"),
+    (0, b"ply\n", "model/ply"),
+    (0, b"\x76\x2f\x31\x01", "image/x-exr"),
+    (0, b"\x00\x00\x00\x0cjP  \r\n\x87\n", "image/jp2"),
+    (0, b"\x00\x00\x00\x0cJXL \r\n\x87\n", "image/jxl"),
     (0, b"fLaC", "audio/flac"),
     (0, b"OggS", "audio/ogg"),
     (0, b"ID3", "audio/mpeg"),
@@ -154,11 +185,14 @@ _MAGIC: tuple[tuple[int, bytes, str], ...] = (
     (0, b"\x04\x22\x4d\x18", "application/x-lz4"),
     (0, b"7z\xbc\xaf\x27\x1c", "application/x-7z-compressed"),
     (0, b"\x00asm", "application/wasm"),
+    (128, b"DICM", "application/dicom"),
     (257, b"ustar", "application/x-tar"),
 )
 
 # RIFF containers: the form type at bytes 8–11 says which.
 _RIFF = {b"WEBP": "image/webp", b"WAVE": "audio/wav", b"AVI ": "video/x-msvideo"}
+# AIFF containers: the form type at bytes 8–11 ("AIFC" is the compressed variant).
+_AIFF = {b"AIFF": "audio/aiff", b"AIFC": "audio/aiff"}
 # ISO base media files: "ftyp" at 4, the brand at 8.
 _FTYP = {b"avif": "image/avif", b"heic": "image/heic", b"heix": "image/heic", b"M4A ": "audio/mp4"}
 
@@ -201,6 +235,8 @@ def from_content(head: bytes) -> str | None:
             return media_type
     if head[:4] == b"RIFF":
         return _RIFF.get(head[8:12])
+    if head[:4] == b"FORM":
+        return _AIFF.get(head[8:12])
     if head[4:8] == b"ftyp":
         return _FTYP.get(head[8:12], "video/mp4")
     if head[:4] == _ELF and len(head) >= 18:
