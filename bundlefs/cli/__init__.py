@@ -1,6 +1,6 @@
 """The ``bundlefs`` command line (entry point ``bundlefs.cli:main``).
 
-Order (bottom first): output | scrub | completion, options,
+Order (bottom first): output | scrub | completion, options | listing,
 pack_sources, pack | info | browse | export | extract | gc | mount | verify, merge, app
 """
 

@@ -1,7 +1,8 @@
 """Looking into a bundle by path: ``bundlefs ls`` and ``cat``.
 
 ``ls`` lists as GNU ls does (``-l``, ``-a``, ``-R``), a name with a control character in it quoted
-in ls's shell-escape style unless ``-N`` or ``-0``; ``cat`` writes files to stdout, each checked
+in ls's shell-escape style unless ``-N`` or ``-0``, or for programs with ``--json``/``--csv``
+(cli/listing.py); ``cat`` writes files to stdout, each checked
 against its CRC as it streams.
 
 May import: the library layers, ``bundlefs.cli.output``, ``bundlefs.cli.options``.
@@ -16,8 +17,10 @@ import re
 import stat
 import sys
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from bundlefs.cli.listing import listing_writer
 from bundlefs.cli.options import BUNDLE_HELP, open_bundle
 from bundlefs.cli.output import EXIT_FAILURE, EXIT_OK, error, out
 from bundlefs.errors import BundleError, IsADirectory
@@ -52,6 +55,15 @@ def add_ls_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print names as they are, even with a newline or other control character in them "
         "(default: such a name is quoted as ls's shell-escape style does, 'a'$'\\n''b')",
+    )
+    names.add_argument(
+        "--json",
+        action="store_true",
+        help="for programs: one JSON object per entry per line (JSON Lines): path, type, size, "
+        "mode, mtime_ns, uid, gid, content_type, shard, offset, stored_offset, crc32c, target",
+    )
+    names.add_argument(
+        "--csv", action="store_true", help="for programs: CSV with a header row, the --json fields"
     )
 
 
@@ -156,62 +168,72 @@ _ESCAPES = {
 }
 
 
+# One listing: a directory's header (None for the files named as arguments, or where no headers
+# are shown) and its (entry, name, path below the root) rows.
+_Listing = tuple[bytes | None, list[tuple["Entry", bytes, bytes]]]
+
+
+def _listings(bundle: Bundle, args: argparse.Namespace, paths: list[bytes]) -> Iterator[_Listing]:
+    """What ``ls`` lists, in its order: the files named, then each directory (depth first with
+    ``-R``), its names in bundle order."""
+    long = args.long or args.json or args.csv
+    files: list[tuple[Entry, bytes, bytes]] = []
+    dirs: list[tuple[bytes, Entry]] = []
+    for raw in paths:
+        entry = bundle.resolve(raw, follow_symlinks=False)
+        if entry.is_symlink and (not long or raw.endswith(b"/")):
+            # like ls: a symlink to a directory is listed through, unless -l
+            with contextlib.suppress(BundleError):
+                entry = bundle.resolve(raw, follow_symlinks=True)
+        if entry.is_dir:
+            dirs.append((raw, entry))
+        else:
+            files.append((entry, raw, raw.strip(b"/")))
+    yield None, files
+    headers = args.recursive or len(paths) > 1
+    pending = list(reversed(dirs))
+    while pending:
+        raw, directory = pending.pop()
+        rows, subdirs = [], []
+        for name, entry in bundle.tree.children(directory):
+            if name.startswith(b".") and not args.all:
+                continue
+            path = raw.strip(b"/") + b"/" + name if raw.strip(b"/") else name
+            rows.append((entry, name, path))
+            if entry.is_dir:
+                subdirs.append((raw.rstrip(b"/") + b"/" + name if raw else name, entry))
+        yield (raw or b".") if headers else None, rows
+        if args.recursive:
+            pending.extend(reversed(subdirs))
+
+
 def run_ls(args: argparse.Namespace) -> int:
-    names = _Names()
     paths = [os.fsencode(p) for p in args.paths] or [b""]
-    end = b"\0" if args.zero else b"\n"
-    shown = (lambda name: name) if args.zero or args.literal else shell_escaped
-
     with open_bundle(args.bundle, args) as bundle:
-        listing: list[tuple[Entry, bytes]] = []
-
-        def show(entry: Entry, name: bytes) -> None:
-            listing.append((entry, name))
-
-        def flush() -> None:
-            if args.long and listing:
-                heads = _aligned([_long_fields(bundle, entry, names) for entry, _ in listing])
-            else:
-                heads = [b""] * len(listing)
-            for head, (entry, name) in zip(heads, listing, strict=True):
+        if args.json or args.csv:
+            write_row = listing_writer(bundle, "json" if args.json else "csv")
+            for _header, rows in _listings(bundle, args, paths):
+                for entry, _name, path in rows:
+                    write_row(entry, path)
+            return EXIT_OK
+        names = _Names()
+        end = b"\0" if args.zero else b"\n"
+        shown = (lambda name: name) if args.zero or args.literal else shell_escaped
+        first = True
+        for header, rows in _listings(bundle, args, paths):
+            if header is not None:
+                if not first:
+                    out(end=end)
+                out(shown(header) + b":", end=end)
+            first = first and not rows and header is None
+            heads = [b""] * len(rows)
+            if args.long and rows:
+                heads = _aligned([_long_fields(bundle, entry, names) for entry, _, _ in rows])
+            for head, (entry, name, _path) in zip(heads, rows, strict=True):
                 line = head + shown(name)
                 if args.long and entry.is_symlink:
                     line += b" -> " + shown(entry.symlink)
                 out(line, end=end)
-            listing.clear()
-
-        files: list[tuple[bytes, Entry]] = []
-        dirs: list[tuple[bytes, Entry]] = []
-        for raw in paths:
-            entry = bundle.resolve(raw, follow_symlinks=False)
-            if entry.is_symlink and (not args.long or raw.endswith(b"/")):
-                # like ls: a symlink to a directory is listed through, unless -l
-                with contextlib.suppress(BundleError):
-                    entry = bundle.resolve(raw, follow_symlinks=True)
-            (dirs if entry.is_dir else files).append((raw, entry))
-        for raw, entry in files:
-            show(entry, raw)
-        flush()
-        headers = args.recursive or len(paths) > 1
-        first = not files
-        pending = list(reversed(dirs))
-        while pending:
-            raw, directory = pending.pop()
-            if headers:
-                if not first:
-                    out(end=end)
-                out(shown(raw or b".") + b":", end=end)
-            first = False
-            subdirs = []
-            for name, entry in bundle.tree.children(directory):
-                if name.startswith(b".") and not args.all:
-                    continue
-                show(entry, name)
-                if entry.is_dir:
-                    subdirs.append((raw.rstrip(b"/") + b"/" + name if raw else name, entry))
-            flush()
-            if args.recursive:
-                pending.extend(reversed(subdirs))
     return EXIT_OK
 
 

@@ -187,6 +187,80 @@ def test_ls_recursive_lists_every_directory_with_a_header(packed):
     assert "\na/b/c:\ndeep.txt\n" in out
 
 
+def _walk_source(src) -> dict[str, os.stat_result]:
+    """Every path below ``src`` (surrogate-escaped str) → its lstat."""
+    found = {}
+    for top, dirs, files in os.walk(os.fsencode(src)):
+        for name in dirs + files:
+            full = os.path.join(top, name)
+            found[os.fsdecode(os.path.relpath(full, os.fsencode(src)))] = os.lstat(full)
+    return found
+
+
+def test_ls_json_is_one_object_per_entry_with_where_each_file_is_stored(packed):
+    src, bundle = packed
+    result = run_cli("ls", "--json", "-R", "-a", bundle)
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    by_path = {row["path"]: row for row in rows}
+    source = _walk_source(src)
+    assert by_path.keys() == source.keys()  # every entry once, the odd name lossless
+    assert os.fsencode(by_path[os.fsdecode(ODD_NAME)]["path"]) == ODD_NAME
+    with Bundle(bundle) as b:
+        for path, st in source.items():
+            row = by_path[path]
+            assert (row["mode"], row["mtime_ns"], row["uid"]) == (
+                st.st_mode,
+                st.st_mtime_ns,
+                st.st_uid,
+            )
+            entry = b.resolve(path, follow_symlinks=False)
+            if row["type"] == "file":
+                assert row["size"] == st.st_size
+                assert (row["shard"], row["offset"], row["crc32c"]) == (
+                    entry.shard,
+                    entry.offset,
+                    entry.crc32c,
+                )
+                if entry.size:
+                    record = b.content.record_at(entry.shard, entry.offset)
+                    assert row["stored_offset"] == record.stored_offset
+            else:
+                assert row["shard"] is row["crc32c"] is None
+    assert by_path["hello.txt"]["content_type"] == "text/plain"
+    assert by_path["dangling"]["type"] == "symlink"
+    assert by_path["dangling"]["target"] == "no/such/target"
+    assert by_path["a/b/c"]["type"] == "dir"
+    assert by_path["a/b/shared-too"]["crc32c"] == by_path["shared"]["crc32c"]
+
+
+def test_ls_json_without_r_lists_one_directory_by_full_paths(packed):
+    _src, bundle = packed
+    rows = [json.loads(line) for line in run_cli("ls", "--json", bundle, "a/b").stdout.splitlines()]
+    assert [row["path"] for row in rows] == ["a/b/c", "a/b/shared-too"]
+
+
+def test_ls_csv_has_a_header_row_and_the_json_fields(packed):
+    import csv
+    import io
+
+    _src, bundle = packed
+    result = run_cli("ls", "--csv", "-R", bundle)
+    assert result.returncode == 0, result.stderr
+    assert ODD_NAME in result.stdout  # the name's bytes as they are
+    table = list(csv.DictReader(io.StringIO(os.fsdecode(result.stdout), newline="")))
+    rows = [json.loads(line) for line in run_cli("ls", "--json", "-R", bundle).stdout.splitlines()]
+    assert [row["path"] for row in table] == [row["path"] for row in rows]
+    for got, want in zip(table, rows, strict=True):
+        assert got == {k: "" if v is None else str(v) for k, v in want.items()}
+
+
+def test_ls_json_and_csv_exclude_the_name_styles(packed):
+    _src, bundle = packed
+    assert run_cli("ls", "--json", "--csv", bundle).returncode == 2
+    assert run_cli("ls", "--json", "-0", bundle).returncode == 2
+
+
 def test_cat_writes_files_byte_exact_in_order(packed):
     src, bundle = packed
     result = run_cli("cat", bundle, "a/multi.bin", "hello.txt", ODD_NAME)
