@@ -3,7 +3,7 @@
 The report is a summary by default — per shard, then the rest of the bundle, per kind of problem:
 the count and the first few (a truncated shard first: it explains the rest) — so a damaged
 bundle is a screenful, not thousands of lines; ``--list`` prints every problem and every damaged
-file, ``--json`` the whole report.
+file, ``--json`` the whole report. ``--shard N[-M]`` checks only those shards (and their files).
 
 May import: the library layers, ``bundlefs.cli.output``, ``bundlefs.cli.options``.
 """
@@ -15,7 +15,17 @@ import time
 from typing import TYPE_CHECKING
 
 from bundlefs.cli.options import BUNDLE_HELP, remote_options
-from bundlefs.cli.output import EXIT_FAILURE, EXIT_OK, count, error, out, out_json, rate, status
+from bundlefs.cli.output import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    count,
+    error,
+    out,
+    out_json,
+    rate,
+    status,
+)
 from bundlefs.core.units import format_size
 
 if TYPE_CHECKING:
@@ -40,11 +50,47 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out_format.add_argument(
         "--json", action="store_true", help="print the whole report as one JSON object"
     )
+    p.add_argument(
+        "--shard",
+        dest="shards",
+        metavar="N[-M]",
+        action="append",
+        type=shard_numbers,
+        help="check only shard N (or shards N to M; repeatable, or N,M,…): their headers, records "
+        "and the files stored in them, as after transferring a few (the index and tree are "
+        "always checked)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress")
 
 
+def shard_numbers(text: str) -> list[int]:
+    """``--shard``'s value: ``N``, ``N-M`` (both included), or several joined by commas."""
+    numbers: list[int] = []
+    for part in text.split(","):
+        first, dash, last = part.strip().partition("-")
+        try:
+            low, high = int(first), int(last if dash else first)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a shard number or range: {part!r}") from None
+        if low < 0 or high < low:
+            raise argparse.ArgumentTypeError(f"not a shard range: {part!r}")
+        numbers.extend(range(low, high + 1))
+    return numbers
+
+
+def shown_ranges(numbers: list[int]) -> str:
+    """Sorted shard numbers as ranges: ``0-3, 7``."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
 def run(args: argparse.Namespace) -> int:
-    from bundlefs.read.verify import verify
+    from bundlefs.read.verify import UnknownShard, verify
 
     def progress(p: VerifyProgress) -> None:
         elapsed = time.monotonic() - p.started
@@ -54,21 +100,25 @@ def run(args: argparse.Namespace) -> int:
             f"({rate(p.bytes_checked, elapsed)}), {elapsed:.0f} s"
         )
 
-    report = verify(args.bundle, None if args.quiet else progress, remote=remote_options(args))
+    shards = None if args.shards is None else sorted({n for ns in args.shards for n in ns})
+    try:
+        report = verify(
+            args.bundle,
+            None if args.quiet else progress,
+            remote=remote_options(args),
+            shards=shards,
+        )
+    except UnknownShard as e:
+        status.clear()
+        error(str(e))
+        return EXIT_USAGE
     status.clear()
     if args.json:
         out_json(report.to_dict())
     else:
-        out(
-            f"checked {count(report.files, 'file')}, {count(report.dirs, 'dir')}, "
-            f"{count(report.symlinks, 'symlink')}, {count(report.hardlinks, 'hard link')}, "
-            + (f"{count(report.specials, 'special file')}, " if report.specials else "")
-            + f"{count(report.records, 'record')} in {count(report.shards, 'shard')}: "
-            f"{_checked_bytes(report)} in {report.seconds:.2f} s "
-            f"({rate(report.bytes_checked, report.seconds)})"
-        )
+        _print_totals(report)
         if report.ok:
-            out(f"OK: {report.bundle} is intact")
+            out(f"OK: {report.bundle} is intact" + ("" if shards is None else " in those shards"))
         elif args.list:
             _print_every_problem(report)
         else:
@@ -80,6 +130,27 @@ def run(args: argparse.Namespace) -> int:
         f"{count(len(report.damaged_files), 'damaged file')}"
     )
     return EXIT_FAILURE
+
+
+def _print_totals(report: VerifyReport) -> None:
+    """What was checked: the whole bundle's counts, or the shards asked for and their files."""
+    if report.shards_checked is not None:
+        out(
+            f"checked shards {shown_ranges(report.shards_checked)} of {report.shards}: "
+            f"{count(report.records, 'record')}, {count(report.files_checked, 'file')} stored in "
+            f"them, {count(report.bytes_checked, 'byte')} of shards read sound of "
+            f"{report.stored_bytes:,}, and the {report.index_bytes:,}-byte index, in "
+            f"{report.seconds:.2f} s ({rate(report.bytes_checked, report.seconds)})"
+        )
+        return
+    out(
+        f"checked {count(report.files, 'file')}, {count(report.dirs, 'dir')}, "
+        f"{count(report.symlinks, 'symlink')}, {count(report.hardlinks, 'hard link')}, "
+        + (f"{count(report.specials, 'special file')}, " if report.specials else "")
+        + f"{count(report.records, 'record')} in {count(report.shards, 'shard')}: "
+        f"{_checked_bytes(report)} in {report.seconds:.2f} s "
+        f"({rate(report.bytes_checked, report.seconds)})"
+    )
 
 
 def _print_every_problem(report: VerifyReport) -> None:

@@ -235,3 +235,77 @@ def test_verify_bytes_checked_is_infos_stored_bytes_and_never_more(intact, trunc
     assert report.index_bytes == info["index_bytes"]
     damaged = verify(truncated[0])
     assert 0 < damaged.bytes_checked < damaged.stored_bytes
+
+
+# --- verify --shard: some shards only (incremental transfers) --------------------------------
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory: pytest.TempPathFactory):
+    """Twelve incompressible 40 KB files in shards of about 64 KiB: one file a shard or two."""
+    base = tmp_path_factory.mktemp("sharded")
+    src = base / "src"
+    src.mkdir()
+    for i in range(12):
+        (src / f"f{i:02}.bin").write_bytes(pseudo_random_bytes(40_000, seed=i, compressible=False))
+    bundle = base / "b.bundle"
+    pack(str(src), str(bundle), PackOptions(record_size=RECORD, shard_size=64 * 1024))
+    return bundle
+
+
+def _files_by_shard(bundle) -> dict[int, set[str]]:
+    with Bundle(bundle) as b:
+        where: dict[int, set[str]] = {}
+        for path in b:
+            where.setdefault(b.resolve(path).shard, set()).add(path)
+        return where
+
+
+def test_verify_of_some_shards_checks_only_them_and_their_files(sharded):
+    where = _files_by_shard(sharded)
+    assert len(where) >= 4
+    whole = verify(sharded)
+    some = verify(sharded, shards=[1, 2])
+    assert some.ok and some.shards_checked == [1, 2] and whole.shards_checked is None
+    assert some.files_checked == len(where[1] | where[2]) < whole.files_checked == 12
+    assert 0 < some.records < whole.records
+    assert 0 < some.bytes_checked == some.stored_bytes < whole.stored_bytes
+
+
+def test_damage_in_a_shard_not_checked_is_not_seen_and_in_one_checked_is(sharded, tmp_path):
+    copy = tmp_path / "copy.bundle"
+    shutil.copytree(sharded, copy)
+    where = _files_by_shard(copy)
+    flip_byte(copy / shard_filename(0), 4096 + 100)
+    os.remove(copy / shard_filename(3))  # not transferred yet
+    assert verify(copy, shards=[1, 2]).ok
+    damaged = verify(copy, shards=[0, 1])
+    assert set(damaged.damaged_files) == {sorted(where[0])[0]}
+    assert {p.shard for p in damaged.problems} == {0}
+    missing = verify(copy, shards=[3])
+    assert set(missing.damaged_files) == where[3]
+
+
+def test_a_shard_the_bundle_lacks_is_refused(sharded):
+    from bundlefs.read.verify import UnknownShard
+
+    with pytest.raises(UnknownShard, match="no shard 99"):
+        verify(sharded, shards=[0, 99])
+
+
+def test_cli_verify_shard_takes_numbers_and_ranges_and_says_what_it_checked(sharded, tmp_path):
+    result = run_cli("verify", "--shard", "1-2", "--shard", "0", sharded)
+    assert result.returncode == 0, result.stderr
+    first = result.stdout.decode().splitlines()[0]
+    assert first.startswith("checked shards 0-2 of ")
+    report = json.loads(run_cli("verify", "--json", "--shard", "2,0", sharded).stdout)
+    assert report["shards_checked"] == [0, 2] and report["ok"]
+    copy = tmp_path / "copy.bundle"
+    shutil.copytree(sharded, copy)
+    flip_byte(copy / shard_filename(1), 4096 + 100)
+    assert run_cli("verify", "--shard", "0", copy).returncode == 0
+    assert run_cli("verify", "--shard", "1", copy).returncode == 1
+    for bad in ("x", "3-1", "-1"):
+        assert run_cli("verify", "--shard", bad, sharded).returncode == 2
+    refused = run_cli("verify", "--shard", "99", sharded)
+    assert "no shard 99" in assert_one_line_error(refused, status=2)

@@ -14,6 +14,9 @@ collected.
 
 Order (bottom first): report, tree | shards, files
 
+``verify(…, shards=…)`` checks only some shards (their headers, records and files), after an
+incremental transfer; the index and the tree are still checked whole.
+
 The bundle is opened as every reader opens it (read/assemble.py). A bundle at a URL is verified
 where it lives: the index fetched (checked against the marker, as every open does), the shard
 objects listed and their headers and records fetched, never served from the on-disk record cache
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from bundlefs.core import format as fmt
@@ -33,14 +36,20 @@ from bundlefs.errors import BundleError, FormatError
 from bundlefs.read.assemble import BundleParts, index_directory, store_timeout
 from bundlefs.read.options import ReadOptions, RemoteOptions
 from bundlefs.read.verify.files import check_files
-from bundlefs.read.verify.report import Findings, Problem, VerifyProgress, VerifyReport
+from bundlefs.read.verify.report import (
+    Findings,
+    Problem,
+    UnknownShard,
+    VerifyProgress,
+    VerifyReport,
+)
 from bundlefs.read.verify.shards import ShardScan
 from bundlefs.read.verify.tree import TreeCheck
 from bundlefs.storage.index import check_index_file
 from bundlefs.storage.location import Location, parse_location
 from bundlefs.storage.marker import read_marker
 
-__all__ = ["Problem", "VerifyProgress", "VerifyReport", "verify"]
+__all__ = ["Problem", "UnknownShard", "VerifyProgress", "VerifyReport", "verify"]
 
 # The record cache of the file phase: files read in stored order touch each record once or twice.
 _CACHE_SIZE = 64 * 1024 * 1024
@@ -51,9 +60,15 @@ def verify(
     progress: Callable[[VerifyProgress], None] | None = None,
     *,
     remote: RemoteOptions | None = None,
+    shards: Iterable[int] | None = None,
     **keywords: Any,
 ) -> VerifyReport:
     """Scan a whole bundle. Raises only if ``bundle_path`` is not a bundle at all.
+
+    ``shards`` (shard numbers) checks only those shards' headers and records and the files whose
+    bytes they hold, as after transferring a few (the index and the tree are always checked: they
+    say where everything is); a number the bundle has no shard for raises ``UnknownShard`` (a
+    ``ValueError``).
 
     ``bundle_path`` may be a URL; ``remote`` (or its fields as keywords: ``storage_options``,
     ``disk_cache``, ``store_timeout``) are then ``Bundle``'s. The index is cached in the disk
@@ -64,7 +79,8 @@ def verify(
     options = ReadOptions(cache_size=_CACHE_SIZE, check_index=False, remote=remote)
     location = parse_location(os.fsdecode(os.fspath(bundle_path)), remote.storage_options)
     store_timeout(options)  # an unusable timeout is refused before anything is read
-    return _Verifier(location, options, Findings(_shown(location), progress)).run()
+    only = None if shards is None else frozenset(shards)
+    return _Verifier(location, options, Findings(_shown(location), progress), only).run()
 
 
 def _shown(location: Location) -> str:
@@ -74,10 +90,17 @@ def _shown(location: Location) -> str:
 class _Verifier:
     """The phases over one bundle: the index file, then (if LMDB may open it) the rest."""
 
-    def __init__(self, location: Location, options: ReadOptions, findings: Findings) -> None:
+    def __init__(
+        self,
+        location: Location,
+        options: ReadOptions,
+        findings: Findings,
+        only: frozenset[int] | None,
+    ) -> None:
         self.location = location
         self.options = options
         self.findings = findings
+        self.only = only  # the shards to check; None: all
 
     def run(self) -> VerifyReport:
         # A missing or invalid marker means "not a bundle": that raises, as opening would. A
@@ -110,7 +133,14 @@ class _Verifier:
         return True
 
     def _scan(self, parts: BundleParts) -> None:
-        shards = ShardScan(parts, self.findings)
+        count = parts.index.config.shard_count
+        if self.only is not None:
+            missing = sorted(s for s in self.only if not 0 <= s < count)
+            if missing:
+                have = f"shards 0-{count - 1}" if count else "no shards"
+                raise UnknownShard(f"this bundle has {have}: no shard {missing[0]}")
+            self.findings.report.shards_checked = sorted(self.only)
+        shards = ShardScan(parts, self.findings, self.only)
         shards.run()
         table = TreeCheck(parts.tree, parts.index.config, self.findings).run()
         check_files(parts.tree, parts.content, table, shards, self.findings)

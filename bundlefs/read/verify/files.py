@@ -24,7 +24,8 @@ def check_files(
     shards: ShardScan,
     findings: Findings,
 ) -> None:
-    """Read every file the entry phase found, noting each damaged one under all its names."""
+    """Read every file the entry phase found (in the shards checked), noting each damaged one
+    under all its names."""
     n = len(table.kinds) - 1
     for ino in range(1, n + 1):
         findings.tick("files", ino, n)
@@ -34,6 +35,9 @@ def check_files(
             entry = tree_model.stored_entry(ino)
         except FormatError:
             continue  # reported by the entry scan
+        if not shards.selected(entry.shard):
+            continue  # its bytes are in a shard not checked (``verify --shard``)
+        findings.report.files_checked += 1
         path = table.path(ino)
         message = _file_problem(content, shards, entry, path)
         if message is not None:

@@ -1,5 +1,6 @@
 """What ``verify`` finds: ``Problem``, ``VerifyReport``, ``VerifyProgress``, and ``Findings``,
-the report being written with the progress it calls back.
+the report being written with the progress it calls back; ``UnknownShard``, a shard asked for
+that the bundle does not have.
 
 May import: nothing of ``bundlefs``.
 """
@@ -9,6 +10,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+
+class UnknownShard(ValueError):
+    """``verify(shards=…)`` named a shard number the bundle has no shard for."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,9 @@ class VerifyReport:
     hardlinks: int = 0
     specials: int = 0  # FIFOs, sockets, devices
     shards: int = 0
+    # The shards checked (``verify --shard``), in order; None: every shard.
+    shards_checked: list[int] | None = None
+    files_checked: int = 0  # regular files whose content was read (those in the shards checked)
     records: int = 0
     # Shard bytes read and found sound: each shard's header block and its records' stored
     # bytes (to the block boundary each is padded to). An intact bundle's equals
@@ -76,6 +84,8 @@ class VerifyReport:
             "hardlinks": self.hardlinks,
             "specials": self.specials,
             "shards": self.shards,
+            "shards_checked": self.shards_checked,
+            "files_checked": self.files_checked,
             "records": self.records,
             "bytes_checked": self.bytes_checked,
             "stored_bytes": self.stored_bytes,

@@ -54,9 +54,12 @@ class BadRanges:
 class ShardScan:
     """Checks every shard of one bundle, writing what it finds to ``findings``."""
 
-    def __init__(self, parts: BundleParts, findings: Findings) -> None:
+    def __init__(
+        self, parts: BundleParts, findings: Findings, only: frozenset[int] | None = None
+    ) -> None:
         self.parts = parts
         self.findings = findings
+        self.only = only  # the shards to check (``verify --shard``); None: all
         self.problem = findings.problem
         self.config = parts.index.config
         self.version = parts.index.marker.format_version
@@ -69,6 +72,8 @@ class ShardScan:
         self.check_names(count)
         report.data_bytes = self.config.data_bytes
         for shard in range(count):
+            if not self.selected(shard):
+                continue
             try:
                 info = self.parts.content.shard_info(shard)
             except FormatError as e:
@@ -80,6 +85,10 @@ class ShardScan:
             file_size = self._check_file(shard, info)
             self._check_records(shard, info, file_size)
         self.bad.merge()
+
+    def selected(self, shard: int) -> bool:
+        """Whether ``shard`` is among those checked."""
+        return self.only is None or shard in self.only
 
     def _listed_names(self) -> list[str]:
         remote = self.parts.remote
@@ -103,8 +112,8 @@ class ShardScan:
             return
         other = 1 if self.version >= 2 else 2
         for name in names:
-            if name in expected:
-                continue
+            if name in expected or self.only is not None:
+                continue  # a partial check has no word on the shards it was not asked about
             index = _shard_index_of(name[len(fmt.SHARD_PREFIX) :], other)
             if index is not None and index < shard_count:
                 message = (
