@@ -122,3 +122,27 @@ def test_bundles_compare_by_identity_and_stay_hashable(sample_bundle_path: Path)
         assert a == a and a != b  # not a comparison of every file's bytes
         assert len({a, b}) == 2
         weakref.ref(a)
+
+
+def test_a_name_that_is_not_utf8_is_a_surrogate_escaped_key_and_its_bytes_look_it_up(
+    pack_tree, tmp_path
+) -> None:
+    src = tmp_path / "odd"
+    src.mkdir()
+    with open(os.path.join(os.fsencode(src), b"bad\xff.bin"), "wb") as f:
+        f.write(b"odd")
+    with Bundle(pack_tree(str(src))) as b:
+        (key,) = list(b)
+        assert key == os.fsdecode(b"bad\xff.bin")
+        assert b[key] == b[os.fsencode(key)] == b"odd"
+
+
+def test_a_closed_bundle_says_so_rather_than_key_error(sample_bundle_path: Path) -> None:
+    from bundlefs.errors import BundleClosedError
+
+    b = Bundle(sample_bundle_path)
+    b.close()
+    with pytest.raises(BundleClosedError):
+        b["hello.txt"]
+    with pytest.raises(BundleClosedError):
+        "hello.txt" in b  # noqa: B015
