@@ -190,9 +190,8 @@ class BundleFileSystem(AbstractFileSystem):
 
     def exists(self, path: str, **kwargs: Any) -> bool:
         # Without the base class's catch-all, which would also hide a damaged bundle. A dangling
-        # symlink exists (as info describes it); the root is not among the bundle's paths.
-        path = self._strip_protocol(path)
-        return path == "" or path in self.bundle
+        # symlink exists (as info describes it), as os.path.lexists says.
+        return self.bundle.lexists(self._strip_protocol(path))
 
     def isdir(self, path: str) -> bool:
         return self.bundle.isdir(self._strip_protocol(path))
