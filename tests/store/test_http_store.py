@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
+import socket
+import ssl
+import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +22,12 @@ from bundlefs import Bundle, PackOptions, pack  # noqa: E402
 from bundlefs.core import format as fmt  # noqa: E402
 from bundlefs.errors import CorruptDataError, NotABundleError, StorageError  # noqa: E402
 from tests.conftest import pseudo_random_bytes  # noqa: E402
-from tests.support.httpserver import HTTPServer, http_server, no_range_server  # noqa: E402
+from tests.support.httpserver import (  # noqa: E402
+    HTTPServer,
+    http_server,
+    no_range_server,
+    self_signed_certificate,
+)
 from tests.support.trees import assert_one_line_error, build_rich_tree, diff_r, run_cli  # noqa: E402
 
 __all__ = ["http_server", "no_range_server"]  # fixtures, imported to be found
@@ -139,6 +148,41 @@ def test_headers_in_the_storage_options_reach_the_server(packed: Path, tmp_path:
         assert result.returncode == 0, result.stderr
     finally:
         server.stop()
+
+
+def test_https_reads_with_the_certificate_checked(
+    packed: Path, tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if shutil.which("openssl") is None:
+        pytest.skip("needs openssl to make a certificate")
+    cert, key = self_signed_certificate(tmp_path)
+    server = HTTPServer(tmp_path / "www", tls=(cert, key))
+    server.root.mkdir()
+    server.start()
+    try:
+        served = server.publish(packed, "rich.bundle")
+        assert served.startswith("https://")
+        with pytest.raises(StorageError, match="certificate"):
+            Bundle(served)  # not trusted: refused, not read
+        trusted = {"ssl": ssl.create_default_context(cafile=str(cert))}
+        with Bundle(served, storage_options=trusted) as bundle:
+            assert bundle.read("data/4.bin") == (tree / "data/4.bin").read_bytes()
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        result = run_cli("verify", served)
+        assert result.returncode == 0, result.stderr
+    finally:
+        server.stop()
+
+
+def test_a_server_that_never_answers_fails_within_the_store_timeout() -> None:
+    with socket.socket() as listening:  # accepts connections (the kernel's backlog), answers none
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(16)
+        hung = f"http://127.0.0.1:{listening.getsockname()[1]}/x.bundle"
+        began = time.monotonic()
+        result = run_cli("ls", hung, "--store-timeout", "2")
+        assert time.monotonic() - began < 15  # the timeout, plus starting Python twice over
+    assert f"cannot read {hung}" in assert_one_line_error(result)
 
 
 def test_fsspec_reads_a_bundle_url(url: str, tree: Path) -> None:

@@ -6,6 +6,7 @@ What it does, as a plain static file server does: ``GET``/``HEAD`` of a file, ``
 bytes=A-B`` (and ``A-``) answered ``206`` with ``Content-Range``, a range past the end ``416``,
 no directory listings (a directory is ``404``), and ``/moved/PATH`` redirected (``302``) to
 ``/PATH``. ``ranges=False`` makes it a server that ignores ``Range`` (``200``, the whole file).
+``tls=(CERT, KEY)`` serves https (``self_signed_certificate`` makes a pair for 127.0.0.1).
 ``token=`` makes every request need ``Authorization: Bearer TOKEN`` (``401`` without).
 It counts requests and body bytes sent, so a test can tell a ranged read from a full download.
 
@@ -22,6 +23,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import ssl
+import subprocess
 import threading
 from collections.abc import Iterator
 from http import HTTPStatus
@@ -116,7 +119,12 @@ class HTTPServer:
     """A range-answering static file server over ``root`` on 127.0.0.1 (``start``/``stop``)."""
 
     def __init__(
-        self, root: str | os.PathLike[str], *, ranges: bool = True, token: str = ""
+        self,
+        root: str | os.PathLike[str],
+        *,
+        ranges: bool = True,
+        token: str = "",
+        tls: tuple[Path, Path] | None = None,
     ) -> None:
         self.root = Path(root)
         self.ranges = ranges
@@ -126,7 +134,13 @@ class HTTPServer:
         self.bytes_sent = 0
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.owner = self
-        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+        scheme = "http"
+        if tls is not None:  # (certificate, key): serve https
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+            scheme = "https"
+        self.endpoint = f"{scheme}://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def start(self) -> None:
@@ -151,6 +165,19 @@ class HTTPServer:
         tmp = local.with_name(local.name + ".tmp")
         tmp.write_bytes(data)
         tmp.replace(local)  # a reader sees the old bytes or the new, never a mix
+
+
+def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, made by ``openssl`` (the client trusts the
+    certificate itself: ``ssl.create_default_context(cafile=CERT)`` or ``SSL_CERT_FILE``)."""
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+         "-keyout", key, "-out", cert, "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return cert, key
 
 
 @pytest.fixture(scope="session")

@@ -97,7 +97,14 @@ def _http_filesystem(**options: Any) -> Any:
 
 
 # Any web server that answers range requests; aiohttp retries nothing of its own.
-_HTTP = BackendProfile(bound=_bound_http, factory=_http_filesystem, lists=False, writable=False)
+_HTTP = BackendProfile(
+    bound=_bound_http,
+    factory=_http_filesystem,
+    # A certificate refused (untrusted, expired, another host's) stays refused.
+    fatal_errors=frozenset({"ClientConnectorCertificateError"}),
+    lists=False,
+    writable=False,
+)
 S3_PROTOCOLS = ("s3", "s3a")
 PROFILES: dict[str, BackendProfile] = {
     **dict.fromkeys(S3_PROTOCOLS, _S3),
