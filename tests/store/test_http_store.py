@@ -185,6 +185,16 @@ def test_a_server_that_never_answers_fails_within_the_store_timeout() -> None:
     assert f"cannot read {hung}" in assert_one_line_error(result)
 
 
+def test_a_range_past_the_end_is_a_short_read(url: str) -> None:
+    from bundlefs.storage.location import parse_location
+    from bundlefs.storage.objectstore.client import remote_filesystem
+
+    marker = f"{url}/{fmt.MARKER_NAME}"
+    fs = remote_filesystem(parse_location(url))
+    assert fs.cat_file(marker, start=10_000, end=10_100) == b""  # the server answers 416
+    assert len(fs.cat_file(marker, start=0, end=10_000)) == fmt.MARKER_SIZE
+
+
 def test_fsspec_reads_a_bundle_url(url: str, tree: Path) -> None:
     fsspec = pytest.importorskip("fsspec")
     fs = fsspec.filesystem("bundle", fo=url)
@@ -198,11 +208,13 @@ def test_a_pack_to_a_web_server_is_refused(http_server: HTTPServer, tree: Path) 
     assert "read-only" in assert_one_line_error(result)
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
 def test_a_mount_of_the_url_matches_the_source(
-    url: str, tree: Path, http_server: HTTPServer, mount_bundle, tmp_path: Path
+    url: str, tree: Path, mount_bundle, tmp_path: Path, workers: str
 ) -> None:
     pytest.importorskip("pyfuse3")
-    m = mount_bundle(url, "--disk-cache", str(tmp_path / "cache"))
+    # Two workers: each forked process makes its own HTTP session.
+    m = mount_bundle(url, "--disk-cache", str(tmp_path / "cache"), "--workers", workers)
     result = diff_r(tree, m.mountpoint)
     assert result.returncode == 0, result.stdout.decode(errors="replace")
     info = run_cli("info", m.mountpoint)
