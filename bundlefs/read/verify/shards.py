@@ -90,7 +90,7 @@ class ShardScan:
         """Whether ``shard`` is among those checked."""
         return self.only is None or shard in self.only
 
-    def _listed_names(self) -> list[str]:
+    def _listed_names(self) -> list[str] | None:
         remote = self.parts.remote
         if remote is not None:
             return list_shard_names(self.parts.location, remote.filesystem)
@@ -110,6 +110,8 @@ class ShardScan:
         except Exception as e:  # an object store's listing: any failure is "cannot list"
             self.problem("shard", f"cannot list {path}: {e}")
             return
+        if names is None:
+            return  # a store without listings (a web server): a stray shard goes unseen
         other = 1 if self.version >= 2 else 2
         for name in names:
             if name in expected or self.only is not None:
