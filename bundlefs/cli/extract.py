@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from bundlefs.cli.options import BUNDLE_HELP, open_bundle
 from bundlefs.cli.output import EXIT_FAILURE, EXIT_OK, count, error, files_progress, out, status
+from bundlefs.errors import UsageError
 
 if TYPE_CHECKING:
     from bundlefs.read.extract import ExtractSummary
@@ -57,6 +58,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from bundlefs.read.extract import extract
 
+    if args.salvage_map and not args.salvage:
+        raise UsageError("--salvage-map says where --salvage writes its map; give --salvage too")
     progress = files_progress("extracting")
 
     with open_bundle(args.bundle, args) as bundle:

@@ -15,6 +15,7 @@ May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.read.content``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -50,10 +51,11 @@ def salvage_content(
     lengths add up to the file's size. A file that reads whole yields its bytes and nothing lost.
 
     Good bytes are those of records that pass their own CRC. If every record passes but the whole
-    file fails its CRC (an index forged to disagree with its shards), the bytes are still yielded
-    and the whole file is named lost after them, with that reason: nothing proves which byte.
+    file fails its CRC (an index forged to disagree with its shards), no range can be named: then,
+    after the bytes, ``CorruptDataError`` is raised, as a plain read of a large file does.
     """
-    if entry.size <= WHOLE_READ_LIMIT:
+    tried_whole = entry.size <= WHOLE_READ_LIMIT
+    if tried_whole:
         try:
             yield bytes(content.read_at(entry, 0, entry.size, path=path))
             return
@@ -63,21 +65,27 @@ def salvage_content(
     value = 0
     for pos in range(0, entry.size, _CHUNK):
         take = min(_CHUNK, entry.size - pos)
-        try:
-            # not a whole-file read: each record is checked by its own CRC
-            piece = bytes(content.read_at(entry, pos, take, path=path))
-        except CorruptDataError:
-            for part in _by_record(content, entry, path, pos, pos + take):
-                if isinstance(part, LostRange):
-                    lost = True
-                elif not lost:
-                    value = crc32c(part, value)
-                yield part
+        piece = None
+        if take < entry.size or not tried_whole:  # else this read just failed
+            with contextlib.suppress(CorruptDataError):
+                # not a whole-file read: each record is checked by its own CRC
+                piece = bytes(content.read_at(entry, pos, take, path=path))
+        if piece is not None:
+            value = crc32c(piece, value)
+            yield piece
             continue
-        value = crc32c(piece, value)
-        yield piece
+        for part in _by_record(content, entry, path, pos, pos + take):
+            if isinstance(part, LostRange):
+                lost = True
+            elif not lost:
+                value = crc32c(part, value)
+            yield part
     if not lost and entry.size and value != entry.crc32c:
-        yield LostRange(path, 0, entry.size, "every record reads, but the file fails its checksum")
+        raise CorruptDataError(
+            "file content fails its checksum, though each of its records passes its own",
+            path=path,
+            shard=entry.shard,
+        )
 
 
 def _by_record(

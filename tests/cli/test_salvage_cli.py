@@ -7,7 +7,7 @@ import pytest
 
 from bundlefs import Bundle, PackOptions, pack
 from tests.conftest import build_tree, flip_byte, pseudo_random_bytes
-from tests.support.trees import run_cli
+from tests.support.trees import assert_one_line_error, run_cli
 
 RECORD = 4096
 NINE = pseudo_random_bytes(9 * RECORD, seed=9)
@@ -86,3 +86,9 @@ def test_cat_salvage_writes_zeros_for_the_lost_range_and_names_it(damaged) -> No
 def test_cat_without_salvage_writes_nothing_of_the_damaged_file(damaged) -> None:
     result = run_cli("cat", damaged, "a-nine")
     assert result.returncode == 1 and result.stdout == b""
+
+
+def test_a_salvage_map_without_salvage_is_a_usage_error(damaged, tmp_path) -> None:
+    result = run_cli("extract", "--salvage-map", tmp_path / "m", damaged, tmp_path / "out")
+    assert "give --salvage too" in assert_one_line_error(result, 2)
+    assert not (tmp_path / "out").exists()

@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from bundlefs import Bundle, CorruptDataError, PackOptions, pack
+from bundlefs.read import salvage
 from bundlefs.read.extract import extract
 from bundlefs.read.salvage import LostRange, salvage_content, summary_line, write_map
 from tests.conftest import HardLink, build_tree, flip_byte, pseudo_random_bytes
+from tests.support.hostile import entry_put, forge, version_of
 
 RECORD = 4096
 NINE = pseudo_random_bytes(9 * RECORD, seed=9)  # records 0–8 of the shard
@@ -63,6 +65,20 @@ def test_one_bad_record_of_nine_loses_that_record_only(nine_record_bundle, copy_
     assert data[: bad.start] == NINE[: bad.start] and data[bad.stop :] == NINE[bad.stop :]
     assert data[bad] == bytes(RECORD)  # 8 of 9 records' bytes recovered, the ninth named
     assert _salvage(bundle, "b") == (BYSTANDER, [])
+
+
+def test_a_large_file_is_salvaged_chunk_by_chunk(nine_record_bundle, copy_bundle, monkeypatch):
+    # A file over the whole-read limit is read a chunk at a time; only a failing chunk is read
+    # again record by record (the limits made small, so the nine-record file is "large").
+    monkeypatch.setattr(salvage, "WHOLE_READ_LIMIT", 0)
+    monkeypatch.setattr(salvage, "_CHUNK", 2 * RECORD)
+    bundle = copy_bundle(nine_record_bundle)
+    _damage_records(bundle, 4, 8)
+    data, lost = _salvage(bundle)
+    assert [(r.offset, r.length) for r in lost] == [(4 * RECORD, RECORD), (8 * RECORD, RECORD)]
+    assert data[: 4 * RECORD] == NINE[: 4 * RECORD]
+    assert data[5 * RECORD : 8 * RECORD] == NINE[5 * RECORD : 8 * RECORD]
+    assert _salvage(nine_record_bundle) == (NINE, [])
 
 
 def test_an_undamaged_file_salvages_whole_with_nothing_lost(nine_record_bundle) -> None:
@@ -127,6 +143,22 @@ def test_a_damaged_last_record_leaves_a_hole_at_the_end(
     with Bundle(bundle) as b:
         extract(b, tmp_path / "out", ["a-nine"], salvage=True)
     assert (tmp_path / "out" / "a-nine").read_bytes() == NINE[: 8 * RECORD] + bytes(RECORD)
+
+
+def test_a_file_whose_records_pass_but_whose_checksum_fails_is_not_salvaged(
+    nine_record_bundle, copy_bundle, tmp_path
+) -> None:
+    # Only a forged index does this: no record is bad, so no range can be named.
+    bundle = copy_bundle(nine_record_bundle)
+    with Bundle(bundle) as b:
+        entry = b.resolve("a-nine")
+    forge(bundle, entry_put(entry, version=version_of(bundle), crc32c=entry.crc32c ^ 1))
+    with pytest.raises(CorruptDataError, match="each of its records passes"):
+        _salvage(bundle)
+    with Bundle(bundle) as b:
+        summary = extract(b, tmp_path / "out", salvage=True)
+    assert summary.damaged == ["a-nine"] and summary.lost == []
+    assert os.listdir(tmp_path / "out") == ["b"]
 
 
 def test_the_map_names_each_lost_range_a_line(tmp_path) -> None:
