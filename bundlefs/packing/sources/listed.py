@@ -35,15 +35,14 @@ from collections.abc import Iterable, Iterator
 from bundlefs.errors import PackError
 from bundlefs.packing.sources.base import (
     READ_CHUNK,
-    Content,
     ContentSink,
     SourceErrors,
-    SourceItem,
     excluded_below,
 )
 from bundlefs.packing.sources.synthetic import (
     Dir,
     File,
+    LoadedTreeSource,
     Node,
     Special,
     Symlink,
@@ -63,7 +62,7 @@ def _synthetic(st: os.stat_result) -> SyntheticStat:
     )
 
 
-class ListedSource:
+class ListedSource(LoadedTreeSource):
     """The paths ``paths`` of the directory ``root``, in that order (module docstring).
 
     A ``StreamingSource``: ``load`` reads the listed files once, in list order, storing their
@@ -194,21 +193,6 @@ class ListedSource:
         if st.st_nlink > 1:
             self._files[(st.st_dev, st.st_ino)] = node
         return node
-
-    # -- EntrySource -------------------------------------------------------------------------------
-
-    def root(self) -> SourceItem:
-        return self._tree.root()
-
-    def children(self, rel: bytes) -> Iterator[SourceItem]:
-        return self._tree.children(rel)
-
-    def readlink(self, item: SourceItem) -> bytes:
-        return self._tree.readlink(item)
-
-    def open(self, item: SourceItem) -> Content:
-        # Every regular file item carries ``stored``: the builder never asks.
-        raise OSError(errno.EINVAL, "listed content was stored while the list was read")
 
 
 def _open_file(path: bytes) -> int:
