@@ -11,7 +11,7 @@ import pytest
 
 from bundlefs import Bundle, CorruptDataError, PackOptions, pack
 from bundlefs.read import salvage
-from bundlefs.read.extract import extract
+from bundlefs.read.extract import ExtractSummary, extract
 from bundlefs.read.salvage import LostRange, salvage_content, summary_line, write_map
 from tests.conftest import HardLink, build_tree, flip_byte, pseudo_random_bytes
 from tests.support.hostile import entry_put, forge, version_of
@@ -108,13 +108,19 @@ def test_a_truncated_shard_loses_the_missing_records_only(nine_record_bundle, co
     ]
 
 
+def _extract_damaged(
+    bundle: Path, records: list[int], tmp_path: Path, paths=(), **options
+) -> ExtractSummary:
+    """Damage the nine-record file's ``records``, then extract into ``tmp_path/out``."""
+    _damage_records(bundle, *records)
+    with Bundle(bundle) as b:
+        return extract(b, tmp_path / "out", paths, **options)
+
+
 def test_extract_salvage_leaves_a_hole_where_the_record_was(
     nine_record_bundle, copy_bundle, tmp_path
 ) -> None:
-    bundle = copy_bundle(nine_record_bundle)
-    _damage_records(bundle, 4)
-    with Bundle(bundle) as b:
-        summary = extract(b, tmp_path / "out", salvage=True)
+    summary = _extract_damaged(copy_bundle(nine_record_bundle), [4], tmp_path, salvage=True)
     assert not summary.ok and summary.damaged == [] and summary.files == 2
     assert [(r.path, r.offset, r.length) for r in summary.lost] == [("a-nine", 4 * RECORD, RECORD)]
     got = (tmp_path / "out" / "a-nine").read_bytes()
@@ -127,10 +133,7 @@ def test_extract_salvage_leaves_a_hole_where_the_record_was(
 def test_extract_without_salvage_still_leaves_a_damaged_file_out(
     nine_record_bundle, copy_bundle, tmp_path
 ) -> None:
-    bundle = copy_bundle(nine_record_bundle)
-    _damage_records(bundle, 4)
-    with Bundle(bundle) as b:
-        summary = extract(b, tmp_path / "out")
+    summary = _extract_damaged(copy_bundle(nine_record_bundle), [4], tmp_path)
     assert summary.damaged == ["a-nine"] and summary.lost == []
     assert os.listdir(tmp_path / "out") == ["b"]
 
@@ -138,10 +141,7 @@ def test_extract_without_salvage_still_leaves_a_damaged_file_out(
 def test_a_damaged_last_record_leaves_a_hole_at_the_end(
     nine_record_bundle, copy_bundle, tmp_path
 ) -> None:
-    bundle = copy_bundle(nine_record_bundle)
-    _damage_records(bundle, 8)
-    with Bundle(bundle) as b:
-        extract(b, tmp_path / "out", ["a-nine"], salvage=True)
+    _extract_damaged(copy_bundle(nine_record_bundle), [8], tmp_path, ["a-nine"], salvage=True)
     assert (tmp_path / "out" / "a-nine").read_bytes() == NINE[: 8 * RECORD] + bytes(RECORD)
 
 
