@@ -285,9 +285,9 @@ def _bundle_location(
     path = stringify_path(fo)
     if not isinstance(path, str) or not path:
         raise ValueError("a bundle file system needs fo: the bundle's path or URL")
-    if "://" in path and protocol is None:
-        protocol, _, rest = path.partition("://")
-        path = rest
+    # A whole URL (chained, fsspec's HTTP file system keeps the scheme in the path it hands over).
+    if "://" in path and (protocol is None or path.startswith(f"{protocol}://")):
+        protocol, _, path = path.partition("://")
     if protocol in _LOCAL_PROTOCOLS:
         return path, None  # a local file system's options (auto_mkdir…) mean nothing to a reader
     return f"{protocol}://{path}", dict(options or {})

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,7 @@ from bundlefs.errors import BundleError, StorageOptionsError, StorageOptionSynta
 
 ENV_STORAGE_OPTIONS = "BUNDLEFS_STORAGE_OPTIONS"
 # Which extra installs the fsspec back-end of a protocol, for the error when it is missing.
-_EXTRA_OF = {"s3": "s3", "s3a": "s3"}
+_EXTRA_OF = {"s3": "s3", "s3a": "s3", "http": "http", "https": "http"}
 _OPTIONS_FILE_LIMIT = 1 << 20
 
 
@@ -47,10 +48,11 @@ class Location:
             return os.path.join(self.path, name)
         return f"{self.protocol}://{self.path.rstrip('/')}/{name}"
 
-    def filesystem(self):
+    def filesystem(self, factory: Callable[..., Any] | None = None):
         """The fsspec file system of a remote location (``BundleError`` naming the extra if
-        fsspec or the protocol's back-end is not installed)."""
-        return open_filesystem(self.protocol, self.storage_options)
+        fsspec or the protocol's back-end is not installed), made by ``factory`` (called with
+        the storage options) where a client profile has its own class."""
+        return open_filesystem(self.protocol, self.storage_options, factory)
 
 
 def has_scheme(text: str) -> bool:
@@ -200,7 +202,9 @@ def merged_storage_options(
     return options
 
 
-def open_filesystem(protocol: str, storage_options: dict[str, Any]):
+def open_filesystem(
+    protocol: str, storage_options: dict[str, Any], factory: Callable[..., Any] | None = None
+):
     try:
         import fsspec  # type: ignore[import-untyped]
     except ImportError:
@@ -209,6 +213,8 @@ def open_filesystem(protocol: str, storage_options: dict[str, Any]):
             f"pip install 'bundlefs[{_EXTRA_OF.get(protocol, 'fsspec')}]'"
         ) from None
     try:
+        if factory is not None:
+            return factory(**storage_options)
         return fsspec.filesystem(protocol, **storage_options)
     except ImportError:
         extra = _EXTRA_OF.get(protocol)

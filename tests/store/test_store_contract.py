@@ -1,7 +1,7 @@
 """One contract, every ``ShardStore`` (storage/store.py): the same tests over the local store,
-the remote store over S3 (moto's server, tests/support/s3server.py) and over fsspec's
-``memory://``, and the in-memory test store (tests/library/test_shard_store.py), in the style of
-zarr's ``StoreTests``.
+the remote store over S3 (moto's server, tests/support/s3server.py), over a web server that
+answers range requests (tests/support/httpserver.py) and over fsspec's ``memory://``, and the
+in-memory test store (tests/library/test_shard_store.py), in the style of zarr's ``StoreTests``.
 
 Each class says how to make its store over a set of shard files (``make``); the tests say what
 every store must do: exact bytes for any range, short reads past the end, ``read_into``,
@@ -27,6 +27,7 @@ from bundlefs.storage.location import parse_location
 from bundlefs.storage.store import FailedRead, LocalShardStore, ShardStore
 from tests.conftest import pseudo_random_bytes
 from tests.library.test_shard_store import MemoryShardStore
+from tests.support.httpserver import HTTPServer, http_server
 from tests.support.s3server import S3Server, s3_server
 
 BIG, SMALL, MISSING = "shard-00000000", "shard-00000001", "shard-00000002"
@@ -37,7 +38,7 @@ FILES = {
 RANGES = [(0, 32), (1, 4095), (4096, 65536), (123_457, 100_000), (299_000, 1000), (0, 300_000)]
 _prefixes = itertools.count()
 
-__all__ = ["s3_server"]  # a fixture, imported to be found
+__all__ = ["http_server", "s3_server"]  # fixtures, imported to be found
 
 MakeStore = Callable[[dict[str, bytes]], ShardStore]
 
@@ -247,6 +248,21 @@ class TestRemoteShardStoreOverS3(RemoteContract):
     @pytest.fixture
     def put(self, s3_server: S3Server) -> Callable[[str, bytes], None]:
         return s3_server.put
+
+
+class TestRemoteShardStoreOverHTTP(RemoteContract):
+    @pytest.fixture(autouse=True)
+    def _served(self, http_server: HTTPServer) -> None:
+        pytest.importorskip("aiohttp")
+        self.url = f"{http_server.endpoint}/contract"
+
+    @pytest.fixture
+    def storage_options(self) -> dict:
+        return {}
+
+    @pytest.fixture
+    def put(self, http_server: HTTPServer) -> Callable[[str, bytes], None]:
+        return http_server.put
 
 
 class TestRemoteShardStoreOverFsspecMemory(RemoteContract):

@@ -81,7 +81,7 @@ class ShardScan:
             self._check_records(shard, info, file_size)
         self.bad.merge()
 
-    def _listed_names(self) -> list[str]:
+    def _listed_names(self) -> list[str] | None:
         remote = self.parts.remote
         if remote is not None:
             return list_shard_names(self.parts.location, remote.filesystem)
@@ -101,6 +101,8 @@ class ShardScan:
         except Exception as e:  # an object store's listing: any failure is "cannot list"
             self.problem("shard", f"cannot list {path}: {e}")
             return
+        if names is None:
+            return  # a store without listings (a web server): a stray shard goes unseen
         other = 1 if self.version >= 2 else 2
         for name in names:
             if name in expected:

@@ -1,10 +1,11 @@
 """A bundle on an object store, over fsspec: the one client (``client``: the per-protocol profile
-table a new back-end is one entry of), the GETs with retries and outage handling (``fetcher``),
-the reader's caches (``tiers``, ``disk_cache``, ``held``), read-ahead (``readahead``), outage
-accounting (``outage``), single-flight (``inflight``), the index fetch (``index_fetch``), the
-listing a pack source reads (``listing``), the upload a pack publishes with (``upload``,
-``upload_progress``), and ``RemoteShardStore`` (``shard_store``) composing the reader's parts.
+table a new back-end is one entry of), the web-server file system (``http``), the GETs with
+retries and outage handling (``fetcher``), the reader's caches (``tiers``, ``disk_cache``,
+``held``), read-ahead (``readahead``), outage accounting (``outage``), single-flight
+(``inflight``), the index fetch (``index_fetch``), the listing a pack source reads
+(``listing``), the upload a pack publishes with (``upload``, ``upload_progress``), and
+``RemoteShardStore`` (``shard_store``) composing the reader's parts.
 
-Order (bottom first): client | tiers | readahead | outage | inflight | upload_progress,
+Order (bottom first): http | tiers | readahead | outage | inflight | upload_progress, client,
 fetcher | disk_cache | upload, held | index_fetch | listing, shard_store
 """

@@ -5,19 +5,22 @@ A back-end needs bounding because its defaults (botocore's 60 s read timeout and
 its own, under s3fs's own loop of 5) would hang a read for minutes before our bound even starts.
 What bounding one back-end takes is its entry in ``PROFILES``: which storage options set its
 timeouts and its own retries, which retry loop of its own to switch off, and which of its
-exceptions are credential failures or fatal. A new back-end (gcs, azure, http) is one entry here
+exceptions are credential failures or fatal, whether it can list a directory and be published
+to, and (http) a file system class of our own. A new back-end (gcs, azure) is one entry here
 (docs/architecture.md, "Where the next features go"); a protocol without one gets no bounds
 beyond ours (``Fetcher``, storage/objectstore/fetcher.py).
 
 Every user (the reader's ``Fetcher``, the index fetch, the listing, the upload) makes its file
 system here; nothing else in bundlefs builds one for an object store.
 
-May import: the standard library, ``bundlefs.errors``, ``bundlefs.storage.location``; fsspec only
-through ``Location.filesystem`` (lazily: it is an optional extra).
+May import: the standard library, ``bundlefs.errors``, ``bundlefs.storage.location``,
+``bundlefs.storage.objectstore.http`` (lazily); fsspec only through ``Location.filesystem`` and
+``http`` (lazily: it is an optional extra).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from typing import Any
@@ -52,6 +55,12 @@ class BackendProfile:
     # other failure no retry can fix.
     credential_errors: frozenset[str] = frozenset()
     fatal_errors: frozenset[str] = frozenset()
+    # Makes the file system from the storage options, in place of fsspec's registered class.
+    factory: Callable[..., Any] | None = None
+    # Whether a "directory" can be listed (verify's check for stray shards, the sentence for a
+    # missing marker) and whether a pack may publish there. A web server does neither.
+    lists: bool = True
+    writable: bool = True
 
 
 def _bound_s3(options: dict[str, Any], bounds: Bounds) -> None:
@@ -73,11 +82,42 @@ _S3 = BackendProfile(
         {"NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"}
     ),
 )
+
+
+def _bound_http(options: dict[str, Any], bounds: Bounds) -> None:
+    from bundlefs.storage.objectstore.http import bound_http
+
+    bound_http(options, bounds.connect_timeout, bounds.read_timeout)
+
+
+def _http_filesystem(**options: Any) -> Any:
+    from bundlefs.storage.objectstore.http import RangeHTTPFileSystem
+
+    return RangeHTTPFileSystem(**options)
+
+
+# Any web server that answers range requests; aiohttp retries nothing of its own.
+_HTTP = BackendProfile(
+    bound=_bound_http,
+    factory=_http_filesystem,
+    # A certificate refused (untrusted, expired, another host's) stays refused.
+    fatal_errors=frozenset({"ClientConnectorCertificateError"}),
+    lists=False,
+    writable=False,
+)
 S3_PROTOCOLS = ("s3", "s3a")
-PROFILES: dict[str, BackendProfile] = dict.fromkeys(S3_PROTOCOLS, _S3)
+PROFILES: dict[str, BackendProfile] = {
+    **dict.fromkeys(S3_PROTOCOLS, _S3),
+    **dict.fromkeys(("http", "https"), _HTTP),
+}
 _UNBOUNDED = BackendProfile()
 _CREDENTIAL_ERRORS = frozenset().union(*(p.credential_errors for p in PROFILES.values()))
 _FATAL_ERRORS = frozenset().union(*(p.fatal_errors for p in PROFILES.values()))
+
+
+def profile_of(location: Location) -> BackendProfile:
+    """What bounding ``location``'s back-end takes, and what it can do."""
+    return PROFILES.get(location.protocol, _UNBOUNDED)
 
 
 def check_store_timeout(seconds: float) -> float:
@@ -104,12 +144,13 @@ def remote_filesystem(
     number; the upload keeps ``backend_attempts`` of the back-end's own (storage/objectstore/
     upload.py). The user's own settings (``config_kwargs`` on S3) win where given.
     """
-    profile = PROFILES.get(location.protocol, _UNBOUNDED)
+    profile = profile_of(location)
     options = dict(location.storage_options)
     if profile.bound is not None:
-        profile.bound(options, Bounds(min(connect_timeout, timeout), timeout, backend_attempts))
+        with contextlib.suppress(ImportError):  # the file system's own sentence names the extra
+            profile.bound(options, Bounds(min(connect_timeout, timeout), timeout, backend_attempts))
     options["skip_instance_cache"] = True
-    fs = dataclasses.replace(location, storage_options=options).filesystem()
+    fs = dataclasses.replace(location, storage_options=options).filesystem(profile.factory)
     if profile.retry_loop is not None and isinstance(getattr(fs, profile.retry_loop, None), int):
         setattr(fs, profile.retry_loop, 1)  # ours (or the client's) replaces it
     return fs

@@ -40,6 +40,7 @@ from bundlefs.storage.objectstore.client import (
     DEFAULT_STORE_TIMEOUT,
     error_reason,
     is_denied,
+    profile_of,
     remote_filesystem,
 )
 from bundlefs.storage.objectstore.disk_cache import default_cache_dir
@@ -73,7 +74,10 @@ def _open_error(location: Location, fs: Any, e: Exception) -> BundleError:
 
 
 def _missing_marker(location: Location, fs: Any) -> NotABundleError:
-    """Why there is no ``COMPLETE``: no bucket, nothing there, or an upload that never finished."""
+    """Why there is no ``COMPLETE``: no bucket, nothing there, or an upload that never finished
+    (told apart by a listing, where the store has one)."""
+    if not profile_of(location).lists:
+        return NotABundleError(f"{location.url} is not a bundle (no completion marker)")
     try:
         names = [n.rstrip("/").rsplit("/", 1)[-1] for n in fs.ls(location.path, detail=False)]
     except Exception:  # listing is only for a better sentence
@@ -93,7 +97,8 @@ def _missing_marker(location: Location, fs: Any) -> NotABundleError:
 
 
 def fetch_marker(location: Location, fetcher: Fetcher | None = None) -> bytes:
-    """The bytes of ``location``'s ``COMPLETE``, fetched now (not decoded).
+    """The bytes of ``location``'s ``COMPLETE``, fetched now (not decoded; at most one byte
+    over its size).
 
     Raises ``NotABundleError`` (none there; ``IncompleteBundleError`` when shards or an index
     are there without it) or ``StorageError`` (unreachable, access denied), one sentence each.
@@ -101,7 +106,9 @@ def fetch_marker(location: Location, fetcher: Fetcher | None = None) -> bytes:
     if fetcher is None:
         fetcher = _fetcher(location, DEFAULT_STORE_TIMEOUT)
     try:
-        return fetcher.get(location.child(fmt.MARKER_NAME))
+        # Ranged (a byte over the size, so a longer marker is seen): a web server that ignores
+        # ranges is refused here, on every open, even when the index is cached.
+        return fetcher.get(location.child(fmt.MARKER_NAME), 0, fmt.MARKER_SIZE + 1)
     except BundleError:
         raise  # one sentence already (an unknown protocol, a back-end not installed)
     except Exception as e:

@@ -40,6 +40,7 @@ from bundlefs.storage.location import Location
 from bundlefs.storage.objectstore.client import (
     DEFAULT_STORE_TIMEOUT,
     error_reason,
+    profile_of,
     remote_filesystem,
 )
 from bundlefs.storage.objectstore.disk_cache import (
@@ -369,8 +370,11 @@ class RemoteShardStore(ShardStoreBase):
             self._inflight.start_background(name, start, stop, read_ahead=True)
 
 
-def list_shard_names(location: Location, fs: Any) -> list[str]:
-    """The names of the ``shard-*`` objects at ``location`` (for ``verify``)."""
+def list_shard_names(location: Location, fs: Any) -> list[str] | None:
+    """The names of the ``shard-*`` objects at ``location`` (for ``verify``); None where the
+    store cannot list (a web server)."""
+    if not profile_of(location).lists:
+        return None
     with contextlib.suppress(Exception):
         fs.invalidate_cache(location.path)
     names = [n.rstrip("/").rsplit("/", 1)[-1] for n in fs.ls(location.path, detail=False)]

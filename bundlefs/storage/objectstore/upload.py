@@ -46,7 +46,7 @@ from bundlefs.core import format as fmt
 from bundlefs.errors import BundleError, PackError, note_cleanup
 from bundlefs.storage.location import Location
 from bundlefs.storage.marker import not_a_bundle, read_marker
-from bundlefs.storage.objectstore.client import error_reason, remote_filesystem
+from bundlefs.storage.objectstore.client import error_reason, profile_of, remote_filesystem
 from bundlefs.storage.objectstore.upload_progress import ByteCounter, Upload, UploadProgress
 
 log = logging.getLogger(__name__)
@@ -112,6 +112,11 @@ class RemotePublisher:
     def __init__(self, location: Location, *, jobs: int = DEFAULT_UPLOAD_JOBS) -> None:
         if location.is_local:
             raise ValueError("RemotePublisher publishes to remote locations only")
+        if not profile_of(location).writable:
+            raise PackError(
+                f"cannot pack to {location.url}: {location.protocol}:// bundles are read-only "
+                "(publish to a directory or an object store, and serve that)"
+            )
         self.location = location
         self.url = location.url
         self.jobs = max(1, jobs)
