@@ -26,6 +26,8 @@ from bundlefs.cli.output import EXIT_FAILURE, EXIT_OK, error, out
 from bundlefs.errors import BundleError, IsADirectory
 
 if TYPE_CHECKING:
+    from typing import BinaryIO
+
     from bundlefs.core.format import Entry
     from bundlefs.read.bundle import Bundle
 
@@ -243,6 +245,12 @@ def run_ls(args: argparse.Namespace) -> int:
 def add_cat_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("bundle", metavar="BUNDLE", help=BUNDLE_HELP)
     p.add_argument("paths", nargs="+", metavar="PATH", help="files to write to stdout, in order")
+    p.add_argument(
+        "--salvage",
+        action="store_true",
+        help="write zeros for bytes of a damaged file that cannot be read, name each lost range "
+        "on stderr, and go on (exit status 1 if anything was lost)",
+    )
 
 
 def run_cat(args: argparse.Namespace) -> int:
@@ -254,6 +262,9 @@ def run_cat(args: argparse.Namespace) -> int:
                 entry = bundle.resolve(path)
                 if entry.is_dir:
                     raise IsADirectory(f"{path!r} is a directory", path)
+                if args.salvage:
+                    result = _cat_salvaged(bundle, entry, path, stdout) or result
+                    continue
                 for piece in bundle.content.iter_content(entry, path):
                     stdout.write(piece)
             except BundleError as e:
@@ -262,3 +273,20 @@ def run_cat(args: argparse.Namespace) -> int:
                 result = EXIT_FAILURE
         stdout.flush()
     return result
+
+
+def _cat_salvaged(bundle: Bundle, entry: Entry, path: str, stdout: BinaryIO) -> int:
+    """Write a file's good bytes and zeros for each lost range, named on stderr; 1 if any."""
+    from bundlefs.read.salvage import LostRange, salvage_content
+
+    lost = 0
+    for piece in salvage_content(bundle.content, entry, path):
+        if isinstance(piece, LostRange):
+            stdout.flush()
+            error(str(piece))
+            lost += 1
+            for at in range(0, piece.length, 1 << 20):
+                stdout.write(bytes(min(1 << 20, piece.length - at)))
+        else:
+            stdout.write(piece)
+    return EXIT_FAILURE if lost else EXIT_OK

@@ -6,9 +6,14 @@ May import: the library layers, ``bundlefs.cli.output``, ``bundlefs.cli.options`
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from bundlefs.cli.options import BUNDLE_HELP, open_bundle
 from bundlefs.cli.output import EXIT_FAILURE, EXIT_OK, count, error, files_progress, out, status
+from bundlefs.errors import UsageError
+
+if TYPE_CHECKING:
+    from bundlefs.read.extract import ExtractSummary
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,12 +41,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_false",
         help="do not restore uid/gid (default: not as root)",
     )
+    p.add_argument(
+        "--salvage",
+        action="store_true",
+        help="keep a damaged file with holes where bytes were lost, and write a map of them "
+        "(exit status 1 if anything was lost)",
+    )
+    p.add_argument(
+        "--salvage-map",
+        metavar="FILE",
+        help="where --salvage writes its map of lost ranges (default: DEST.salvage-map)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary")
 
 
 def run(args: argparse.Namespace) -> int:
     from bundlefs.read.extract import extract
 
+    if args.salvage_map and not args.salvage:
+        raise UsageError("--salvage-map says where --salvage writes its map; give --salvage too")
     progress = files_progress("extracting")
 
     with open_bundle(args.bundle, args) as bundle:
@@ -52,8 +70,11 @@ def run(args: argparse.Namespace) -> int:
             force=args.force,
             owners=args.owners,
             progress=None if args.quiet else progress,
+            salvage=args.salvage,
         )
     status.clear()
+    if args.salvage:
+        _report_salvage(args, summary)
     for path in summary.damaged:
         error(f"{path} was not extracted: its content is damaged")
     if not args.quiet:
@@ -64,3 +85,16 @@ def run(args: argparse.Namespace) -> int:
             + f" ({count(summary.bytes, 'byte')}) into {summary.dest}"
         )
     return EXIT_OK if summary.ok else EXIT_FAILURE
+
+
+def _report_salvage(args: argparse.Namespace, summary: ExtractSummary) -> None:
+    """Write the map of lost ranges and say in one line what was lost (on stderr if anything)."""
+    from bundlefs.read.salvage import summary_line, write_map
+
+    target = args.salvage_map or summary.dest.rstrip("/") + ".salvage-map"
+    write_map(target, args.bundle, summary.lost)
+    line = f"{summary_line(summary.lost, summary.files)} (map: {target})"
+    if summary.lost:
+        error(line)
+    elif not args.quiet:
+        out(line)

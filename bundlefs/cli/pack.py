@@ -27,7 +27,7 @@ from bundlefs.cli.output import (
     status,
     warn,
 )
-from bundlefs.cli.pack_sources import SourceTotals, expand_sources
+from bundlefs.cli.pack_sources import SourceTotals, expand_sources, read_files_from
 from bundlefs.core import format as fmt
 from bundlefs.core.units import format_size
 from bundlefs.errors import PackError, UsageError
@@ -139,6 +139,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--skip-errors", action="store_true", help="skip unreadable files, and list them"
     )
     p.add_argument(
+        "--files-from",
+        metavar="LIST",
+        help="pack exactly the paths LIST names, one a line, relative to the directory SRC ('-': "
+        "stdin), stored in the listed order (default: the whole tree)",
+    )
+    p.add_argument(
+        "-0", "--null", action="store_true", help="--files-from's paths end with NUL, not newline"
+    )
+    p.add_argument(
         "--dask",
         metavar="ADDRESS|local:N",
         help="pack in partitions on a Dask cluster: a running scheduler's address, or local:N "
@@ -241,7 +250,9 @@ def run(args: argparse.Namespace) -> int:
     options = _options(args)
     sources = expand_sources(args.sources)
     source: str | list[str] = sources[0] if len(sources) == 1 else sources
-    progress = None if args.quiet else _progress(source)
+    progress = None if args.quiet else _progress([] if args.files_from else source)
+    if args.dask is not None and args.files_from:
+        raise UsageError("--files-from packs in one process; it does not go with --dask")
     if args.dask is not None:
         summary = _pack_on_dask(args, source, options, progress)
     elif args.partitions is not None:
@@ -284,6 +295,7 @@ def _options(args: argparse.Namespace) -> PackOptions:
         created_ns=parse_time(args.created) if args.created else None,
         storage_options=storage_options(args) or None,
         staging=args.staging,
+        files_from=read_files_from(args.files_from, args.null) if args.files_from else None,
     )
 
 

@@ -1,8 +1,8 @@
 """``bundlefs pack``'s SRC arguments: brace patterns the shell did not expand
-(``'shards-{000..009}.tar'``), and the background walk that sums a source directory's bytes for
-the progress line's ETA.
+(``'shards-{000..009}.tar'``), the ``--files-from`` list, and the background walk that sums a
+source directory's bytes for the progress line's ETA.
 
-May import: nothing of bundlefs.
+May import: ``bundlefs.errors``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,10 @@ import contextlib
 import os
 import re
 import stat
+import sys
 import threading
+
+from bundlefs.errors import PackError
 
 
 class SourceTotals:
@@ -67,3 +70,17 @@ def expand_sources(sources: list[str]) -> list[str]:
     for source in sources:
         out += [source] if source == "-" or os.path.lexists(source) else expand_braces(source)
     return out
+
+
+def read_files_from(source: str, null: bool) -> list[bytes]:
+    """The paths a ``--files-from`` list names (a file, or ``-``: stdin): one a line (``\r\n``
+    too), or NUL-separated with ``null``; empty ones (a trailing separator) left out."""
+    try:
+        if source == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with open(source, "rb") as f:
+                data = f.read()
+    except OSError as e:
+        raise PackError(f"cannot read the list {source}: {e.strerror or e}") from None
+    return [item for item in (data.split(b"\0") if null else data.splitlines()) if item]

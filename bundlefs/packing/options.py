@@ -66,6 +66,9 @@ class PackOptions:
     # bundle for a URL DEST is built in before it is uploaded (None: the temporary directory).
     storage_options: dict[str, Any] | None = None
     staging: str | None = None
+    # Pack only these paths of the directory SRC (relative to it), storing content in this order
+    # (``pack --files-from``; sources/listed.py); None: the whole tree.
+    files_from: Sequence[str | bytes] | None = None
 
 
 def parse_compression(spec: str) -> tuple[str, int | None]:

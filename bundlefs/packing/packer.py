@@ -1,8 +1,9 @@
 """Packing a source tree into a bundle, atomically and deterministically: ``pack``.
 
 This module only orchestrates. A source (``sources.base.DirectorySource`` walking a tree breadth
-first with names sorted bytewise, ``sources.archive``, ``sources.objects``, or the caller's own
-``EntrySource``) delivers entries; ``builder.EntryBuilder`` turns them into index entries;
+first with names sorted bytewise, ``sources.archive``, ``sources.objects``, ``sources.listed``
+for ``files_from``, or the caller's own ``EntrySource``) delivers entries;
+``builder.EntryBuilder`` turns them into index entries;
 ``content.ContentWriter`` writes file content into the shards; and ``destination.publish_built``
 stages the bundle in a locked temporary sibling of DEST, seals it and moves it into place (or
 uploads it) only once complete. Every failure is a ``PackError`` naming what went wrong, and
@@ -22,7 +23,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 
 from bundlefs.core import format as fmt
 from bundlefs.core.content_types import ContentTypeRules
-from bundlefs.errors import IndexWriteError
+from bundlefs.errors import IndexWriteError, PackError
 from bundlefs.packing.builder import EntryBuilder
 from bundlefs.packing.content import ContentWriter
 from bundlefs.packing.destination import (
@@ -47,6 +48,7 @@ from bundlefs.packing.sources.base import (
     SourceErrors,
     StreamingSource,
 )
+from bundlefs.packing.sources.listed import ListedSource
 from bundlefs.packing.sources.objects import ObjectSource
 from bundlefs.packing.sources.streams import STDIN
 from bundlefs.storage import publish
@@ -233,6 +235,11 @@ class _Packer:
                 excludes=self.options.excludes,
                 pool=pool,
             )
+        listed = self.options.files_from
+        if listed is not None:  # pack --files-from: those paths of a directory, in that order
+            if len(paths) != 1 or not os.path.isdir(paths[0]):
+                raise PackError("a list of files to pack (--files-from) needs one directory SRC")
+            return ListedSource(paths[0], listed, errors, excludes=self.options.excludes)
         if len(paths) == 1 and paths[0] != STDIN and os.path.isdir(paths[0]):
             return DirectorySource(
                 paths[0], errors, excludes=self.options.excludes, pool=pool, skip=self.work_id

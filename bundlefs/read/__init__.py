@@ -7,18 +7,19 @@ Modules import one way, bottom first (a module imports only those on lines above
 1. ``options`` (``ReadOptions``, ``RemoteOptions``; imports nothing of ``bundlefs``)
 2. ``cache`` (the record cache), ``tree`` (entries by inode, lookups, paths)
 3. ``content`` (file bytes through the cache)
-4. ``paths`` (``BundleStat``, ``BundleDirEntry``), ``fileobj`` (``BundleFile``), ``stream``
-   (whole-bundle traversals)
-5. ``assemble`` (``BundleParts``: the one place a bundle's storage is opened, local or remote),
+4. ``paths`` (``BundleStat``, ``BundleDirEntry``), ``fileobj`` (``BundleFile``), ``salvage`` (a
+   damaged file's good bytes and lost ranges)
+5. ``stream`` (whole-bundle traversals; a file's stat comes from ``paths``)
+6. ``assemble`` (``BundleParts``: the one place a bundle's storage is opened, local or remote),
    ``mapping`` (``BundleMapping``: the files as a ``Mapping``, which ``Bundle`` inherits)
-6. ``facts`` (``BundleInfo``, ``ShardDamage``)
-7. ``bundle`` (``Bundle``), ``verify`` (a package: its ``__init__`` orders its inside)
-8. ``extract``, ``export`` (over ``Bundle``)
+7. ``facts`` (``BundleInfo``, ``ShardDamage``)
+8. ``bundle`` (``Bundle``), ``verify`` (a package: its ``__init__`` orders its inside)
+9. ``extract``, ``export`` (over ``Bundle``)
 
 As the layering test reads it:
 
-Order (bottom first): options, cache | tree, content, paths | fileobj | stream, assemble |
-mapping, facts, bundle | verify, extract | export
+Order (bottom first): options, cache | tree, content, paths | fileobj | salvage, stream,
+assemble | mapping, facts, bundle | verify, extract | export
 
 Where the next features go: a record cache shared by several readers, or a store that resolves
 shards across bundles (delta bundles that reference a base), plug in at ``assemble``.

@@ -55,9 +55,9 @@ from bundlefs.read.paths import (
     StrPath,
     as_bytes,
     entry_stat,
-    glob_match,
     shown,
 )
+from bundlefs.read.stream import OnError, Shards
 from bundlefs.read.tree import TreeModel
 from bundlefs.storage.location import Location, parse_location
 from bundlefs.storage.store import FailedRead
@@ -126,8 +126,7 @@ class Bundle(BundleMapping):
 
     @property
     def tree(self) -> TreeModel:
-        """The tree by inode (read/tree.py), which the path methods, the mount and ``extract``
-        use."""
+        """The tree by inode (read/tree.py): the path methods, the mount and ``extract`` use it."""
         return self._tree
 
     @property
@@ -308,22 +307,23 @@ class Bundle(BundleMapping):
         """Like ``os.path.lexists``: whether ``path`` names an entry, a dangling symlink too."""
         return self._found(path, False) is not None
 
-    def iter_files(self) -> Iterator[tuple[str, bytes]]:
-        """(path, content) of every regular file, in the order the content is stored, so each
-        record is read and decompressed once however the bundle was packed (read/stream.py).
-        Each file is CRC-checked and held whole in memory: read large ones with ``open``."""
-        return stream.iter_files(self._tree, self._content)
+    @overload
+    def iter_files(
+        self, *, shards: Shards = None, with_stat: Literal[False] = False, on_error: OnError = ...
+    ) -> Iterator[tuple[str, bytes]]: ...
+    @overload
+    def iter_files(
+        self, *, shards: Shards = None, with_stat: Literal[True], on_error: OnError = ...
+    ) -> Iterator[tuple[str, BundleStat, bytes]]: ...
+    def iter_files(
+        self, *, shards: Shards = None, with_stat: bool = False, on_error: Any = "raise"
+    ):
+        """Each regular file's (path, bytes) or (path, stat, bytes), in stored order (stream.py)."""
+        return stream.iter_files(self._tree, self._content, shards, with_stat, on_error)
 
     def glob(self, pattern: str) -> list[str]:
         """Paths matching a shell pattern; ``*`` does not cross ``/``; ``**`` matches any depth."""
-        parts = pattern.strip("/").split("/")
-        out = []
-        for top, dirs, files in self.walk(""):
-            for name in dirs + files:
-                path = os.path.join(top, name) if top else name
-                if glob_match(path.split("/"), parts):
-                    out.append(path)
-        return sorted(out)
+        return stream.glob(self.walk(""), pattern)
 
     def read(self, path: Path) -> bytes:
         """The whole content of the file at ``path``, checked against its CRC32C

@@ -19,7 +19,7 @@ the partial tree is (``note_cleanup``).
 Conflicts: DEST may be missing or an empty directory. A non-empty DEST needs ``force``; then files
 and symlinks in the way are replaced, existing directories are merged into, and a directory where
 a non-directory belongs is an error. A file whose content is damaged is removed again, reported in
-the summary, and the rest is still extracted. Imports: bundle, verify, format, errors.
+the summary, and the rest is still extracted (with ``salvage``: kept, a hole where bytes were lost).
 
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.read``, ``bundlefs.storage.publish``.
 """
@@ -42,10 +42,10 @@ from bundlefs.errors import (
     ExtractError,
     NotADirectory,
     PackError,
-    naming,
     note_cleanup,
 )
 from bundlefs.read.bundle import Bundle
+from bundlefs.read.salvage import LostRange, write_content
 from bundlefs.storage import publish
 
 log = logging.getLogger(__name__)
@@ -65,10 +65,11 @@ class ExtractSummary:
     bytes: int = 0
     damaged: list[str] = field(default_factory=list)  # files not extracted: content is damaged
     not_created: list[str] = field(default_factory=list)  # devices mknod refused (not root)
+    lost: list[LostRange] = field(default_factory=list)  # with salvage: the holes left
 
     @property
     def ok(self) -> bool:
-        return not self.damaged and not self.not_created
+        return not self.damaged and not self.not_created and not self.lost
 
 
 def extract(
@@ -79,6 +80,7 @@ def extract(
     force: bool = False,
     owners: bool | None = None,
     progress: Callable[[ExtractSummary], None] | None = None,
+    salvage: bool = False,
 ) -> ExtractSummary:
     """Extract ``paths`` (default: everything) of ``bundle`` under ``dest``.
 
@@ -89,6 +91,7 @@ def extract(
         owners = os.geteuid() == 0
     selected = _select(bundle, paths)
     writer = _Writer(bundle, dest_s, force, owners, progress)
+    writer.salvage = salvage
     if not os.path.lexists(dest_s):
         # A new DEST is filled under a temporary name and renamed once complete: an extract
         # that fails or is interrupted leaves no partial tree that looks whole (a killed one
@@ -208,6 +211,7 @@ class _Writer:
         # content inode -> path (components from DEST) of its first extracted name
         self._linked: dict[int, tuple[bytes, ...]] = {}
         self._dest_fd = -1
+        self.salvage = False  # keep a damaged file, its lost ranges holes (read/salvage.py)
 
     def extract_path(
         self, dest_fd: int, parts: list[bytes], entry: fmt.Entry, *, whole_bundle: bool
@@ -353,13 +357,9 @@ class _Writer:
         path = os.fsdecode(b"/".join(rel))
         fd = os.open(name, _FILE_FLAGS, 0o600, dir_fd=dir_fd)
         try:
-            try:
-                for piece in self.bundle.content.iter_content(entry, path):
-                    view = memoryview(piece)
-                    # a full disk is said with the file's name in DEST
-                    with naming(os.path.join(self.summary.dest, path)):
-                        while view:
-                            view = view[os.write(fd, view) :]
+            lost = self.summary.lost if self.salvage else None
+            try:  # a full disk is said with the file's name in DEST
+                write_content(fd, self.bundle.content, entry, path, lost, self.summary.dest)
             except CorruptDataError:
                 os.unlink(name, dir_fd=dir_fd)
                 self.summary.damaged.append(path)

@@ -1,13 +1,18 @@
 """Whole-bundle traversals: every path breadth first, and every file's content in stored order.
 
-``walk`` is ``os.walk``'s order over ``Bundle.scandir``. ``breadth_first`` is the index's own
-order (one forward scan: each directory's children are a contiguous run of inodes).
+``walk`` is ``os.walk``'s order over ``Bundle.scandir`` (``glob`` matches what it yields).
+``breadth_first`` is the index's own order (one forward scan: each directory's children are a
+contiguous run of inodes).
 ``iter_files`` is the streaming read of a whole bundle (what WebDataset users do with tar
 shards): the files in shard-stream order, so each record is read and decompressed once however
 the bundle was packed (a directory pack stores content in inode order, an archive pack in the
-archive's order). ``Bundle`` exposes all three.
+archive's order). ``Bundle`` exposes them.
 
-May import: ``bundlefs.core``, ``bundlefs.read.tree``, ``bundlefs.read.content``.
+``iter_files`` may stream only some shards (a worker's split), give each file's stat, and go on
+past a damaged file (``on_error``).
+
+May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.read.tree``,
+``bundlefs.read.content``, ``bundlefs.read.paths``.
 """
 
 from __future__ import annotations
@@ -15,11 +20,13 @@ from __future__ import annotations
 import array
 import os
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Container, Iterable, Iterator
+from typing import Any, Literal, overload
 
 from bundlefs.core import format as fmt
+from bundlefs.errors import CorruptDataError, FormatError
 from bundlefs.read.content import ContentReader
+from bundlefs.read.paths import BundleStat, entry_stat, glob_match
 from bundlefs.read.tree import TreeModel
 
 
@@ -60,11 +67,23 @@ def walk(
                 pending.append(os.path.join(current, name) if current else name)
 
 
+def glob(walked: Iterable[tuple[str, list[str], list[str]]], pattern: str) -> list[str]:
+    """The paths ``walk`` yields that match a shell pattern (``Bundle.glob``), sorted."""
+    parts = pattern.strip("/").split("/")
+    out = []
+    for top, dirs, files in walked:
+        for name in dirs + files:
+            path = os.path.join(top, name) if top else name
+            if glob_match(path.split("/"), parts):
+                out.append(path)
+    return sorted(out)
+
+
 class _StoredFiles:
     """Where each file is stored, from one scan of the index: 24 bytes a file in three arrays
     (plus the directories' paths), not a tuple and a path string each (~200 bytes)."""
 
-    def __init__(self, tree: TreeModel) -> None:
+    def __init__(self, tree: TreeModel, shards: Container[int] | None = None) -> None:
         self.keys = array.array("Q")  # shard << 48 | offset: the stream position (format §3)
         self.files = array.array("Q")  # the inode holding the content (a hard link's target)
         self.names = array.array("Q")  # the inode of the name (a LINK entry's own)
@@ -80,7 +99,7 @@ class _StoredFiles:
                     name = os.fsdecode(entry.name)
                     self.dir_paths.append(top + "/" + name if top else name)
                     pending.append((len(self.dir_paths) - 1, entry))
-                elif entry.is_file:
+                elif entry.is_file and (shards is None or entry.shard in shards):
                     self._add(entry, directory.first_child + i, slot)
 
     def _add(self, entry: fmt.Entry, name_ino: int, slot: int) -> None:
@@ -99,27 +118,111 @@ class _StoredFiles:
         return order
 
 
-def stored_names(tree: TreeModel) -> Iterator[tuple[str, int]]:
-    """(path, inode holding the content) of every regular file's every name, in the order the
-    content is stored: what ``iter_files`` reads, and the keys of the ``Bundle`` mapping."""
-    stored = _StoredFiles(tree)
+def stored_names(
+    tree: TreeModel, shards: Container[int] | None = None
+) -> Iterator[tuple[str, int]]:
+    """(path, inode holding the content) of every regular file's every name (of those stored in
+    ``shards``; None: all), in the order the content is stored: what ``iter_files`` reads, and
+    the keys of the ``Bundle`` mapping."""
+    stored = _StoredFiles(tree, shards)
     for i in stored.order():
         top = stored.dir_paths[stored.dirs[i]]
         name = os.fsdecode(tree.stored_entry(stored.names[i]).name)
         yield (top + "/" + name if top else name), stored.files[i]
 
 
-def iter_files(tree: TreeModel, content: ContentReader) -> Iterator[tuple[str, bytes]]:
-    """(path, content) of every regular file, in the order the content is stored.
+Shards = int | range | Iterable[int] | None
+OnError = Literal["raise", "skip"] | Callable[[str, CorruptDataError], object]
+
+
+def shard_filter(content: ContentReader, shards: Shards) -> Container[int] | None:
+    """The shard numbers ``shards`` names as a set to test files against (a ``range`` kept as one);
+    ``ValueError`` for a number the bundle has no shard of. None: every shard."""
+    if shards is None:
+        return None
+    wanted: range | frozenset[int]
+    if isinstance(shards, int):
+        wanted = frozenset((shards,))
+    elif isinstance(shards, range):
+        wanted = shards
+    else:
+        wanted = frozenset(shards)
+    for shard in (min(wanted), max(wanted)) if wanted else ():
+        try:
+            content.shard_info(shard)
+        except FormatError:
+            raise ValueError(f"the bundle has no shard {shard}") from None
+    return wanted
+
+
+@overload
+def iter_files(
+    tree: TreeModel,
+    content: ContentReader,
+    shards: Shards = None,
+    with_stat: Literal[False] = False,
+    on_error: OnError = "raise",
+) -> Iterator[tuple[str, bytes]]: ...
+@overload
+def iter_files(
+    tree: TreeModel,
+    content: ContentReader,
+    shards: Shards,
+    with_stat: Literal[True],
+    on_error: OnError = "raise",
+) -> Iterator[tuple[str, BundleStat, bytes]]: ...
+@overload
+def iter_files(
+    tree: TreeModel,
+    content: ContentReader,
+    shards: Shards = None,
+    with_stat: bool = False,
+    on_error: OnError = "raise",
+) -> Iterator[tuple[str, bytes]] | Iterator[tuple[str, BundleStat, bytes]]: ...
+def iter_files(
+    tree: TreeModel,
+    content: ContentReader,
+    shards: Shards = None,
+    with_stat: bool = False,
+    on_error: OnError = "raise",
+) -> Iterator[tuple[str, bytes]] | Iterator[tuple[str, BundleStat, bytes]]:
+    """(path, content) of every regular file, in the order the content is stored — or
+    (path, stat, content) ``with_stat``.
 
     A hard-linked file comes once per name, each name right after the other, from one read.
-    Each file's CRC is checked (``CorruptDataError``) and each is held whole in memory.
-    Symlinks and directories are not yielded.
+    Each file's CRC is checked and each is held whole in memory. Symlinks and directories are not
+    yielded. ``shards`` (a number, a ``range`` or numbers) keeps the files whose content is stored
+    in those shards. A damaged file (``CorruptDataError``) ends the iteration (``on_error="raise"``)
+    or is left out (``"skip"``); a callable is called with (path, error) for each name of it and
+    leaves it out unless it raises.
     """
-    last_ino, last_data = 0, b""
-    for path, ino in stored_names(tree):
-        if ino != last_ino:
-            entry = tree.entry(ino)
+    wanted = shard_filter(content, shards)  # said at the call, not at the first next()
+    if on_error not in ("raise", "skip") and not callable(on_error):
+        raise ValueError(f"on_error must be 'raise', 'skip' or a callable, not {on_error!r}")
+    return _stream(tree, content, wanted, with_stat, on_error)
+
+
+def _stream(
+    tree: TreeModel,
+    content: ContentReader,
+    wanted: Container[int] | None,
+    with_stat: bool,
+    on_error: OnError,
+) -> Iterator[Any]:
+    last_ino: int = 0
+    last: bytes | CorruptDataError = b""
+    for path, ino in stored_names(tree, wanted):
+        entry = tree.entry(ino)
+        if entry.ino != last_ino:
             last_ino = entry.ino
-            last_data = bytes(content.read_at(entry, 0, entry.size, path=path))
-        yield path, last_data
+            try:
+                last = bytes(content.read_at(entry, 0, entry.size, path=path))
+            except CorruptDataError as e:
+                if on_error == "raise":
+                    raise
+                last = e
+        if isinstance(last, CorruptDataError):
+            if callable(on_error):
+                on_error(path, last)
+            continue
+        yield (path, entry_stat(tree, entry), last) if with_stat else (path, last)

@@ -2,9 +2,9 @@
 
 Bottom first: ``base`` (the seam, ``DirectorySource``), ``synthetic`` (an in-memory tree and the
 one set of name rules for sources of made-up entries) and ``streams`` (archive streams), then
-``archive`` (tar and zip), ``objects`` (an object-store prefix) and ``stored`` (layers of trees
-already stored in bundles). A new archive format is one more module over ``synthetic`` and
-``streams``.
+``archive`` (tar and zip), ``objects`` (an object-store prefix), ``stored`` (layers of trees
+already stored in bundles) and ``listed`` (the listed paths of a directory, in list order). A
+new archive format is one more module over ``synthetic`` and ``streams``.
 
-Order (bottom first): base, synthetic | streams, archive | objects | stored
+Order (bottom first): base, synthetic | streams, archive | objects | stored | listed
 """

@@ -29,7 +29,6 @@ May import: ``bundlefs.errors``, ``bundlefs.packing.sources`` (``base``, ``strea
 from __future__ import annotations
 
 import dataclasses
-import errno
 import io
 import logging
 import os
@@ -45,10 +44,8 @@ from typing import IO
 from bundlefs.errors import PackError
 from bundlefs.packing.sources.base import (
     READ_CHUNK,
-    Content,
     ContentSink,
     SourceErrors,
-    SourceItem,
     excluded_below,
 )
 from bundlefs.packing.sources.streams import (
@@ -68,6 +65,7 @@ from bundlefs.packing.sources.streams import (
 from bundlefs.packing.sources.synthetic import (
     Dir,
     File,
+    LoadedTreeSource,
     Special,
     Symlink,
     SyntheticStat,
@@ -89,7 +87,7 @@ def is_archive_path(path: str) -> bool:
     return path == STDIN or os.path.isfile(path)
 
 
-class ArchiveSource:
+class ArchiveSource(LoadedTreeSource):
     """The tree held by one or more archives (``-`` is a tar on stdin), in the order given.
 
     ``load`` must run (once) before the builder asks for ``root``: it reads every archive and
@@ -288,21 +286,6 @@ class ArchiveSource:
             raise PackError(f"refusing the archive member {shown}: {why}")
         log.warning("skipping the archive member %s: %s", shown, why)
         self.errors.skipped.append(shown)
-
-    # -- EntrySource -------------------------------------------------------------------------------
-
-    def root(self) -> SourceItem:
-        return self._tree.root()
-
-    def children(self, rel: bytes) -> Iterator[SourceItem]:
-        return self._tree.children(rel)
-
-    def readlink(self, item: SourceItem) -> bytes:
-        return self._tree.readlink(item)
-
-    def open(self, item: SourceItem) -> Content:
-        # Every regular file item carries ``stored``: the builder never asks.
-        raise OSError(errno.EINVAL, "archive content was stored while the archive was read")
 
 
 def _tar_mtime_ns(member: tarfile.TarInfo) -> int:

@@ -14,7 +14,8 @@ entries by path the way ``tar -x`` would, refusing (never following) what a bund
   ``fmt.MAX_NAME`` bytes, no NUL.
 
 The tree is then an ``EntrySource`` (``root``, ``children``, ``readlink``) whose file items carry
-their ``stored`` content. Memory: one small object per entry, plus its name.
+their ``stored`` content; ``LoadedTreeSource`` is that side of a source built on one. Memory: one
+small object per entry, plus its name.
 
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.packing.sources.base``.
 """
@@ -29,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from bundlefs.core import format as fmt
 from bundlefs.errors import PackError
-from bundlefs.packing.sources.base import SourceItem, StoredContent
+from bundlefs.packing.sources.base import Content, SourceItem, StoredContent
 
 DIR_MODE = statmod.S_IFDIR | 0o755  # implied directories (and a root no entry describes)
 
@@ -249,3 +250,24 @@ class SyntheticTree:
             node = node.children[part]
         assert node is not None
         return node
+
+
+class LoadedTreeSource:
+    """The ``EntrySource`` side of a source that builds a ``SyntheticTree`` (``self._tree``) when
+    it is loaded, storing every file's content then (an archive read once, a list of files): the
+    builder walks the tree and never opens a file."""
+
+    _tree: SyntheticTree
+
+    def root(self) -> SourceItem:
+        return self._tree.root()
+
+    def children(self, rel: bytes) -> Iterator[SourceItem]:
+        return self._tree.children(rel)
+
+    def readlink(self, item: SourceItem) -> bytes:
+        return self._tree.readlink(item)
+
+    def open(self, item: SourceItem) -> Content:
+        # Every regular file item carries ``stored``: the builder never asks.
+        raise OSError(errno.EINVAL, "the content was stored when the source was loaded")
