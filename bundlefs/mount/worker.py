@@ -61,27 +61,9 @@ def serve(
     """
     import trio
 
-    stopped_by: list[int] = []
     if blocking:
-
-        def stop(signum: int, _frame: object) -> None:
-            stopped_by.append(signum)
-            # Only while the loop runs: terminate() needs trio's context, and a signal may come
-            # just before the loop starts or after it ended (the supervisor stopping a worker
-            # that is already leaving because the mount went away).
-            with contextlib.suppress(RuntimeError):
-                pyfuse3.terminate()
-
-        for signum in stop_signals:
-            signal.signal(signum, stop)
-
-        async def main_blocking() -> None:
-            if stopped_by:
-                return  # stopped before the loop began
-            await pyfuse3.main(1, 1, blocking=True)
-
-        trio.run(main_blocking)
-        return ENDED_BY_SIGNAL if stopped_by else ENDED_UNMOUNTED
+        return _serve_blocking(pyfuse3, stop_signals)
+    stopped_by: list[int] = []
     watched = stop_signals + ((stats_signal,) if stats_signal is not None else ())
 
     async def watch_signals() -> None:
@@ -102,6 +84,41 @@ def serve(
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+    return ENDED_BY_SIGNAL if stopped_by else ENDED_UNMOUNTED
+
+
+def _serve_blocking(pyfuse3: ModuleType, stop_signals: tuple[int, ...]) -> int:
+    """``serve`` with a blocking receive: stop signals end the loop from a plain handler."""
+    import trio
+
+    stopped_by: list[int] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        stopped_by.append(signum)
+        # Only while the loop runs: terminate() needs trio's context, and a signal may come
+        # just before the loop starts or after it ended (the supervisor stopping a worker
+        # that is already leaving because the mount went away).
+        with contextlib.suppress(RuntimeError):
+            pyfuse3.terminate()
+
+    for signum in stop_signals:
+        signal.signal(signum, stop)
+
+    async def main_blocking() -> None:
+        try:
+            if not stopped_by:  # else stopped before the loop began
+                await pyfuse3.main(1, 1, blocking=True)
+        finally:
+            # trio's teardown closes its wakeup socket before it restores the wakeup fd
+            # (trio/_core/_wakeup_socketpair.py): a stop signal in between is written to a
+            # closed descriptor and logged as "Exception ignored … Traceback". Held back
+            # until trio has ended, it reaches ``stop`` alone.
+            signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+
+    try:
+        trio.run(main_blocking)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
     return ENDED_BY_SIGNAL if stopped_by else ENDED_UNMOUNTED
 
 
