@@ -59,10 +59,10 @@ def serve(
     signals then end it from a plain signal handler, which the interrupted read lets run.
     Raises whatever ends pyfuse3's loop otherwise (the caller logs it).
     """
-    import trio
-
     if blocking:
         return _serve_blocking(pyfuse3, stop_signals)
+    import trio
+
     stopped_by: list[int] = []
     watched = stop_signals + ((stats_signal,) if stats_signal is not None else ())
 

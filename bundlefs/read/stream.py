@@ -209,12 +209,11 @@ def _stream(
     with_stat: bool,
     on_error: OnError,
 ) -> Iterator[Any]:
-    last_ino: int = 0
+    entry: fmt.Entry | None = None
     last: bytes | CorruptDataError = b""
     for path, ino in stored_names(tree, wanted):
-        entry = tree.entry(ino)
-        if entry.ino != last_ino:
-            last_ino = entry.ino
+        if entry is None or ino != entry.ino:  # a hard link's names follow each other: one read
+            entry = tree.entry(ino)
             try:
                 last = bytes(content.read_at(entry, 0, entry.size, path=path))
             except CorruptDataError as e:
