@@ -127,3 +127,38 @@ class TreeCounts:
             for name in ("files", "dirs", "symlinks", "hardlinks", "data_bytes", "specials")
             if getattr(claimed, name) != getattr(self, name)
         ]
+
+
+# -- directory totals (version 5) ------------------------------------------------------------------
+
+_ONE_ENTRY = fmt.TreeTotals(entries=1)
+
+
+def child_totals(child: fmt.Entry, below: fmt.TreeTotals | None = None) -> fmt.TreeTotals:
+    """What one child adds to its directory's totals: itself (a regular file without ``LINK``
+    counts as a file and its bytes, its first name holding the content; every entry counts as an
+    entry) and, for a directory, ``below``, its own totals."""
+    if child.is_dir:
+        mine = fmt.TreeTotals(dirs=1, entries=1)
+        return mine if below is None else mine + below
+    if child.is_file and not child.is_link:
+        return fmt.TreeTotals(files=1, bytes=child.size, entries=1)
+    return _ONE_ENTRY
+
+
+def directory_totals(directory: int, stored: fmt.TreeTotals, summed: fmt.TreeTotals) -> str | None:
+    """A directory's totals are the sum of what its children add (``child_totals``)."""
+    if stored != summed:
+        return f"directory {directory} has totals {stored}, its children add up to {summed}"
+    return None
+
+
+def root_totals(config: fmt.Config, root: fmt.TreeTotals) -> str | None:
+    """The root's totals are the config's counts: every file and byte, every directory and
+    entry but the root itself. Checked at open: one lookup, no scan."""
+    expected = fmt.TreeTotals(
+        config.file_count, config.dir_count - 1, config.data_bytes, config.entry_count - 1
+    )
+    if root != expected:
+        return f"the root's totals {root} are not the config's counts {expected}"
+    return None

@@ -95,6 +95,20 @@ class TreeModel:
         """The bundle's own metadata (``pack --meta``); empty for version 1."""
         return self._index.meta()
 
+    def stored_totals(self, ino: int) -> fmt.TreeTotals | None:
+        """Directory ``ino``'s totals as stored (version 5), or None before version 5."""
+        return self._index.tree_totals(ino)
+
+    def totals(self, entry: fmt.Entry) -> fmt.TreeTotals:
+        """What lies below an entry (``integrity.child_totals`` added up): a directory's stored
+        totals (version 5: one lookup), else a walk of its subtree that gives the same answer in
+        O(subtree); a regular file is one file of its size, anything else nothing."""
+        if not entry.is_dir:
+            mine = integrity.child_totals(entry)
+            return fmt.TreeTotals(files=mine.files, bytes=mine.bytes)
+        stored = self.stored_totals(entry.ino)
+        return _walked_totals(self._index, entry) if stored is None else stored
+
     def lookup(self, parent: fmt.Entry, name: bytes) -> fmt.Entry | None:
         """The child ``name`` of directory ``parent`` (links resolved), or None."""
         if not parent.is_dir:
@@ -312,3 +326,16 @@ class TreeModel:
                 return self._resolve(target, follow_last, hops + 1)
             stack.append(child)
         return stack[-1]
+
+
+def _walked_totals(index: IndexReader, directory: fmt.Entry) -> fmt.TreeTotals:
+    """A directory's totals added up by walking its subtree (bundles before version 5)."""
+    found = fmt.TreeTotals()
+    pending = [directory]
+    while pending:
+        below = pending.pop()
+        for child in index.iter_entries(below.first_child, below.size):
+            found += integrity.child_totals(child)
+            if child.is_dir:
+                pending.append(child)
+    return found

@@ -89,6 +89,7 @@ class IndexReader:
             self.owners = self._load_owners()
             self.content_types = self._load_content_types()
             self.meta()  # checked once at open: at most 1,024 items, so a bad one fails here
+            _check_totals(self)
         except BaseException:
             self.close()  # else the shared environment would stay open for the process's life
             raise
@@ -233,6 +234,18 @@ class IndexReader:
             raise FormatError(f"index is damaged reading metadata: {e}") from None
         return found
 
+    def totals_held(self) -> int | None:
+        """How many keys ``totals`` holds (version 5), or None before version 5."""
+        db = self._dbs.get(fmt.DB_TOTALS)
+        return None if db is None else self._txn().stat(db)["entries"]
+
+    def tree_totals(self, ino: int) -> fmt.TreeTotals | None:
+        """What lies below directory ``ino`` (version 5's ``totals``); None before version 5.
+        A directory without totals in a version 5 index is a ``FormatError``."""
+        db = self._dbs.get(fmt.DB_TOTALS)
+        key, what = fmt.totals_key(ino), f"totals of directory {ino}"
+        return None if db is None else fmt.decode_totals(ino, self._get(db, key, what))
+
     def content_type(self, entry: fmt.Entry) -> str | None:
         """The media type of a file entry (decoded, so its index is in range), or None."""
         if entry.content_type == fmt.NO_CONTENT_TYPE:
@@ -344,3 +357,18 @@ class IndexReader:
         if codec is None:
             codec = self._codecs[shard] = self.shard_info(shard).codec
         return codec
+
+
+def _check_totals(index: IndexReader) -> None:
+    """Version 5, at open: one totals key per directory, and the root's totals are the config's
+    counts (an LMDB count and one lookup: no scan)."""
+    held = index.totals_held()
+    if held is None:
+        return
+    if held != index.config.dir_count:
+        raise FormatError(
+            f"index holds totals of {held} directories, the config counts {index.config.dir_count}"
+        )
+    root = index.tree_totals(fmt.ROOT_INO)
+    assert root is not None
+    integrity.enforce(integrity.root_totals(index.config, root))

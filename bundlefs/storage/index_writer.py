@@ -68,6 +68,10 @@ class IndexWriter:
         overwrites it in place)."""
         self._put(fmt.DB_ENTRIES, fmt.entry_key(entry.ino), fmt.encode_entry(entry), append=False)
 
+    def put_totals(self, ino: int, totals: fmt.TreeTotals) -> None:
+        """A directory's totals (version 5), in inode order."""
+        self._put(fmt.DB_TOTALS, fmt.totals_key(ino), fmt.encode_totals(totals), append=True)
+
     def put_record(self, record: fmt.Record) -> None:
         key = fmt.record_key(record.shard, record.offset)
         self._put(fmt.DB_RECORDS, key, fmt.encode_record(record), append=True)

@@ -1,4 +1,4 @@
-"""The bundlefs on-disk format, version 4 (versions 1 to 3 still read): layouts and keys.
+"""The bundlefs on-disk format, version 5 (versions 1 to 4 still read): layouts and keys.
 
 This package is docs/format.md in code. It is pure: it does no I/O and imports neither lmdb nor
 lz4. Every decoder validates what it decodes and raises ``FormatError`` for anything the document
@@ -8,9 +8,10 @@ and dispatches an entry to its version's layout.
 
 One room per job, each importing only the rooms before it in this order (bottom first):
 ``constants`` (versions, names, limits, codes, flags) → ``keys`` (LMDB keys, shard file names, the
-version check, metadata and content types) → ``bundle`` (marker, LMDB meta probe, config, owners)
+version check, metadata, content types, directory totals) → ``bundle`` (marker, LMDB meta probe,
+config, owners)
 → ``entry`` (``Entry`` and the validation every layout shares) → ``entry_v2`` (the layout of
-versions 1 and 2) and ``entry_v3`` (the compact layout of versions 3 and 4) → ``records``
+versions 1 and 2) and ``entry_v3`` (the compact layout of versions 3 to 5) → ``records``
 (records, the shard table, the shard header) → this module.
 
 Order (bottom first): constants, keys, bundle, entry, entry_v2 | entry_v3, records
@@ -51,13 +52,18 @@ from bundlefs.core.format.constants import (
     DB_OWNERS,
     DB_RECORDS,
     DB_SHARDS,
+    DB_TOTALS,
     DB_TYPES,
     DEFAULT_BLOCK_SIZE,
     DEFAULT_LARGE_FILE_THRESHOLD,
     DEFAULT_RECORD_SIZE,
     DEVICE_KINDS,
+    DIGEST_NAME,
+    DIGEST_SIZE,
     FIRST_SPECIAL_VERSION,
+    FIRST_V5_VERSION,
     FLAG_CONTENT_TYPE,
+    FLAG_DIGEST,
     FLAG_LINK,
     FLAG_NLINK,
     FLAG_USER_DATA,
@@ -98,9 +104,11 @@ from bundlefs.core.format.constants import (
     SPECIAL_KINDS,
     SUPPORTED_VERSIONS,
     V1_DBS,
+    V2_DBS,
     XATTR_BUNDLE,
     XATTR_CONTENT_TYPE,
     XATTR_CRC,
+    XATTR_DIGEST,
     XATTR_STATS,
     XATTR_USER_DATA,
     databases,
@@ -122,20 +130,25 @@ from bundlefs.core.format.entry_v3 import (
     _entry_name_v3,
 )
 from bundlefs.core.format.keys import (
+    TOTALS_SIZE,
+    TreeTotals,
     check_version,
     content_type_key,
     decode_content_type,
     decode_entry_key,
     decode_meta,
     decode_record_key,
+    decode_totals,
     encode_content_type,
     encode_meta_value,
+    encode_totals,
     entry_key,
     meta_key,
     owner_key,
     record_key,
     shard_filename,
     shard_key,
+    totals_key,
 )
 from bundlefs.core.format.records import (
     OWN_BUNDLE_ID,
@@ -188,6 +201,18 @@ def decode_entry(ino: int, data: bytes, version: int = FORMAT_VERSION) -> Entry:
 
 
 __all__ = [
+    "totals_key",
+    "encode_totals",
+    "decode_totals",
+    "TreeTotals",
+    "TOTALS_SIZE",
+    "XATTR_DIGEST",
+    "V2_DBS",
+    "FLAG_DIGEST",
+    "FIRST_V5_VERSION",
+    "DIGEST_SIZE",
+    "DIGEST_NAME",
+    "DB_TOTALS",
     "ALL_DBS",
     "COMPRESSION_LZ4",
     "COMPRESSION_NAMES",

@@ -61,6 +61,8 @@ def _encode_entry_v2(e: Entry) -> bytes:
     if e.user_data:
         flags |= FLAG_USER_DATA
         middle += _U16.pack(len(e.user_data)) + e.user_data
+    if e.digest:
+        raise FormatError("versions 1 and 2 store no digest")
     _check_mtime(e)
     return _HEADER.pack(e.mode, flags, e.owner, e.mtime_ns, e.size) + middle + e.name
 

@@ -1,7 +1,8 @@
-"""The compact entry layout of versions 3 and 4 (docs/format.md §3.3.1): mode, flags and a layout
+"""The compact entry layout of versions 3 to 5 (docs/format.md §3.3.1): mode, flags and a layout
 byte, then each field only as wide as its value needs. A small file's entry is 19 bytes before its
 name, not the 34 of versions 1 and 2 (index bytes per file: docs/scale.md). Version 4 adds the
-special files (§3.3.2) and changes nothing else.
+special files (§3.3.2), version 5 the ``DIGEST`` part of a regular file (§3.3); nothing else
+changed.
 
 May import: the standard library, ``bundlefs.errors``, ``bundlefs.core.format.constants``,
 ``bundlefs.core.format.keys``, ``bundlefs.core.format.entry``.
@@ -14,8 +15,10 @@ import struct
 from bundlefs.core.format.constants import (
     _KNOWN_ENTRY_FLAGS,
     DEVICE_KINDS,
+    DIGEST_SIZE,
     FIRST_SPECIAL_VERSION,
     FLAG_CONTENT_TYPE,
+    FLAG_DIGEST,
     FLAG_LINK,
     FLAG_NLINK,
     FLAG_USER_DATA,
@@ -36,6 +39,7 @@ from bundlefs.core.format.entry import (
     _check_mtime,
     _decode_rest,
     _device_numbers,
+    _digest_part,
     _file_tail,
     _part,
 )
@@ -120,10 +124,13 @@ def _encode_entry_v3(e: Entry, version: int) -> bytes:
     if e.user_data:
         flags |= FLAG_USER_DATA
         tail += _U16.pack(len(e.user_data)) + e.user_data
+    digest_flag, digest = _digest_part(e, version)
+    flags |= digest_flag
     return (
         _V3_PREFIX.pack(e.mode, flags, layout)
         + _v3_fixed(part, layout).pack(*fields)
         + tail
+        + digest
         + e.name
     )
 
@@ -147,7 +154,7 @@ def _decode_entry_v3(ino: int, data: bytes, version: int) -> Entry:
 # Where the name starts, by (file type, flags, layout), for values whose name offset those fix
 # (neither a symlink nor user data): a binary search reads ~17 names per lookup in a
 # 100,000-entry directory, and the table takes entry_name from ~1.2 µs to ~0.4 µs (measured).
-# Only valid flag and layout bits are kept, so it holds at most 7 x 16 x 64 items.
+# Only valid flag and layout bits are kept, so it holds at most 7 x 32 x 64 items.
 _NAME_AT: dict[int, int] = {}
 _PART_OF_KIND = {
     KIND_DIR: _PART_DIR,
@@ -179,8 +186,11 @@ def _entry_name_v3(data: bytes) -> bytes:
             raise FormatError("entry is truncated") from None
     if flags & FLAG_USER_DATA:
         pos += 2 + int.from_bytes(data[pos : pos + 2], "big")
-    elif (
-        part != _PART_SYMLINK
+    if flags & FLAG_DIGEST:  # after the user data, right before the name
+        pos += DIGEST_SIZE
+    if (
+        not flags & FLAG_USER_DATA
+        and part != _PART_SYMLINK
         and not flags & ~_KNOWN_ENTRY_FLAGS
         and not layout & ~_KNOWN_LAYOUT
         and (kind in (KIND_FILE, KIND_DIR) or kind in SPECIAL_KINDS)

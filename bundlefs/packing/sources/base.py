@@ -86,6 +86,8 @@ class StoredContent:
     head: bytes  # its first HEAD_SIZE bytes (fewer if it is shorter), for content sniffing
     # The media type it already has (a merge keeps its input's); None: the builder's rules say.
     content_type: str | None = None
+    # Its digest (format version 5, fmt.DIGEST_NAME); b"": none (a merged file of an older input).
+    digest: bytes = b""
 
 
 @dataclass(slots=True)
