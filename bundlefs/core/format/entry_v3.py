@@ -1,8 +1,8 @@
 """The compact entry layout of versions 3 to 5 (docs/format.md §3.3.1): mode, flags and a layout
 byte, then each field only as wide as its value needs. A small file's entry is 19 bytes before its
 name, not the 34 of versions 1 and 2 (index bytes per file: docs/scale.md). Version 4 adds the
-special files (§3.3.2), version 5 the ``DIGEST`` part of a regular file (§3.3); nothing else
-changed.
+special files (§3.3.2), version 5 the 16-byte ``DIGEST`` part of a regular file (§3.3: 35 bytes
+before the name); nothing else changed.
 
 May import: the standard library, ``bundlefs.errors``, ``bundlefs.core.format.constants``,
 ``bundlefs.core.format.keys``, ``bundlefs.core.format.entry``.

@@ -226,19 +226,19 @@ class TreeCheck:
 
     def _check_totals(self, tree: InodeTable) -> None:
         """Each directory's stored totals against what its children add up to, from the last
-        directory back (a child directory's inode is above its parent's). A second read of the
-        entries, one cursor scan per directory; what the scan holds is O(directories)."""
+        directory back (a child directory's inode is above its parent's), each parent adding what
+        its children's entries add up to, not their stored totals (so one wrong value is named
+        once). A second read of the entries, one cursor scan per directory; O(directories) held."""
         summed: dict[int, fmt.TreeTotals | None] = {}  # None: unknown (an unreadable entry)
         for directory in sorted(tree.dirs, reverse=True):
             total: fmt.TreeTotals | None = fmt.TreeTotals()
             try:
                 for child in self.tree_model.stored_entries(*tree.children_of(directory)):
                     below = summed.pop(child.ino, None) if child.is_dir else fmt.TreeTotals()
-                    total = (
-                        None
-                        if total is None or below is None
-                        else total + (integrity.child_totals(child, below))
-                    )
+                    if total is None or below is None:
+                        total = None
+                    else:
+                        total += integrity.child_totals(child, below)
             except FormatError:
                 total = None  # the entry scan reported it
             summed[directory] = total
