@@ -62,7 +62,9 @@ def run(args: argparse.Namespace) -> int:
         daemon = daemon_stats(path)
         facts = served_bundle(path) or _bundle_facts(source, args)
         if args.dead and "dead_bytes" not in facts:  # the daemon's facts say no liveness
-            facts.update(_bundle_facts(source, args))
+            on_disk = _bundle_facts(source, args)
+            if on_disk["bundle_id"] == facts["bundle_id"]:  # else an "on disk" line says so
+                facts.update({k: v for k, v in on_disk.items() if k in _LIVENESS_KEYS})
         facts["daemon"] = daemon
         replaced_by = _replaced_by(source, facts, args)
         if replaced_by is not None:
@@ -87,6 +89,19 @@ def run(args: argparse.Namespace) -> int:
     for key, value in rows:
         out(f"{key:<{width}}  {value}")
     return EXIT_OK
+
+
+_LIVENESS_KEYS = frozenset(
+    [
+        "live_bytes",
+        "dead_bytes",
+        "live_records",
+        "dead_records",
+        "sparse_shards",
+        "dead_shards",
+        "min_live",
+    ]
+)
 
 
 def _bundle_facts(path: str, args: argparse.Namespace) -> dict[str, object]:

@@ -8,7 +8,7 @@ record shared by a live file and a removed one is live, and so are all of its st
 
 Computed from the index alone, in one pass over the records (their stream offsets and stored
 sizes, a few bytes per record) and one over the entries (each file's location, read without
-decoding the rest, ``fmt.file_extent``): memory is O(records), never O(files), and no shard is
+decoding the rest, ``fmt.file_extents``): memory is O(records), never O(files), and no shard is
 read. A shard's **live bytes** are the block-padded stored bytes of its live records plus its
 header block when any record is live, so a shard every record of which is live has no dead byte
 and one with none is dead whole. ``info --dead`` shows the sum, ``compact`` plans by the shards.

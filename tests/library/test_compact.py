@@ -232,6 +232,24 @@ def test_every_file_of_the_compacted_bundle_is_the_sources(gens, compacted, tmp_
     assert result.returncode == 0, result.stdout.decode()
 
 
+@pytest.mark.mount
+def test_a_compacted_bundle_mounts_and_diffs_clean_against_the_source(
+    gens, compacted, mount_bundle
+) -> None:
+    m = mount_bundle(compacted)
+    result = diff_r(gens[1], m.mountpoint)
+    assert result.returncode == 0, result.stdout.decode()
+
+
+@pytest.mark.mount
+def test_info_dead_of_a_mount_point_says_the_served_bundles_dead_bytes(gens, mount_bundle) -> None:
+    m = mount_bundle(gens[2])
+    result = run_cli("info", "--dead", "--json", m.mountpoint)
+    assert result.returncode == 0, result.stderr
+    facts = json.loads(result.stdout)
+    assert "daemon" in facts and facts["dead_bytes"] == _reference_dead_bytes(gens[2])
+
+
 def test_the_compacted_tree_is_the_bundles_entry_for_entry(gens, compacted) -> None:
     assert _facts(compacted) == _facts(gens[2])
 

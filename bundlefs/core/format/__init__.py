@@ -126,7 +126,6 @@ from bundlefs.core.format.entry_v3 import (
     _decode_entry_v3,
     _encode_entry_v3,
     _entry_name_v3,
-    _file_extent_v3,
     _file_extents_v3,
     _relocate_files_v3,
 )
@@ -196,23 +195,13 @@ def decode_entry(ino: int, data: bytes, version: int = FORMAT_VERSION) -> Entry:
         raise FormatError(f"entry {ino} is truncated") from None
 
 
-def file_extent(data: bytes, version: int = FORMAT_VERSION) -> tuple[int, int, int] | None:
-    """(shard, offset, size) of an undecoded entry value that is a regular file holding its
-    content (not a ``LINK``); None for any other entry. Nothing else is decoded or validated: for
-    scans over every file's location (``storage.liveness``), which check the shard themselves."""
-    try:
-        if version >= 3:
-            return _file_extent_v3(data)
-        return _file_extent_v2(data)
-    except struct.error:
-        raise FormatError("entry is truncated") from None
-
-
 def file_extents(
     values: Iterable[bytes], version: int = FORMAT_VERSION
 ) -> Iterator[tuple[int, int, int]]:
-    """``file_extent`` of each of ``values`` that is a file holding content, the others skipped:
-    the same, in one loop."""
+    """(shard, offset, size) of each of the undecoded entry values ``values`` that is a regular
+    file holding its content (not a ``LINK``), the others skipped. Nothing else is decoded or
+    validated: for scans over every file's location (``storage.liveness``), which check the shard
+    themselves."""
     try:
         if version >= 3:
             yield from _file_extents_v3(values)
@@ -235,8 +224,6 @@ def relocate_files(
         yield from _relocate_files_v3(values, where)
     except (struct.error, IndexError):
         raise FormatError("an entry is truncated") from None
-    except OverflowError:
-        raise FormatError("file location out of range") from None
 
 
 __all__ = [
@@ -339,7 +326,6 @@ __all__ = [
     "encode_config",
     "encode_content_type",
     "encode_entry",
-    "file_extent",
     "file_extents",
     "encode_marker",
     "encode_meta_value",

@@ -23,9 +23,11 @@ from bundlefs.core.format.constants import (
     KIND_DIR,
     KIND_FILE,
     KIND_SYMLINK,
+    MAX_SHARDS,
     SPECIAL_KINDS,
 )
 from bundlefs.core.format.entry import (
+    _LOCATION_MASK,
     _PART_DEVICE,
     _PART_DIR,
     _PART_FILE,
@@ -190,22 +192,10 @@ def _entry_name_v3(data: bytes) -> bytes:
     return data[pos:]
 
 
-def _file_extent_v3(data: bytes) -> tuple[int, int, int] | None:
-    """(shard, offset, size) of a regular file's value that is not a ``LINK``; None for any other
-    entry. Only the fixed fields are read: for scans over every file's location (a full decode
-    is several times slower)."""
-    if len(data) < _V3_PREFIX.size or (data[0] << 8) & 0o170000 != KIND_FILE or data[2] & FLAG_LINK:
-        return None
-    layout = data[3]
-    if layout & ~_KNOWN_LAYOUT:
-        raise FormatError(f"entry has an invalid layout 0x{layout:x}")
-    values = _v3_fixed(_PART_FILE, layout).unpack_from(data, _V3_PREFIX.size)
-    return values[-3], values[-2], values[0]
-
-
 def _file_extents_v3(values: Iterable[bytes]) -> Iterator[tuple[int, int, int]]:
-    """``_file_extent_v3`` of every value that is a file holding content, in one loop (a scan of
-    a million entries saves a second of calls)."""
+    """(shard, offset, size) of every value that is a regular file holding its content (not a
+    ``LINK``), the others skipped; only the fixed fields are read, in one loop (a full decode
+    is several times slower)."""
     fixed: dict[int, struct.Struct] = {}
     for data in values:
         if data[0] & 0xF0 != KIND_FILE >> 8 or data[2] & FLAG_LINK:
@@ -239,6 +229,8 @@ def _relocate_files_v3(
             unpack = fixed[layout] = _v3_fixed(_PART_FILE, layout)
         found = list(unpack.unpack_from(data, _V3_PREFIX.size))
         shard, offset = found[-3], found[-2] = where(found[-3], found[-2], found[0])
+        if not 0 <= shard < MAX_SHARDS or not 0 <= offset <= _LOCATION_MASK:
+            raise FormatError("file location out of range")
         new = layout & ~_LAYOUT_FILE_ONLY
         new |= (LAYOUT_WIDE_SHARD if shard > 0xFF else 0) | (
             LAYOUT_WIDE_OFFSET if offset > 0xFFFFFFFF else 0
