@@ -106,7 +106,7 @@ def plan(
     factor: float = GEOMETRIC_FACTOR,
 ) -> list[int]:
     """The shards to rewrite, in order: every shard less live than ``min_live``, and the small
-    ones (files under ``small_bytes``) the geometric rule rolls up with them.
+    ones (streams under ``small_bytes`` of file data) the geometric rule rolls up with them.
 
     The rule is git repack's ``--geometric``: weigh the small shards by their live bytes, in
     ascending order; the heaviest ones that form a progression (each at least ``factor`` times
@@ -117,7 +117,7 @@ def plan(
     """
     sparse = [s for s in shards if s.live_fraction < min_live]
     small = sorted(
-        (s for s in shards if s.live_fraction >= min_live and s.file_size < small_bytes),
+        (s for s in shards if s.live_fraction >= min_live and s.stream_size < small_bytes),
         key=lambda s: (s.live_bytes, s.shard),
     )
     weights = [s.live_bytes for s in small]
@@ -282,6 +282,8 @@ class _Compactor:
         starts = self.shards[shard].starts
         i = bisect.bisect_right(starts, offset) - 1
         new_shards, new_starts = self.moved[shard]
+        if new_shards[i] < 0:  # never for a valid index: a file's records are live
+            raise fmt.FormatError(f"a file of shard {shard} is stored in no record")
         return new_shards[i], new_starts[i] + offset - starts[i]
 
     def _tables(self, index: IndexWriter) -> None:

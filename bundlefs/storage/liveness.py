@@ -38,6 +38,7 @@ class ShardLiveness:
 
     shard: int
     file_size: int
+    stream_size: int  # its uncompressed stream's length (the unit of ``pack --shard-size``)
     codec: int
     starts: array  # "Q": each record's offset in the shard's uncompressed stream
     stored: array  # "Q": each record's stored bytes, padded to the block size
@@ -75,6 +76,7 @@ def shard_liveness(index: IndexReader) -> list[ShardLiveness]:
             ShardLiveness(
                 shard,
                 info.file_size,
+                info.uncompressed_size,
                 info.codec,
                 starts,
                 stored,

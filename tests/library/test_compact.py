@@ -349,11 +349,12 @@ def test_no_record_is_decompressed_or_recompressed(gens, tmp_path) -> None:
     assert _facts(out) == _facts(gen2)
 
 
-def test_an_old_version_bundle_compacts_into_this_version(tmp_path) -> None:
-    out = tmp_path / "new.bundle"
-    summary = compact(DATA / "v2-twelve-shards.bundle", str(out))
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_an_older_version_bundle_compacts_into_this_version(tmp_path, version) -> None:
+    old, out = DATA / f"v{version}-twelve-shards.bundle", tmp_path / "new.bundle"
+    summary = compact(old, str(out))
     assert summary.rewritten > 1 and summary.config.format_version == fmt.FORMAT_VERSION
-    assert _facts(out) == _facts(DATA / "v2-twelve-shards.bundle")
+    assert _facts(out) == _facts(old)
     assert verify(out).ok
 
 
@@ -427,6 +428,7 @@ def _shard(number: int, live_blocks: int, dead_blocks: int = 0) -> ShardLiveness
     return ShardLiveness(
         number,
         4096 * (count + 1),
+        4096 * count,
         fmt.COMPRESSION_LZ4,
         array("Q", range(0, 4096 * count, 4096)),
         array("Q", [4096] * count),
