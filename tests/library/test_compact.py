@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +27,7 @@ from bundlefs.packing.merge import MergeOptions, merge
 from bundlefs.read.verify import verify
 from bundlefs.storage.index import IndexReader
 from bundlefs.storage.liveness import ShardLiveness, shard_liveness
-from tests.support.pausing import paused
+from tests.support.pausing import interrupted, paused
 from tests.support.trees import assert_one_line_error, build_rich_tree, diff_r, run_cli
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -373,6 +374,22 @@ def test_a_killed_compact_leaves_nothing_that_opens(gens, tmp_path, where) -> No
     result = run_cli("compact", gens[2], out, "--min-live", "1")  # the next one clears up
     assert result.returncode == 0, result.stderr
     assert [p.name for p in tmp_path.iterdir() if ".partial-" in p.name] == []
+
+
+def test_a_signal_during_compact_removes_the_partial_bundle_and_says_so(gens, tmp_path) -> None:
+    status, err = interrupted(
+        tmp_path, "bundlefs.storage.shard_writer:ShardWriter.write_stored", 2, signal.SIGTERM,
+        "compact", gens[2], tmp_path / "new.bundle", "--min-live", "1",
+    )  # fmt: skip
+    assert status == 143
+    assert len(err) == 1 and err[0].startswith("bundlefs: error: interrupted by SIGTERM; removed")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_compacting_a_compacted_bundle_again_rewrites_nothing(gens, compacted, tmp_path) -> None:
+    summary = compact(compacted, str(tmp_path / "again.bundle"), CompactOptions(shard_size=SHARD))
+    assert summary.rewritten == 0 and summary.records_copied == 0
+    assert summary.kept == summary.config.shard_count
 
 
 def test_the_cli_compacts_and_prints_one_summary_line(gens, tmp_path) -> None:
