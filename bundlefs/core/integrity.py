@@ -10,6 +10,8 @@ May import: ``bundlefs.core.format``, ``bundlefs.errors``.
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from bundlefs.core import format as fmt
@@ -162,3 +164,32 @@ def root_totals(config: fmt.Config, root: fmt.TreeTotals) -> str | None:
     if root != expected:
         return f"the root's totals {root} are not the config's counts {expected}"
     return None
+
+
+def totals_of(entries: Iterable[fmt.Entry]) -> list[tuple[int, fmt.TreeTotals]]:
+    """Every directory's totals, in inode order, from a tree's entries in inode order (numbered
+    breadth first: a directory's children are one range after it). For a bundle older than
+    version 5 rewritten in version 5 (``compact``); O(directories) memory."""
+    inos: list[int] = []
+    parents: list[int] = []
+    sums: list[list[int]] = []  # files, dirs, bytes, entries: what the direct children add
+    ranges: deque[tuple[int, int, int]] = deque()  # (first child, end, directory's position)
+    for entry in entries:
+        while ranges and entry.ino >= ranges[0][1]:
+            ranges.popleft()
+        holder = ranges[0][2] if ranges and ranges[0][0] <= entry.ino else None
+        if entry.is_dir:
+            position = len(inos)
+            inos.append(entry.ino)
+            parents.append(position if holder is None else holder)
+            sums.append([0, 0, 0, 0])
+            if entry.size:
+                ranges.append((entry.first_child, entry.first_child + entry.size, position))
+        if holder is not None:
+            mine = child_totals(entry)
+            for i, value in enumerate((mine.files, mine.dirs, mine.bytes, mine.entries)):
+                sums[holder][i] += value
+    for position in range(len(inos) - 1, 0, -1):  # a child directory after its parent
+        for i, value in enumerate(sums[position]):
+            sums[parents[position]][i] += value
+    return [(ino, fmt.TreeTotals(*sums[position])) for position, ino in enumerate(inos)]

@@ -91,6 +91,13 @@ def _reopen(location: str, bundle_id: bytes, options: ReadOptions) -> Bundle:
     return bundle
 
 
+def _du(self: Bundle, path: Path = "", *, follow_symlinks: bool = False) -> fmt.TreeTotals:
+    """What lies below ``path``: files (each inode once), directories (itself excluded), the
+    files' bytes, entries of every kind; a file is one file of its size. Stored in a version 5
+    bundle (one lookup); added up by a walk of the subtree in older ones (docs/python.md)."""
+    return self._tree.totals(self.resolve(path, follow_symlinks=follow_symlinks))
+
+
 class Bundle(BundleMapping):
     """An open bundle. Use as a context manager, or call ``close()``.
 
@@ -225,11 +232,7 @@ class Bundle(BundleMapping):
         """Like ``os.lstat``: ``stat`` without following a final symlink."""
         return self.stat(path, follow_symlinks=False)
 
-    def du(self, path: Path = "", *, follow_symlinks: bool = False) -> fmt.TreeTotals:
-        """What lies below ``path``: files (each inode once), directories (itself excluded),
-        the files' bytes, entries of every kind; a file is one file of its size. Stored in a
-        version 5 bundle (one lookup); added up by a walk of the subtree in older ones."""
-        return self._tree.totals(self.resolve(path, follow_symlinks=follow_symlinks))
+    du = _du  # defined above the class, which is at its size budget
 
     def _found(self, path: Path, follow_symlinks: bool = True) -> fmt.Entry | None:
         """The entry at ``path``, or None where there is none (as ``os.path``'s tests take it)."""

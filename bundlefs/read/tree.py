@@ -21,7 +21,7 @@ from bundlefs.core import format as fmt
 from bundlefs.core import integrity
 from bundlefs.errors import EntryNotFound, FormatError, NotADirectory, SymlinkLoop
 from bundlefs.read.options import DEFAULT_NAME_CACHE
-from bundlefs.storage.index import IndexReader
+from bundlefs.storage.index import IndexReader, tree_totals
 
 MAX_SYMLINK_HOPS = 40
 _DIRECTORY_CACHE = 4096  # decoded directory entries held (~0.3 KB each)
@@ -97,7 +97,7 @@ class TreeModel:
 
     def stored_totals(self, ino: int) -> fmt.TreeTotals | None:
         """Directory ``ino``'s totals as stored (version 5), or None before version 5."""
-        return self._index.tree_totals(ino)
+        return tree_totals(self._index, ino)
 
     def totals(self, entry: fmt.Entry) -> fmt.TreeTotals:
         """What lies below an entry (``integrity.child_totals`` added up): a directory's stored

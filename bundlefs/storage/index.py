@@ -234,18 +234,6 @@ class IndexReader:
             raise FormatError(f"index is damaged reading metadata: {e}") from None
         return found
 
-    def totals_held(self) -> int | None:
-        """How many keys ``totals`` holds (version 5), or None before version 5."""
-        db = self._dbs.get(fmt.DB_TOTALS)
-        return None if db is None else self._txn().stat(db)["entries"]
-
-    def tree_totals(self, ino: int) -> fmt.TreeTotals | None:
-        """What lies below directory ``ino`` (version 5's ``totals``); None before version 5.
-        A directory without totals in a version 5 index is a ``FormatError``."""
-        db = self._dbs.get(fmt.DB_TOTALS)
-        key, what = fmt.totals_key(ino), f"totals of directory {ino}"
-        return None if db is None else fmt.decode_totals(ino, self._get(db, key, what))
-
     def content_type(self, entry: fmt.Entry) -> str | None:
         """The media type of a file entry (decoded, so its index is in range), or None."""
         if entry.content_type == fmt.NO_CONTENT_TYPE:
@@ -369,16 +357,42 @@ class IndexReader:
         return codec
 
 
+# -- directory totals (version 5): the reader's, outside its class (at its size budget) -----------
+
+
+def tree_totals(index: IndexReader, ino: int) -> fmt.TreeTotals | None:
+    """What lies below directory ``ino`` (its key in ``totals``); None before version 5. A
+    directory without totals in a version-5 index is a ``FormatError``."""
+    db = index._dbs.get(fmt.DB_TOTALS)
+    key, what = fmt.totals_key(ino), f"totals of directory {ino}"
+    return None if db is None else fmt.decode_totals(ino, index._get(db, key, what))
+
+
+def iter_totals(index: IndexReader) -> Iterator[tuple[int, fmt.TreeTotals]]:
+    """(directory, totals) of every key in ``totals``, in inode order; nothing before version 5
+    (``compact`` copies them)."""
+    db = index._dbs.get(fmt.DB_TOTALS)
+    if db is None:
+        return
+    try:
+        for key, value in index._txn().cursor(db=db):
+            ino = fmt.decode_entry_key(key)
+            yield ino, fmt.decode_totals(ino, value)
+    except lmdb.Error as e:
+        raise FormatError(f"index is damaged listing directory totals: {e}") from None
+
+
 def _check_totals(index: IndexReader) -> None:
     """Version 5, at open: one totals key per directory, and the root's totals are the config's
     counts (an LMDB count and one lookup: no scan)."""
-    held = index.totals_held()
-    if held is None:
+    db = index._dbs.get(fmt.DB_TOTALS)
+    if db is None:
         return
+    held = index._txn().stat(db)["entries"]
     if held != index.config.dir_count:
         raise FormatError(
             f"index holds totals of {held} directories, the config counts {index.config.dir_count}"
         )
-    root = index.tree_totals(fmt.ROOT_INO)
+    root = tree_totals(index, fmt.ROOT_INO)
     assert root is not None
     integrity.enforce(integrity.root_totals(index.config, root))

@@ -190,6 +190,22 @@ def test_a_distributed_pack_has_the_totals_and_digests_of_a_single_pack(tmp_path
                 assert many.stat(path).digest == one.stat(path).digest, path
 
 
+@pytest.mark.parametrize("source", [*LEGACY, None], ids=["v1", "v2", "v3", "v4", "v5"])
+def test_a_compacted_bundle_is_version_5_with_its_trees_totals(source, rich, tmp_path) -> None:
+    from bundlefs.packing.compact import CompactOptions, compact
+
+    source = rich[1] if source is None else source
+    dest = tmp_path / "compacted.bundle"
+    compact(source, str(dest), CompactOptions(min_live=1.0))  # every shard rewritten
+    assert verify(dest).ok
+    with Bundle(source) as old, Bundle(dest) as new:
+        assert new.config.format_version == 5
+        for path, entry in old.tree:
+            assert new.du(path) == old.du(path), path
+            if entry.is_file:
+                assert new.stat(path).digest == old.stat(path).digest, path
+
+
 # --- verify and the reader against damaged values -------------------------------------------------
 
 
