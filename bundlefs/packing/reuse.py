@@ -19,7 +19,7 @@ import fcntl
 import itertools
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 
 from bundlefs.core import format as fmt
 from bundlefs.errors import BundleError, PackError
@@ -31,13 +31,27 @@ _FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
 
 class ReusedShards:
     """The shards of the stored bundles ``readers`` (at ``paths``), in order, as shards
-    ``first`` … of a new bundle: bundle ``n``'s shard ``s`` becomes shard ``base[n] + s``."""
+    ``first`` … of a new bundle: bundle ``n``'s shard ``s`` becomes shard ``base[n] + s``.
+    With ``only``, bundle ``n``'s shards not in ``only[n]`` are neither linked nor imported (a
+    delta pack's new bundle puts a shard of its own in their place)."""
 
-    def __init__(self, readers: Sequence[IndexReader], paths: Sequence[str], first: int = 0):
+    def __init__(
+        self,
+        readers: Sequence[IndexReader],
+        paths: Sequence[str],
+        first: int = 0,
+        only: Sequence[Container[int]] | None = None,
+    ):
         self.readers = list(readers)
         self.paths = list(paths)
         counts = [r.config.shard_count for r in self.readers]
         self.base = list(itertools.accumulate([first, *counts]))
+        self.only = only
+
+    def _shards(self, number: int) -> list[int]:
+        """Bundle ``number``'s shards that are reused."""
+        every = range(self.readers[number].config.shard_count)
+        return list(every) if self.only is None else [s for s in every if s in self.only[number]]
 
     @property
     def count(self) -> int:
@@ -55,7 +69,7 @@ class ReusedShards:
         ways = []
         for number, reader in enumerate(self.readers):
             version = reader.marker.format_version
-            for shard in range(reader.config.shard_count):
+            for shard in self._shards(number):
                 src = os.path.join(self.paths[number], fmt.shard_filename(shard, version))
                 dst = os.path.join(work, fmt.shard_filename(self.base[number] + shard))
                 ways.append(link_or_copy(src, dst))
@@ -64,22 +78,24 @@ class ReusedShards:
                     linked(os.path.getsize(dst))
         return ways
 
-    def import_table(self, index: IndexWriter) -> None:
-        """Every reused shard's records and descriptor into ``index``, renumbered."""
+    def import_table(self, index: IndexWriter, *, append: bool = True) -> None:
+        """Every reused shard's records and descriptor into ``index``, renumbered; not
+        ``append``: records of later shards are written already (a delta pack's own)."""
         for number, reader in enumerate(self.readers):
             base = self.base[number]
-            for shard in range(reader.config.shard_count):
+            for shard in self._shards(number):
                 for record in reader.iter_records(shard):
                     record.shard = base + shard
-                    index.put_record(record)
+                    index.put_record(record, append=append)
         for number, reader in enumerate(self.readers):
             base = self.base[number]
-            for shard in range(reader.config.shard_count):
+            for shard in self._shards(number):
                 info = reader.shard_info(shard)
                 own = info.header_id == fmt.OWN_BUNDLE_ID
                 index.put_shard(
                     base + shard,
-                    fmt.ShardInfo(
+                    append=append,
+                    info=fmt.ShardInfo(
                         info.file_size,
                         info.uncompressed_size,
                         info.record_count,
