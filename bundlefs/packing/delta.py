@@ -323,7 +323,14 @@ class DeltaSource:
             counts.stored_bytes += size
 
     def _same(self, item: SourceItem, entry: fmt.Entry) -> bool:
-        """Whether SRC's file holds OLD's bytes (read now unless read ahead)."""
+        """Whether SRC's file holds OLD's bytes (read now unless read ahead). OLD's bytes
+        damaged: not the same (SRC's are stored anew; ``verify`` of OLD reports the damage)."""
+        try:
+            return self._compare(item, entry)
+        except BundleError:
+            return False
+
+    def _compare(self, item: SourceItem, entry: fmt.Entry) -> bool:
         if item.data is not None:
             assert item.before is not None and item.after is not None
             steady = (item.before.st_mtime_ns, item.before.st_size) == (

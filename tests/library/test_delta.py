@@ -21,7 +21,7 @@ from bundlefs.core import format as fmt
 from bundlefs.errors import PackError
 from bundlefs.read.extract import extract
 from bundlefs.read.verify import verify
-from tests.conftest import bundle_file_bytes
+from tests.conftest import bundle_file_bytes, flip_byte
 from tests.support.trees import MTIME_NS, build_rich_tree, set_mtimes, snapshot
 
 OLD_NS = MTIME_NS  # 2020: far outside the racy window of a pack made now
@@ -282,3 +282,16 @@ def test_a_base_whose_shard_was_replaced_is_refused_in_one_sentence(tmp_path: Pa
     with pytest.raises(PackError, match="is not the shard its bundle's index describes"):
         _pack(src, tmp_path / "new", tmp_path / "old")
     assert not (tmp_path / "new").exists()
+
+
+def test_a_touched_file_whose_base_bytes_are_damaged_is_stored_anew(tmp_path: Path) -> None:
+    src = _tree(tmp_path / "src", files=4)
+    _pack(src, tmp_path / "old")
+    with Bundle(tmp_path / "old") as b:
+        entry = b.resolve("large.bin")
+        record = next(r for r in b.content.records(entry.shard) if r.end > entry.offset)
+    flip_byte(tmp_path / "old" / fmt.shard_filename(entry.shard), record.stored_offset + 100)
+    os.utime(src / "large.bin", ns=(OLD_NS, OLD_NS + 1))
+    summary = _pack(src, tmp_path / "new", tmp_path / "old")
+    assert (summary.reuse.same_files, summary.reuse.stored_files) == (0, 1)
+    assert _same_as(tmp_path / "new", src, tmp_path)
