@@ -148,7 +148,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="OLD",
         help="a local bundle of an earlier version of SRC: files unchanged since it are not read "
         "or stored again, their entries point at OLD's bytes (OLD's shards are hard-linked, else "
-        "reflinked, else copied; OLD is never modified); docs/versions.md",
+        "reflinked, else copied; OLD is never modified); docs/versions.md (default: no base, every "
+        "file read and stored)",
     )
     p.add_argument(
         "--check",
