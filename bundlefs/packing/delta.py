@@ -144,7 +144,9 @@ class Base:
                 zstd_module()  # what the new bundle's config will say it needs
             except BundleError as e:
                 raise PackError(str(e)) from None
-        reused = ReusedShards([self.reader], [self.path], only=[self.used])
+        reused = ReusedShards(
+            [self.reader], [self.path], select=[sorted(self.used)], keep_numbers=True
+        )
         ways = reused.link(work)
         reused.import_table(index, append=False)  # the new bundle's own records are in
         empty = [s for s in range(self.count) if s not in self.used]
