@@ -206,6 +206,22 @@ def test_a_compacted_bundle_is_version_5_with_its_trees_totals(source, rich, tmp
                 assert new.stat(path).digest == old.stat(path).digest, path
 
 
+def test_a_delta_pack_has_its_trees_totals_and_every_files_digest(tmp_path) -> None:
+    src = build_rich_tree(tmp_path / "src")
+    old, new, whole = tmp_path / "old.bundle", tmp_path / "new.bundle", tmp_path / "whole.bundle"
+    pack(str(src), str(old))
+    (src / "a" / "added.txt").write_bytes(b"new file\n")
+    (src / "hello.txt").unlink()
+    pack(str(src), str(new), base=old)  # unchanged files reused from OLD: their digests copied
+    pack(str(src), str(whole))
+    assert verify(new).ok
+    with Bundle(new) as delta, Bundle(whole) as one:
+        for path, entry in one.tree:
+            assert delta.du(path) == one.du(path), path
+            if entry.is_file:
+                assert delta.stat(path).digest == one.stat(path).digest is not None, path
+
+
 # --- verify and the reader against damaged values -------------------------------------------------
 
 
