@@ -1,6 +1,7 @@
 """bundlefs: millions of small files as one immutable, compressed, randomly seekable bundle.
 
-``Bundle`` reads a bundle without FUSE; ``pack`` writes one. The FUSE mount lives in
+``Bundle`` reads a bundle without FUSE; ``pack`` writes one; ``diff`` lists what changed between
+two, from their indexes. The FUSE mount lives in
 ``bundlefs.mount`` and is imported only when used; so is the packer, which a
 mount never needs (every millisecond of import is a millisecond before a mount is ready).
 
@@ -23,6 +24,7 @@ from bundlefs.errors import (
     UnsupportedVersionError,
 )
 from bundlefs.read.bundle import Bundle
+from bundlefs.read.diff import diff
 from bundlefs.read.fileobj import BundleFile
 from bundlefs.read.options import ReadOptions, RemoteOptions
 from bundlefs.read.paths import BundleStat
@@ -71,5 +73,6 @@ __all__ = [
     "PackOptions",
     "UnsupportedVersionError",
     "pack",
+    "diff",
     "__version__",
 ]

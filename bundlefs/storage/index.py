@@ -12,6 +12,7 @@ May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.marker``,
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -56,6 +57,26 @@ def check_index_file(bundle_dir: str, marker: fmt.Marker, checksum: bool = True)
     if checksum and file_checksum(path)[0] != marker.index_crc32c:
         raise FormatError("index fails its checksum (the index file was altered or damaged)")
     return st.st_dev, st.st_ino
+
+
+def _value_chunks(cursor, first: int, count: int, chunk: int) -> Iterator[list[bytes]]:
+    """``IndexReader.iter_values``'s chunks: a chunk is exactly its inodes when its first and last
+    keys are (LMDB's keys are unique and sorted)."""
+    try:
+        if not cursor.set_key(fmt.entry_key(first)):
+            raise FormatError(f"index has no entry {first}")
+        values = cursor.iternext(keys=False, values=True)
+        done = 0
+        while done < count:
+            n = min(chunk, count - done)
+            got = list(itertools.islice(values, n))
+            last = first + done + n - 1
+            if len(got) != n or cursor.key() != fmt.entry_key(last):
+                raise FormatError(f"index is missing entries of {first}…{last}")
+            yield got
+            done += n
+    except lmdb.Error as e:
+        raise FormatError(f"index is damaged listing entries: {e}") from None
 
 
 class IndexReader:
@@ -283,6 +304,19 @@ class IndexReader:
             raise FormatError(f"index is missing entry {ino}")
         except lmdb.Error as e:
             raise FormatError(f"index is damaged listing entries: {e}") from None
+
+    def iter_values(self, first: int, count: int, chunk: int = 4096) -> Iterator[bytes]:
+        """The undecoded values of inodes ``first … first+count−1``, one cursor scan, ~3× cheaper
+        per entry than ``iter_raw``: values only, read ``chunk`` at a time, each chunk checked to
+        be exactly its inodes before any of it is yielded."""
+        if count <= 0:
+            return iter(())
+        cursor = self._txn().cursor(db=self._dbs[fmt.DB_ENTRIES])
+        return itertools.chain.from_iterable(_value_chunks(cursor, first, count, chunk))
+
+    def decode(self, ino: int, value: bytes) -> fmt.Entry:
+        """Entry ``ino`` from its undecoded value (``iter_values``), checked as ``entry`` is."""
+        return self._decode(ino, value)
 
     def iter_names(self, first: int, count: int) -> Iterator[tuple[int, bytes]]:
         """(inode, name) for inodes ``first … first+count−1``, nothing else decoded."""

@@ -21,6 +21,7 @@ May import: the standard library, ``bundlefs.errors``, ``bundlefs.core.format.*`
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 from bundlefs.core.format.bundle import (
     CONFIG_SIZE,
@@ -110,7 +111,12 @@ from bundlefs.core.format.entry import (
     makedev,
     validate_name,
 )
-from bundlefs.core.format.entry_v2 import _decode_entry_v2, _encode_entry_v2, _entry_name_v2
+from bundlefs.core.format.entry_v2 import (
+    _decode_entry_v2,
+    _encode_entry_v2,
+    _entry_name_v2,
+    _location_span_v2,
+)
 from bundlefs.core.format.entry_v3 import (
     LAYOUT_MTIME_NS,
     LAYOUT_OWNER,
@@ -120,6 +126,7 @@ from bundlefs.core.format.entry_v3 import (
     _decode_entry_v3,
     _encode_entry_v3,
     _entry_name_v3,
+    _location_span_v3,
 )
 from bundlefs.core.format.keys import (
     check_version,
@@ -174,6 +181,18 @@ def entry_name(data: bytes, version: int = FORMAT_VERSION) -> bytes:
     if version >= 3:
         return _entry_name_v3(data)
     return _entry_name_v2(data)
+
+
+def location_span(version: int = FORMAT_VERSION) -> Callable[[bytes], tuple[int, int] | None]:
+    """For ``version``'s layout, a function giving where a regular file's location (shard and
+    offset) lies in its entry value, ``(start, end)``, from the value's first bytes alone
+    (unvalidated), or None for any other entry (a ``LINK`` too).
+
+    Two values of one layout family (versions 1–2, or 3 and later) equal outside that span name
+    files with the same name, mode, owner index, mtime, size, CRC32C, flags and optional parts,
+    wherever their bytes are stored: what ``bundlefs diff`` compares before decoding anything.
+    """
+    return _location_span_v3 if version >= 3 else _location_span_v2
 
 
 def decode_entry(ino: int, data: bytes, version: int = FORMAT_VERSION) -> Entry:
@@ -295,6 +314,7 @@ __all__ = [
     "encode_shard_info",
     "entry_key",
     "entry_name",
+    "location_span",
     "is_directory_value",
     "makedev",
     "meta_key",

@@ -109,3 +109,12 @@ def _decode_entry_v2(ino: int, data: bytes, version: int) -> Entry:
         fixed = _DIR.unpack_from(data, pos)
         pos += _DIR.size
     return _decode_rest(ino, data, pos, part, mode, flags, owner, mtime_ns, size, fixed)
+
+
+_LOCATION_SPAN = (_HEADER.size, _HEADER.size + 8)  # a file's u64 location follows the header
+
+
+def _location_span_v2(data: bytes) -> tuple[int, int] | None:
+    if len(data) < _HEADER.size or data[0] & 0xF0 != KIND_FILE >> 8 or data[2] & FLAG_LINK:
+        return None
+    return _LOCATION_SPAN
