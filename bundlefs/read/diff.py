@@ -142,6 +142,10 @@ _Found = tuple[Change, fmt.Entry | None]
 _Frame = Iterator[Any]  # _Found or _Frame
 
 
+def _one_extends(a: list, b: list) -> bool:
+    return a[: len(b)] == b[: len(a)]
+
+
 def _join(prefix: bytes, name: bytes) -> bytes:
     return prefix + b"/" + name if prefix else name
 
@@ -152,11 +156,12 @@ class _Walk:
     def __init__(self, old: IndexReader, new: IndexReader) -> None:
         self.old, self.new = _Side(old), _Side(new)
         self.shared = shared_shards(old, new)
-        # Equal bytes mean equal fields only in one layout family, with the same tables.
+        # Equal bytes mean equal fields in one layout family, where an owner or content type
+        # index names the same in both tables (one may extend the other: a new pack appends).
         self.fast = (
             (self.old.version >= 3) == (self.new.version >= 3)
-            and old.owners == new.owners
-            and old.content_types == new.content_types
+            and _one_extends(old.owners, new.owners)
+            and _one_extends(old.content_types, new.content_types)
         )
 
     def changes(self) -> Iterator[_Found]:

@@ -362,3 +362,16 @@ def test_a_change_keeping_size_and_crc_is_seen_only_with_digests(tmp_path: Path)
     with bundlefs.Bundle(new) as b:
         has_digests = bool(digest_of(b.resolve("f")))
     assert lines(old, new) == ([("M", "f")] if has_digests else [])
+
+
+def test_a_content_type_new_in_new_changes_nothing_else(tmp_path: Path) -> None:
+    png = b"\x89PNG\r\n\x1a\n" + bytes(40)
+    assert changes(tmp_path, with_(BASE, **{"z.png": png})) == [("A", "z.png")]
+
+
+def test_an_owner_new_in_new_is_a_metadata_change(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("chown needs root")
+    new = packed(tmp_path, "new", BASE, lambda src: os.chown(src / "b.txt", 1234, 5678))
+    found = list(bundlefs.diff(packed(tmp_path, "old", BASE), new))
+    assert found == [Change("m", b"b.txt", "file", ("owner",))]
