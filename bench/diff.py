@@ -12,7 +12,7 @@ measures, warm (each index read once before):
   status, which must equal what ``ChangedSource`` made;
 - *CLI*: ``bundlefs diff --stat OLD NEW`` as a process (interpreter start and imports included);
 - *scan*, the baseline: both indexes' entries read with one cursor scan each
-  (``IndexReader.iter_values``), nothing decoded: the floor of any diff that looks at every entry.
+  (``IndexReader.iter_raw``), nothing decoded: the floor of any diff that looks at every entry.
 
 Medians over ``--rounds``; diff ÷ scan in the same run. Writes ``bench-results/diff-*.json`` and,
 unless ``--no-docs``, the section "Diff of two bundles" of docs/benchmarks.md.
@@ -113,7 +113,7 @@ def _scan(paths: list[Path]) -> tuple[float, float]:
     for path in paths:
         index = IndexReader(str(path))
         try:
-            for _ in index.iter_values(1, index.config.entry_count):
+            for _ in index.iter_raw(1, index.config.entry_count):
                 pass
         finally:
             index.close()

@@ -23,7 +23,6 @@ May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``, ``bund
 
 from __future__ import annotations
 
-import itertools
 import os
 import stat as statmod
 from collections.abc import Generator, Iterable, Iterator, Mapping
@@ -124,16 +123,15 @@ class _Side:
         self.index = index
         self.version = index.marker.format_version
 
-    def resolve(self, ino: int, value: bytes) -> tuple[bytes, fmt.Entry]:
+    def resolve(self, ino: int) -> tuple[bytes, fmt.Entry]:
         """(name, entry) of a child: a hard link's entry is its target's."""
-        entry = self.index.decode(ino, value)
+        entry = self.index.entry(ino)
         if entry.is_link:
             return entry.name, self.index.entry(entry.target)
         return entry.name, entry
 
     def children(self, directory: fmt.Entry) -> Iterator[tuple[int, bytes]]:
-        first = directory.first_child
-        return zip(itertools.count(first), self.index.iter_values(first, directory.size))
+        return self.index.iter_raw(directory.first_child, directory.size)
 
 
 # What a frame of the walk yields: a change (with the file entry a rename may pair) or a frame
@@ -180,11 +178,10 @@ class _Walk:
         """The merge join of two directories' children."""
         old, new = self.old, self.new
         ov, nv, fast, span_of = old.version, new.version, self.fast, fmt.location_span(old.version)
-        a_it = old.index.iter_values(a_dir.first_child, a_dir.size)
-        b_it = new.index.iter_values(b_dir.first_child, b_dir.size)
-        ia, ib = a_dir.first_child, b_dir.first_child
-        va, vb = next(a_it, None), next(b_it, None)
-        while va is not None and vb is not None:
+        a_it, b_it = old.children(a_dir), new.children(b_dir)
+        a, b = next(a_it, None), next(b_it, None)
+        while a is not None and b is not None:
+            va, vb = a[1], b[1]
             if fast:
                 if va == vb:  # the same bytes: the same entry, unless it names other inodes
                     same = va[0] & 0xF0 != _DIR_BYTE and not va[2] & fmt.FLAG_LINK
@@ -196,25 +193,23 @@ class _Walk:
                         and va[: span[0]] == vb[: span[0]]
                     )
                 if same:
-                    ia, ib = ia + 1, ib + 1
-                    va, vb = next(a_it, None), next(b_it, None)
+                    a, b = next(a_it, None), next(b_it, None)
                     continue
             na, nb = fmt.entry_name(va, ov), fmt.entry_name(vb, nv)
             if na == nb:
-                (_, ea), (_, eb) = old.resolve(ia, va), new.resolve(ib, vb)
+                (_, ea), (_, eb) = old.resolve(a[0]), new.resolve(b[0])
                 yield from self._both(_join(prefix, na), ea, eb, na)
-                ia, ib = ia + 1, ib + 1
-                va, vb = next(a_it, None), next(b_it, None)
+                a, b = next(a_it, None), next(b_it, None)
             elif na < nb:
-                yield from self._one(prefix, old, (ia, va), "D")
-                ia, va = ia + 1, next(a_it, None)
+                yield from self._one(prefix, old, a[0], "D")
+                a = next(a_it, None)
             else:
-                yield from self._one(prefix, new, (ib, vb), "A")
-                ib, vb = ib + 1, next(b_it, None)
-        for ino, value, it, side, status in ((ia, va, a_it, old, "D"), (ib, vb, b_it, new, "A")):
-            while value is not None:
-                yield from self._one(prefix, side, (ino, value), status)
-                ino, value = ino + 1, next(it, None)
+                yield from self._one(prefix, new, b[0], "A")
+                b = next(b_it, None)
+        for rest, it, side, status in ((a, a_it, old, "D"), (b, b_it, new, "A")):
+            while rest is not None:
+                yield from self._one(prefix, side, rest[0], status)
+                rest = next(it, None)
 
     def _both(self, path: bytes, a: fmt.Entry, b: fmt.Entry, name: bytes) -> _Frame:
         """A path in both trees: its change, then what lies below it."""
@@ -232,9 +227,9 @@ class _Walk:
         if a.is_dir:
             yield self._pair(path if name else b"", a, b)
 
-    def _one(self, prefix: bytes, side: _Side, child: tuple[int, bytes], status: str) -> _Frame:
+    def _one(self, prefix: bytes, side: _Side, ino: int, status: str) -> _Frame:
         """A path in one tree only, and everything below it."""
-        name, entry = side.resolve(*child)
+        name, entry = side.resolve(ino)
         path = _join(prefix, name)
         candidate = entry if entry.is_file and entry.size > 0 else None
         yield Change(status, path, KIND_NAMES.get(entry.kind, "other")), candidate
@@ -242,8 +237,8 @@ class _Walk:
             yield self._only(path, side, entry, status)
 
     def _only(self, prefix: bytes, side: _Side, directory: fmt.Entry, status: str) -> _Frame:
-        for child in side.children(directory):
-            yield from self._one(prefix, side, child, status)
+        for ino, _ in side.children(directory):
+            yield from self._one(prefix, side, ino, status)
 
     def fields(self, a: fmt.Entry, b: fmt.Entry, *, content: bool) -> tuple[str, ...]:
         """What differs between two entries of one kind (their content too, if ``content``)."""
