@@ -3,9 +3,9 @@
 Both trees are walked together, depth first, names in byte order: a directory's children are one
 sorted inode range in each index (docs/format.md §3.3), so each pair of directories is a merge
 join of two cursor scans, O(entries) in all, holding one frame per level of depth (two cursors
-and a chunk of values each), never the set of paths. A file whose value, its location cut out,
-is the same bytes in both indexes (``fmt.entry_without_location``) is settled without being
-decoded; anything else is decoded and compared field by field.
+and a chunk of values each), never the set of paths. A file whose value is the same bytes in both
+indexes outside its location (``fmt.location_span``) is settled without being decoded; anything
+else is decoded and compared field by field.
 
 What a change is (``Change.status``), as ``git diff --name-status`` says it: ``A`` added, ``D``
 removed, ``M`` content changed (a file's bytes, a symlink's target), ``m`` metadata only (mode,
@@ -18,7 +18,7 @@ Content identity is ``same_content``. Renames need the whole walk before any pai
 ``renames`` the changes are held (memory grows with the number of changes, never with the
 entries) and come out in tree order at the end; without, they stream as they are found.
 
-May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``, ``bundlefs.read``.
+May import: ``bundlefs.core``, ``bundlefs.storage``, ``bundlefs.read`` (options, assemble).
 """
 
 from __future__ import annotations
