@@ -138,6 +138,16 @@ def test_a_file_becoming_a_directory_is_t_then_its_contents_added(tmp_path: Path
     assert changes(tmp_path, after) == [("T", "b.txt"), ("A", "b.txt/inner")]
 
 
+def test_a_directory_becoming_a_file_is_t_then_its_contents_removed(tmp_path: Path) -> None:
+    after = with_(BASE, d=b"now a file\n")
+    assert changes(tmp_path, after) == [
+        ("T", "d"),
+        ("D", "d/sub"),
+        ("D", "d/sub/y.txt"),
+        ("D", "d/x.bin"),
+    ]
+
+
 def test_an_added_directory_lists_itself_and_every_path_below(tmp_path: Path) -> None:
     after = with_(BASE, e={"one": b"1\n", "deeper": {"two": b"2\n"}, "empty": {}})
     assert changes(tmp_path, after) == [
@@ -157,6 +167,15 @@ def test_a_removed_directory_lists_itself_and_every_path_below(tmp_path: Path) -
         ("D", "d/sub/y.txt"),
         ("D", "d/x.bin"),
     ]
+
+
+def test_content_and_metadata_changed_together_is_m_listing_both(tmp_path: Path) -> None:
+    def edit(src: Path) -> None:
+        (src / "a.txt").write_bytes(b"ALPHA!\n")
+        os.chmod(src / "a.txt", 0o640)
+
+    found = list(bundlefs.diff(packed(tmp_path, "old", BASE), packed(tmp_path, "new", BASE, edit)))
+    assert found == [Change("M", b"a.txt", "file", ("content", "mode", "mtime"))]
 
 
 def test_changes_come_in_tree_order_depth_first(tmp_path: Path) -> None:
