@@ -123,9 +123,9 @@ class _Side:
         self.index = index
         self.version = index.marker.format_version
 
-    def resolve(self, ino: int) -> tuple[bytes, fmt.Entry]:
+    def resolve(self, ino: int, value: bytes) -> tuple[bytes, fmt.Entry]:
         """(name, entry) of a child: a hard link's entry is its target's."""
-        entry = self.index.entry(ino)
+        entry = self.index.decode(ino, value)
         if entry.is_link:
             return entry.name, self.index.entry(entry.target)
         return entry.name, entry
@@ -197,18 +197,18 @@ class _Walk:
                     continue
             na, nb = fmt.entry_name(va, ov), fmt.entry_name(vb, nv)
             if na == nb:
-                (_, ea), (_, eb) = old.resolve(a[0]), new.resolve(b[0])
+                (_, ea), (_, eb) = old.resolve(*a), new.resolve(*b)
                 yield from self._both(_join(prefix, na), ea, eb, na)
                 a, b = next(a_it, None), next(b_it, None)
             elif na < nb:
-                yield from self._one(prefix, old, a[0], "D")
+                yield from self._one(prefix, old, a, "D")
                 a = next(a_it, None)
             else:
-                yield from self._one(prefix, new, b[0], "A")
+                yield from self._one(prefix, new, b, "A")
                 b = next(b_it, None)
         for rest, it, side, status in ((a, a_it, old, "D"), (b, b_it, new, "A")):
             while rest is not None:
-                yield from self._one(prefix, side, rest[0], status)
+                yield from self._one(prefix, side, rest, status)
                 rest = next(it, None)
 
     def _both(self, path: bytes, a: fmt.Entry, b: fmt.Entry, name: bytes) -> _Frame:
@@ -227,9 +227,9 @@ class _Walk:
         if a.is_dir:
             yield self._pair(path if name else b"", a, b)
 
-    def _one(self, prefix: bytes, side: _Side, ino: int, status: str) -> _Frame:
+    def _one(self, prefix: bytes, side: _Side, child: tuple[int, bytes], status: str) -> _Frame:
         """A path in one tree only, and everything below it."""
-        name, entry = side.resolve(ino)
+        name, entry = side.resolve(*child)
         path = _join(prefix, name)
         candidate = entry if entry.is_file and entry.size > 0 else None
         yield Change(status, path, KIND_NAMES.get(entry.kind, "other")), candidate
@@ -237,8 +237,8 @@ class _Walk:
             yield self._only(path, side, entry, status)
 
     def _only(self, prefix: bytes, side: _Side, directory: fmt.Entry, status: str) -> _Frame:
-        for ino, _ in side.children(directory):
-            yield from self._one(prefix, side, ino, status)
+        for child in side.children(directory):
+            yield from self._one(prefix, side, child, status)
 
     def fields(self, a: fmt.Entry, b: fmt.Entry, *, content: bool) -> tuple[str, ...]:
         """What differs between two entries of one kind (their content too, if ``content``)."""

@@ -276,6 +276,10 @@ class IndexReader:
             )
         return entry
 
+    def decode(self, ino: int, value: bytes) -> fmt.Entry:
+        """Entry ``ino`` from its value as ``iter_raw`` gave it, checked as ``entry`` checks."""
+        return self._decode(ino, value)
+
     def entry_name(self, ino: int) -> bytes:
         """Just the name of an entry, for binary search: ~4× cheaper than ``entry``."""
         value = self._get(self._dbs[fmt.DB_ENTRIES], fmt.entry_key(ino), "entry")
