@@ -1,7 +1,8 @@
 """bundlefs: millions of small files as one immutable, compressed, randomly seekable bundle.
 
-``Bundle`` reads a bundle without FUSE; ``pack`` writes one; ``diff`` lists what changed between
-two, from their indexes. The FUSE mount lives in
+``Bundle`` reads a bundle without FUSE; ``pack`` writes one, ``compact`` rewrites one without the
+stored bytes no file uses; ``diff`` lists what changed between two, from their indexes. The FUSE
+mount lives in
 ``bundlefs.mount`` and is imported only when used; so is the packer, which a
 mount never needs (every millisecond of import is a millisecond before a mount is ready).
 
@@ -32,6 +33,7 @@ from bundlefs.read.paths import BundleStat
 if TYPE_CHECKING:
     # What type checkers and IDEs see (the real signatures); at run time __getattr__ imports the
     # packer on first use instead, so a mount or a reader never loads it.
+    from bundlefs.packing.compact import CompactOptions, compact
     from bundlefs.packing.options import PackOptions
     from bundlefs.packing.packer import pack
 
@@ -47,11 +49,15 @@ def __getattr__(name: str) -> object:
         from bundlefs.packing.options import PackOptions
 
         return PackOptions
+    if name in ("compact", "CompactOptions"):
+        from bundlefs.packing import compact as compacting
+
+        return getattr(compacting, name)
     raise AttributeError(f"module 'bundlefs' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | {"pack", "PackOptions"})
+    return sorted(set(globals()) | {"pack", "PackOptions", "compact", "CompactOptions"})
 
 
 __all__ = [
@@ -59,6 +65,7 @@ __all__ = [
     "BundleError",
     "BundleFile",
     "BundleStat",
+    "CompactOptions",
     "CorruptDataError",
     "EntryNotFound",
     "FormatError",
@@ -72,6 +79,7 @@ __all__ = [
     "RemoteOptions",
     "PackOptions",
     "UnsupportedVersionError",
+    "compact",
     "pack",
     "diff",
     "__version__",

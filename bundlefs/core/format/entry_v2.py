@@ -118,3 +118,12 @@ def _location_span_v2(data: bytes) -> tuple[int, int] | None:
     if len(data) < _HEADER.size or data[0] & 0xF0 != KIND_FILE >> 8 or data[2] & FLAG_LINK:
         return None
     return _LOCATION_SPAN
+
+
+def _file_extent_v2(data: bytes) -> tuple[int, int, int] | None:
+    """(shard, offset, size) of a regular file's value that is not a ``LINK``; None otherwise."""
+    if len(data) < _HEADER.size or (data[0] << 8) & 0o170000 != KIND_FILE or data[2] & FLAG_LINK:
+        return None
+    size = _HEADER.unpack_from(data)[4]
+    location = _FILE.unpack_from(data, _HEADER.size)[0]
+    return location >> _LOCATION_SHIFT, location & _LOCATION_MASK, size
