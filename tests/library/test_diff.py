@@ -394,3 +394,19 @@ def test_an_owner_new_in_new_is_a_metadata_change(tmp_path: Path) -> None:
     new = packed(tmp_path, "new", BASE, lambda src: os.chown(src / "b.txt", 1234, 5678))
     found = list(bundlefs.diff(packed(tmp_path, "old", BASE), new))
     assert found == [Change("m", b"b.txt", "file", ("owner",))]
+
+
+def test_a_compacted_bundle_diffs_as_the_tree_it_holds(tmp_path: Path) -> None:
+    from bundlefs import CompactOptions, compact
+    from bundlefs.packing.merge import MergeOptions
+
+    old = packed(tmp_path, "old", BASE)
+    after = with_(BASE, **{"a.txt": b"ALPHA\n"})
+    new = packed(tmp_path, "new", after)
+    merged = tmp_path / "merged.bundle"
+    merge([str(old), str(new)], str(merged), MergeOptions(on_clash="last"))  # old's a.txt dead
+    compacted = tmp_path / "compacted.bundle"
+    summary = compact(str(merged), str(compacted), CompactOptions(min_live=1.0))
+    assert summary.rewritten >= 1  # files moved to new shards and offsets
+    assert lines(merged, compacted) == []
+    assert lines(old, compacted) == [("M", "a.txt")]
