@@ -7,7 +7,7 @@ end here: callers see ``FormatError``. The environment per process and the at-fo
 storage/lmdb_env.py's; the write half is ``IndexWriter`` (storage/index_writer.py).
 
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.marker``,
-``bundlefs.storage.lmdb_env``.
+``bundlefs.storage.lmdb_env``, ``bundlefs.storage.entry_scan``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from bundlefs.errors import (
     NotABundleError,
 )
 from bundlefs.storage import lmdb_env
+from bundlefs.storage.entry_scan import value_chunks
 from bundlefs.storage.marker import read_marker
 
 log = logging.getLogger(__name__)
@@ -57,27 +58,6 @@ def check_index_file(bundle_dir: str, marker: fmt.Marker, checksum: bool = True)
     if checksum and file_checksum(path)[0] != marker.index_crc32c:
         raise FormatError("index fails its checksum (the index file was altered or damaged)")
     return st.st_dev, st.st_ino
-
-
-def _value_chunks(cursor, first: int, count: int) -> Iterator[list[bytes]]:
-    """``IndexReader.iter_raw``'s values, a chunk at a time: a chunk is exactly its inodes when
-    its first and last keys are (LMDB's keys are unique and sorted). Small chunks first, so a
-    reader that stops early (a readdir page) reads little ahead."""
-    try:
-        if not cursor.set_key(fmt.entry_key(first)):
-            raise FormatError(f"index has no entry {first}")
-        values = cursor.iternext(keys=False, values=True)
-        done, chunk = 0, 64
-        while done < count:
-            n = min(chunk, count - done)
-            got = list(itertools.islice(values, n))
-            last = first + done + n - 1
-            if len(got) != n or cursor.key() != fmt.entry_key(last):
-                raise FormatError(f"index is missing an entry of {first + done}…{last}")
-            yield got
-            done, chunk = done + n, min(chunk * 2, 4096)
-    except lmdb.Error as e:
-        raise FormatError(f"index is damaged listing entries: {e}") from None
 
 
 class IndexReader:
@@ -291,13 +271,12 @@ class IndexReader:
             yield self._decode(ino, value)
 
     def iter_raw(self, first: int, count: int) -> Iterator[tuple[int, bytes]]:
-        """(inode, undecoded value) for inodes ``first … first+count−1``: one cursor scan, read
-        in chunks (64 values, doubling to 4,096), each checked to be exactly its inodes before
-        any of it is yielded."""
+        """(inode, undecoded value) for inodes ``first … first+count−1``: one cursor scan in
+        checked chunks (``entry_scan``)."""
         if count <= 0:
             return iter(())
         cursor = self._txn().cursor(db=self._dbs[fmt.DB_ENTRIES])
-        values = itertools.chain.from_iterable(_value_chunks(cursor, first, count))
+        values = itertools.chain.from_iterable(value_chunks(cursor, first, count))
         return zip(itertools.count(first), values)
 
     def iter_values(self) -> Iterator[bytes]:
