@@ -410,3 +410,22 @@ def test_a_compacted_bundle_diffs_as_the_tree_it_holds(tmp_path: Path) -> None:
     assert summary.rewritten >= 1  # files moved to new shards and offsets
     assert lines(merged, compacted) == []
     assert lines(old, compacted) == [("M", "a.txt")]
+
+
+def test_a_pack_on_a_base_shares_its_shards_and_diffs_to_what_changed(tmp_path: Path) -> None:
+    old = packed(tmp_path, "old", BASE)
+    after = with_(BASE, **{"a.txt": b"ALPHA\n", "c.txt": b"charlie\n"})
+    src = build_tree(tmp_path / "new.src", after, mtime_ns=FIXED_MTIME_NS)
+    new = tmp_path / "new.bundle"
+    pack(str(src), str(new), PackOptions(created_ns=0), base=str(old))
+    a, b = IndexReader(str(old)), IndexReader(str(new))
+    try:
+        shared = shared_shards(a, b)
+    finally:
+        a.close()
+        b.close()
+    with bundlefs.Bundle(old) as x, bundlefs.Bundle(new) as y:
+        kept_old, kept_new = x.resolve("d/x.bin"), y.resolve("d/x.bin")
+    assert shared.get(kept_old.shard) == kept_new.shard  # the base's bytes, linked
+    assert kept_new.offset == kept_old.offset
+    assert lines(old, new) == [("M", "a.txt"), ("A", "c.txt")]
