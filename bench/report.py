@@ -504,6 +504,7 @@ EXTRA_SECTIONS = (
     "## Compression: lz4 and zstd",
     "## Object storage",
     "## Versions: packing on a base",
+    "## Diff of two bundles",
 )
 
 
