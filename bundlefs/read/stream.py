@@ -8,8 +8,9 @@ shards): the files in shard-stream order, so each record is read and decompresse
 the bundle was packed (a directory pack stores content in inode order, an archive pack in the
 archive's order). ``Bundle`` exposes them.
 
-``iter_files`` may stream only some shards (a worker's split), give each file's stat, and go on
-past a damaged file (``on_error``).
+``iter_files`` may stream only some shards or one of several contiguous parts (a worker's
+split), give each file's stat, and go on past a damaged file (``on_error``). ``read_names`` and
+``stored_names(part=…, same=…)`` are what ``iter_samples`` (read/samples.py) builds on.
 
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.read.tree``,
 ``bundlefs.read.content``, ``bundlefs.read.paths``.
@@ -20,7 +21,7 @@ from __future__ import annotations
 import array
 import os
 from collections import deque
-from collections.abc import Callable, Container, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from typing import Any, Literal, overload
 
 from bundlefs.core import format as fmt
@@ -110,25 +111,71 @@ class _StoredFiles:
         self.names.append(name_ino)  # children are a contiguous range of inodes
         self.dirs.append(slot)
 
-    def order(self) -> Iterable[int]:
+    def order(self) -> Sequence[int]:
         """The files' positions in stored order (stable: a file's names keep inode order)."""
-        order: Iterable[int] = range(len(self.keys))
+        order: Sequence[int] = range(len(self.keys))
         if not self.in_order:
             order = sorted(order, key=self.keys.__getitem__)
         return order
 
+    def path(self, tree: TreeModel, i: int) -> str:
+        """The path of file ``i``."""
+        top = self.dir_paths[self.dirs[i]]
+        name = os.fsdecode(tree.stored_entry(self.names[i]).name)
+        return top + "/" + name if top else name
+
+
+Part = tuple[int, int] | None
+Same = Callable[[str, str], bool]  # whether two paths in a row belong to one sample
+
+
+def check_part(part: Part) -> None:
+    """``ValueError`` unless ``part`` is None or ``(index, count)`` with 0 <= index < count."""
+    if part is not None:
+        index, count = part
+        if count < 1 or not 0 <= index < count:
+            raise ValueError(f"part must be (index, count) with 0 <= index < count, not {part!r}")
+
+
+def _boundary(
+    tree: TreeModel, stored: _StoredFiles, order: Sequence[int], at: int, same: Same
+) -> int:
+    """The first position at or after ``at`` that starts a sample (``same`` says which files in
+    a row belong to one): both parts a boundary separates compute the same one."""
+    if 0 < at < len(order):
+        before = stored.path(tree, order[at - 1])
+        while at < len(order):
+            path = stored.path(tree, order[at])
+            if not same(before, path):
+                break
+            before, at = path, at + 1
+    return at
+
 
 def stored_names(
-    tree: TreeModel, shards: Container[int] | None = None
+    tree: TreeModel,
+    shards: Container[int] | None = None,
+    part: Part = None,
+    same: Same | None = None,
 ) -> Iterator[tuple[str, int]]:
     """(path, inode holding the content) of every regular file's every name (of those stored in
     ``shards``; None: all), in the order the content is stored: what ``iter_files`` reads, and
-    the keys of the ``Bundle`` mapping."""
+    the keys of the ``Bundle`` mapping.
+
+    ``part=(index, count)``: only the index-th of ``count`` contiguous runs of that order, equal
+    in files to one; with ``same``, each boundary moves forward to the start of a sample, so a
+    sample lies in one part whole."""
     stored = _StoredFiles(tree, shards)
-    for i in stored.order():
-        top = stored.dir_paths[stored.dirs[i]]
-        name = os.fsdecode(tree.stored_entry(stored.names[i]).name)
-        yield (top + "/" + name if top else name), stored.files[i]
+    order = stored.order()
+    if part is not None:
+        index, count = part
+        lo, hi = len(order) * index // count, len(order) * (index + 1) // count
+        if same is not None:
+            lo = _boundary(tree, stored, order, lo, same)
+            hi = _boundary(tree, stored, order, hi, same)
+        order = order[lo:hi]
+    for i in order:
+        yield stored.path(tree, i), stored.files[i]
 
 
 Shards = int | range | Iterable[int] | None
@@ -162,6 +209,7 @@ def iter_files(
     shards: Shards = None,
     with_stat: Literal[False] = False,
     on_error: OnError = "raise",
+    part: Part = None,
 ) -> Iterator[tuple[str, bytes]]: ...
 @overload
 def iter_files(
@@ -170,6 +218,7 @@ def iter_files(
     shards: Shards,
     with_stat: Literal[True],
     on_error: OnError = "raise",
+    part: Part = None,
 ) -> Iterator[tuple[str, BundleStat, bytes]]: ...
 @overload
 def iter_files(
@@ -178,6 +227,7 @@ def iter_files(
     shards: Shards = None,
     with_stat: bool = False,
     on_error: OnError = "raise",
+    part: Part = None,
 ) -> Iterator[tuple[str, bytes]] | Iterator[tuple[str, BundleStat, bytes]]: ...
 def iter_files(
     tree: TreeModel,
@@ -185,6 +235,7 @@ def iter_files(
     shards: Shards = None,
     with_stat: bool = False,
     on_error: OnError = "raise",
+    part: Part = None,
 ) -> Iterator[tuple[str, bytes]] | Iterator[tuple[str, BundleStat, bytes]]:
     """(path, content) of every regular file, in the order the content is stored — or
     (path, stat, content) ``with_stat``.
@@ -192,26 +243,34 @@ def iter_files(
     A hard-linked file comes once per name, each name right after the other, from one read.
     Each file's CRC is checked and each is held whole in memory. Symlinks and directories are not
     yielded. ``shards`` (a number, a ``range`` or numbers) keeps the files whose content is stored
-    in those shards. A damaged file (``CorruptDataError``) ends the iteration (``on_error="raise"``)
-    or is left out (``"skip"``); a callable is called with (path, error) for each name of it and
-    leaves it out unless it raises.
+    in those shards; ``part=(index, count)`` the index-th of ``count`` contiguous runs of them,
+    equal in files to one. A damaged file (``CorruptDataError``) ends the iteration
+    (``on_error="raise"``) or is left out (``"skip"``); a callable is called with (path, error) for
+    each name of it and leaves it out unless it raises.
     """
     wanted = shard_filter(content, shards)  # said at the call, not at the first next()
+    check_on_error(on_error)
+    check_part(part)
+    return read_names(tree, content, stored_names(tree, wanted, part), with_stat, on_error)
+
+
+def check_on_error(on_error: OnError) -> None:
+    """``ValueError`` unless ``on_error`` is "raise", "skip" or a callable."""
     if on_error not in ("raise", "skip") and not callable(on_error):
         raise ValueError(f"on_error must be 'raise', 'skip' or a callable, not {on_error!r}")
-    return _stream(tree, content, wanted, with_stat, on_error)
 
 
-def _stream(
+def read_names(
     tree: TreeModel,
     content: ContentReader,
-    wanted: Container[int] | None,
+    names: Iterable[tuple[str, int]],
     with_stat: bool,
     on_error: OnError,
 ) -> Iterator[Any]:
+    """``iter_files`` over ``names`` ((path, inode holding the content), as ``stored_names``)."""
     entry: fmt.Entry | None = None
     last: bytes | CorruptDataError = b""
-    for path, ino in stored_names(tree, wanted):
+    for path, ino in names:
         if entry is None or ino != entry.ino:  # a hard link's names follow each other: one read
             entry = tree.entry(ino)
             try:
