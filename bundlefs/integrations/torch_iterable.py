@@ -1,18 +1,19 @@
 """PyTorch: ``BundleIterableDataset``, a bundle streamed in stored order, split by worker and rank.
 
 Each ``DataLoader`` worker of each rank streams one contiguous part of the stored order
-(``Bundle.iter_files``/``iter_samples`` with ``part=``): the parts are equal in files to one
-(a boundary moves forward to the next sample's start, so a sample lies in one part whole), so
-every file or sample comes exactly once per epoch across all ranks and workers, each record is
-read and decompressed by one worker, once. An optional shuffle buffer mixes the items within a
-window, seeded by ``(seed, epoch, part)``: ``set_epoch`` gives a reproducible order per epoch.
+(``part=`` of ``iter_files``/``iter_samples``): the parts are equal in files to one (a boundary
+moves forward to the next sample's start, so a sample lies in one part whole), so every file or
+sample comes exactly once per epoch across all ranks and workers, and each record is read and
+decompressed by one worker, once. An optional shuffle buffer mixes the items within a window,
+seeded by ``(seed, epoch, part)``: ``set_epoch`` gives a reproducible order per epoch.
 
-The dataset holds the bundle's location and read options, never an open ``Bundle``: each process
-that iterates (a worker, after the fork or the spawn) opens its own, once, and keeps it for later
-epochs of a persistent worker. Only this module, ``torch`` and ``torch_sampler`` import torch.
-docs/pytorch.md is the user guide.
-
-``bundlefs.integrations.torch`` re-exports it (the user's one import).
+The dataset opens the bundle once where it is made, to scan the index for the stored order (24
+bytes a file, which forked workers inherit instead of scanning again: one scan per rank, not one
+per worker), and closes it; it holds the location, options and ``bundle_id``, never an open
+``Bundle``. Each process that iterates (a worker, after the fork or the spawn) opens its own,
+once, and keeps it for later epochs of a persistent worker. Only this module, ``torch`` and
+``torch_sampler`` import torch; ``bundlefs.integrations.torch`` re-exports the dataset (the
+user's one import). docs/pytorch.md is the user guide.
 
 May import: ``bundlefs`` (the public face), ``bundlefs.read``; torch.
 """
@@ -29,8 +30,16 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from bundlefs import Bundle
 from bundlefs.read.options import ReadOptions
-from bundlefs.read.samples import Key, key_function
-from bundlefs.read.stream import OnError, Shards, check_on_error
+from bundlefs.read.samples import Key, iter_samples, key_function
+from bundlefs.read.stream import (
+    OnError,
+    Shards,
+    StoredFiles,
+    check_on_error,
+    read_names,
+    shard_filter,
+    stored_names,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -72,8 +81,9 @@ class BundleIterableDataset(IterableDataset[Any]):
     ``(key, {name: bytes})``, grouped by ``key`` as ``Bundle.iter_samples``) in stored order,
     each DataLoader worker of each rank streaming its own contiguous part (docs/pytorch.md).
 
-    ``bundle``: a path, a URL (``s3://…``) or a ``Bundle`` (its location and options are taken;
-    it is not pickled). ``shards``, ``with_stat``, ``on_error``: as ``iter_files``.
+    ``bundle``: a path, a URL (``s3://…``) or an open ``Bundle`` (its location, options and
+    ``bundle_id`` are taken; it is not pickled, and stays open). ``shards``, ``with_stat``,
+    ``on_error``: as ``iter_files``.
     ``shuffle_buffer``: items mixed within a window of that many (0: stored order); the order is
     a function of ``seed``, the epoch (``set_epoch``) and the split. ``rank``/``world_size``: as
     given, else torch.distributed's when initialised (when the dataset is made), else the
@@ -100,20 +110,26 @@ class BundleIterableDataset(IterableDataset[Any]):
         **keywords: Unpack[ReadKeywords],
     ) -> None:
         super().__init__()
-        # How a worker opens it: a Bundle given opens as its unpickling does (by location, with
-        # its options, and FormatError if another bundle replaced it since).
-        self._reopen: tuple[Callable[..., Bundle], tuple[Any, ...]] | None = None
-        if isinstance(bundle, Bundle):
-            self._reopen = bundle.__reduce__()
-            location, options = self._reopen[1][0], options or self._reopen[1][2]
-        else:
-            location = os.fsdecode(os.fspath(bundle))
         if shuffle_buffer < 0:
             raise ValueError("shuffle_buffer must be 0 or more")
         key_function(key)  # ValueError now, not in a worker
         check_on_error(on_error)
-        self.location: str = location
-        self.options = (options or ReadOptions()).with_keywords(**keywords)
+        if isinstance(bundle, Bundle) and (options is not None or keywords):
+            raise ValueError("read options go with a location: an open Bundle keeps its own")
+        b = bundle if isinstance(bundle, Bundle) else Bundle(bundle, options=options, **keywords)
+        try:
+            # How each process opens it: as unpickling does (by location, with the options, and
+            # FormatError if another bundle replaced it since the plan below was made).
+            self._reopen: tuple[Callable[..., Bundle], tuple[Any, ...]] = b.__reduce__()
+            self.location: str = self._reopen[1][0]
+            self.options: ReadOptions = self._reopen[1][2]
+            # The index scan, once, here (24 bytes a file): forked workers inherit it and each
+            # reads only its part of it; a spawned worker scans again.
+            self._plan: StoredFiles | None = StoredFiles(b.tree, shard_filter(b.content, shards))
+            self._plan.order()
+        finally:
+            if b is not bundle:
+                b.close()
         self.samples, self.key, self.shards = samples, key, shards
         self.with_stat, self.on_error = with_stat, on_error
         self.shuffle_buffer, self.seed, self.epoch = shuffle_buffer, seed, 0
@@ -130,11 +146,7 @@ class BundleIterableDataset(IterableDataset[Any]):
     def bundle(self) -> Bundle:
         """The bundle, opened in this process (once; a forked copy opens its own)."""
         if self._opened is None or self._opened[0] != os.getpid():
-            if self._reopen is not None:
-                bundle = self._reopen[0](*self._reopen[1])
-            else:
-                bundle = Bundle(self.location, options=self.options)
-            self._opened = (os.getpid(), bundle)
+            self._opened = (os.getpid(), self._reopen[0](*self._reopen[1]))
         return self._opened[1]
 
     def part(self) -> tuple[int, int]:
@@ -146,19 +158,16 @@ class BundleIterableDataset(IterableDataset[Any]):
     def __iter__(self) -> Iterator[Any]:
         part = self.part()
         b = self.bundle
+        if self._plan is None:  # unpickled (a spawned worker): scan here, once
+            self._plan = StoredFiles(b.tree, shard_filter(b.content, self.shards))
         items: Iterable[Any]
         if self.samples:
-            items = b.iter_samples(
-                self.key,
-                shards=self.shards,
-                with_stat=self.with_stat,
-                on_error=self.on_error,
-                part=part,
+            items = iter_samples(
+                b.tree, b.content, self.key, None, self.with_stat, self.on_error, part, self._plan
             )
         else:
-            items = b.iter_files(
-                shards=self.shards, with_stat=self.with_stat, on_error=self.on_error, part=part
-            )
+            names = stored_names(b.tree, None, part, None, self._plan)
+            items = read_names(b.tree, b.content, names, self.with_stat, self.on_error)
         if self.shuffle_buffer:
             # A str seed is hashed with SHA-512: the same order in every process and run.
             rng = random.Random(f"bundlefs/{self.seed}/{self.epoch}/{part[0]}/{part[1]}")
@@ -176,4 +185,5 @@ class BundleIterableDataset(IterableDataset[Any]):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_opened"] = None  # never shipped: each process opens its own
+        state["_plan"] = None  # 24 bytes a file: a spawned worker scans for itself
         return state

@@ -32,7 +32,7 @@ from typing import Any, Literal, overload
 from bundlefs.read import stream
 from bundlefs.read.content import ContentReader
 from bundlefs.read.paths import BundleStat
-from bundlefs.read.stream import OnError, Part, Shards
+from bundlefs.read.stream import OnError, Part, Shards, StoredFiles
 from bundlefs.read.tree import TreeModel
 
 KeyFunction = Callable[[str], tuple[str, str]]
@@ -78,11 +78,13 @@ def iter_samples(
     with_stat: bool = False,
     on_error: OnError = "raise",
     part: Part = None,
+    stored: StoredFiles | None = None,
 ) -> Iterator[Any]:
     """(key, {name: bytes}) of every sample in stored order, or (key, {name: bytes}, {name:
     stat}) ``with_stat``. ``shards``, ``on_error``: as ``iter_files`` (a damaged member is left
     out of its sample); ``part=(index, count)``: as ``iter_files``, each boundary moved forward
-    to the next sample's first file, so every sample lies in exactly one part."""
+    to the next sample's first file, so every sample lies in exactly one part. ``stored``: the
+    index scan made already (``stream.stored_names``)."""
     split = key_function(key)
     wanted = stream.shard_filter(content, shards)  # said at the call, as iter_files does
     stream.check_on_error(on_error)
@@ -91,7 +93,7 @@ def iter_samples(
     def same(a: str, b: str) -> bool:
         return split(a)[0] == split(b)[0]
 
-    names = stream.stored_names(tree, wanted, part, same)
+    names = stream.stored_names(tree, wanted, part, same, stored)
     files = stream.read_names(tree, content, names, with_stat, on_error)
     return _grouped_with_stats(files, split) if with_stat else _grouped(files, split)
 

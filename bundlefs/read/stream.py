@@ -80,17 +80,65 @@ def glob(walked: Iterable[tuple[str, list[str], list[str]]], pattern: str) -> li
     return sorted(out)
 
 
-class _StoredFiles:
+class StoredFiles:
     """Where each file is stored, from one scan of the index: 24 bytes a file in three arrays
-    (plus the directories' paths), not a tuple and a path string each (~200 bytes)."""
+    (plus the directories' paths), not a tuple and a path string each (~200 bytes).
+
+    The scan reads the entries in inode order and decodes only directories, links and the
+    shard and offset of each file (``fmt.file_location``): the index numbers entries breadth
+    first, each directory's children a contiguous run after the previous directory's. A bundle
+    numbered otherwise, or of a format version before 3, is walked directory by directory
+    instead (each entry decoded in full)."""
 
     def __init__(self, tree: TreeModel, shards: Container[int] | None = None) -> None:
+        self.shards = shards
+        if not (tree.format_version >= 3 and self._scan_raw(tree)):
+            self._scan_tree(tree)
+
+    def _clear(self) -> None:
         self.keys = array.array("Q")  # shard << 48 | offset: the stream position (format §3)
         self.files = array.array("Q")  # the inode holding the content (a hard link's target)
         self.names = array.array("Q")  # the inode of the name (a LINK entry's own)
         self.dirs = array.array("Q")  # the index in ``dir_paths`` of the directory holding it
         self.dir_paths: list[str] = [""]
         self.in_order = True
+        self._order: Sequence[int] | None = None
+
+    def _scan_raw(self, tree: TreeModel) -> bool:
+        """The fast scan; False (and nothing kept) where the numbering is not breadth first."""
+        self._clear()
+        root, version, shards = tree.root, tree.format_version, self.shards
+        # The child ranges (first, end, slot, directory inode) still ahead, in inode order.
+        ahead = deque([(root.first_child, root.first_child + root.size, 0, root.ino)])
+        for ino, value in tree.raw_entries():
+            while ahead and ino >= ahead[0][1]:
+                ahead.popleft()
+            if ino == fmt.ROOT_INO:
+                continue
+            if not ahead or ino < ahead[0][0]:
+                return False
+            slot = ahead[0][2]
+            at = fmt.file_location(value, version)
+            if at is not None:
+                if shards is None or at[0] in shards:
+                    self._append(at[0] << 48 | at[1], ino, ino, slot)
+            elif fmt.is_directory_value(value):
+                entry = fmt.decode_entry(ino, value, version)
+                if entry.parent != ahead[0][3] or (entry.size and ahead[-1][1] > entry.first_child):
+                    return False
+                top, name = self.dir_paths[slot], os.fsdecode(entry.name)
+                self.dir_paths.append(top + "/" + name if top else name)
+                if entry.size:  # (an empty directory's first child is 0)
+                    end = entry.first_child + entry.size
+                    ahead.append((entry.first_child, end, len(self.dir_paths) - 1, ino))
+            else:  # a LINK entry (its file's location), a symlink or a special file (none)
+                entry = tree.entry(ino)
+                if entry.is_file and (shards is None or entry.shard in shards):
+                    self._add(entry, ino, slot)
+        return True
+
+    def _scan_tree(self, tree: TreeModel) -> None:
+        self._clear()
         pending: deque[tuple[int, fmt.Entry]] = deque([(0, tree.root)])
         while pending:
             slot, directory = pending.popleft()
@@ -100,23 +148,27 @@ class _StoredFiles:
                     name = os.fsdecode(entry.name)
                     self.dir_paths.append(top + "/" + name if top else name)
                     pending.append((len(self.dir_paths) - 1, entry))
-                elif entry.is_file and (shards is None or entry.shard in shards):
+                elif entry.is_file and (self.shards is None or entry.shard in self.shards):
                     self._add(entry, directory.first_child + i, slot)
 
     def _add(self, entry: fmt.Entry, name_ino: int, slot: int) -> None:
-        key = entry.shard << 48 | entry.offset
+        self._append(entry.shard << 48 | entry.offset, entry.ino, name_ino, slot)
+
+    def _append(self, key: int, file_ino: int, name_ino: int, slot: int) -> None:
         self.in_order = self.in_order and (not self.keys or self.keys[-1] <= key)
         self.keys.append(key)
-        self.files.append(entry.ino)
+        self.files.append(file_ino)
         self.names.append(name_ino)  # children are a contiguous range of inodes
         self.dirs.append(slot)
 
     def order(self) -> Sequence[int]:
         """The files' positions in stored order (stable: a file's names keep inode order)."""
-        order: Sequence[int] = range(len(self.keys))
-        if not self.in_order:
-            order = sorted(order, key=self.keys.__getitem__)
-        return order
+        if self._order is None:
+            order: Sequence[int] = range(len(self.keys))
+            if not self.in_order:
+                order = array.array("Q", sorted(order, key=self.keys.__getitem__))
+            self._order = order
+        return self._order
 
     def path(self, tree: TreeModel, i: int) -> str:
         """The path of file ``i``."""
@@ -138,7 +190,7 @@ def check_part(part: Part) -> None:
 
 
 def _boundary(
-    tree: TreeModel, stored: _StoredFiles, order: Sequence[int], at: int, same: Same
+    tree: TreeModel, stored: StoredFiles, order: Sequence[int], at: int, same: Same
 ) -> int:
     """The first position at or after ``at`` that starts a sample (``same`` says which files in
     a row belong to one): both parts a boundary separates compute the same one."""
@@ -157,6 +209,7 @@ def stored_names(
     shards: Container[int] | None = None,
     part: Part = None,
     same: Same | None = None,
+    stored: StoredFiles | None = None,
 ) -> Iterator[tuple[str, int]]:
     """(path, inode holding the content) of every regular file's every name (of those stored in
     ``shards``; None: all), in the order the content is stored: what ``iter_files`` reads, and
@@ -164,8 +217,10 @@ def stored_names(
 
     ``part=(index, count)``: only the index-th of ``count`` contiguous runs of that order, equal
     in files to one; with ``same``, each boundary moves forward to the start of a sample, so a
-    sample lies in one part whole."""
-    stored = _StoredFiles(tree, shards)
+    sample lies in one part whole. ``stored``: the scan made already (of the same bundle, with
+    the same ``shards``), as a data loader's workers inherit it from their parent."""
+    if stored is None:
+        stored = StoredFiles(tree, shards)
     order = stored.order()
     if part is not None:
         index, count = part

@@ -83,6 +83,16 @@ class TreeModel:
         """Up to ``count`` stored entries from inode ``first``, in inode order."""
         return self._index.iter_entries(first, count)
 
+    def raw_entries(self) -> Iterator[tuple[int, bytes]]:
+        """(inode, undecoded value) of every entry, in inode order (one cursor scan), for scans
+        that decode only what they need (read/stream.py)."""
+        return self._index.iter_raw(fmt.ROOT_INO, self._index.config.entry_count)
+
+    @property
+    def format_version(self) -> int:
+        """The bundle's format version (what undecoded values are read with)."""
+        return self._index.marker.format_version
+
     def owner(self, entry: fmt.Entry) -> tuple[int, int]:
         """(uid, gid) of an entry."""
         return self._index.owners[entry.owner]

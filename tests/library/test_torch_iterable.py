@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 from torch.utils.data import DataLoader, get_worker_info  # noqa: E402
 
-from bundlefs import Bundle, PackOptions, pack  # noqa: E402
+from bundlefs import Bundle, FormatError, PackOptions, pack  # noqa: E402
 from bundlefs.integrations.torch import BundleIterableDataset  # noqa: E402
 from tests.conftest import build_tree, pseudo_random_bytes  # noqa: E402
 from tests.support.s3server import S3Server, s3_server, upload_bundle  # noqa: E402
@@ -116,17 +116,28 @@ def test_the_shuffle_buffer_mixes_within_its_window(bundle_path, whole):
     assert all(p <= i + 8 for i, p in enumerate(got))
 
 
-def test_the_workers_open_the_bundle_and_the_dataset_never_does(bundle_path, whole):
+def test_the_dataset_keeps_no_bundle_open_and_each_worker_opens_its_own(bundle_path, whole):
     ds = BundleIterableDataset(bundle_path)
+    assert ds._opened is None  # opened to scan the index, and closed
     assert len(_epoch(ds, 2)) == len(whole["files"])
     assert ds._opened is None  # only the (forked) workers opened it
     assert len(_epoch(ds, 0)) == len(whole["files"])  # in this process: opened here, kept
     opened = ds._opened
     assert opened is not None and opened[0] == os.getpid()
     copy = pickle.loads(pickle.dumps(ds))
-    assert copy._opened is None and copy.location == ds.location
+    assert copy._opened is None and copy._plan is None and copy.location == ds.location
+    assert [path for path, _data in copy] == [path for path, _data in whole["files"]]
     ds.close()
     assert opened[1].closed
+
+
+def test_a_worker_refuses_a_bundle_replaced_since_the_dataset_was_made(bundle_path, tmp_path):
+    src = build_tree(tmp_path / "src", {"x.bin": b"x"})
+    pack(str(src), str(tmp_path / "b"))
+    ds = BundleIterableDataset(tmp_path / "b")
+    pack(str(src), str(tmp_path / "b"), PackOptions(force=True, record_size=8192))
+    with pytest.raises(FormatError, match="replaced"):
+        _epoch(ds, 0)
 
 
 def test_a_dataset_over_an_open_bundle_reaches_spawned_workers(bundle_path):
