@@ -86,6 +86,8 @@ bench: install
 	$(BIN)/python -m bench.torch_epoch
 	$(BIN)/python -m bench.streaming
 	$(BIN)/python -m bench.object_store
+	$(BIN)/python -m bench.delta
+	$(BIN)/python -m bench.diff
 
 bench-quick: install
 	$(BIN)/python -m bench.run --quick

@@ -504,6 +504,8 @@ EXTRA_SECTIONS = (
     "## Compression: lz4 and zstd",
     "## Object storage",
     "## Streaming: samples and splits",
+    "## Versions: packing on a base",
+    "## Diff of two bundles",
 )
 
 

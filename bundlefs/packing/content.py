@@ -63,6 +63,7 @@ class ContentWriter:
         pool: Executor | None = None,
         tick: Callable[[], None] | None = None,
         level: int | None = None,
+        first_shard: int = 0,
     ) -> None:
         self.work = work
         self.config = config
@@ -73,6 +74,8 @@ class ContentWriter:
         self.pool = pool  # compresses records; shared with the source's readers
         self.level = level  # the compressor's level, where it has one (zstd)
         self._tick = tick
+        # The number of the first shard it writes: those before are a base's (packing/delta.py).
+        self.first_shard = first_shard
         self.shards: list[fmt.ShardInfo] = []  # the closed shards
         self.shard: ShardWriter | None = None  # the one being written
         self.changed: list[str] = []  # files that changed while being read
@@ -179,7 +182,7 @@ class ContentWriter:
             self._close_shard()
             shard = None
         if shard is None:
-            index = len(self.shards)
+            index = self.first_shard + len(self.shards)
             if index >= fmt.MAX_SHARDS:
                 raise PackError("the bundle would need more than 65,536 shards")
             path = os.path.join(self.work, fmt.shard_filename(index))
@@ -209,11 +212,11 @@ class ContentWriter:
 
     def finish(self) -> list[fmt.ShardInfo]:
         """Close the last shard and put every shard's descriptor into the index."""
-        if self.shard is None and not self.shards:
+        if self.shard is None and not self.shards and not self.first_shard:
             self._shard_for(0)  # an empty tree still gets one shard: every bundle has one
         self._close_shard()
         for i, info in enumerate(self.shards):
-            self.index.put_shard(i, info)
+            self.index.put_shard(self.first_shard + i, info)
         return self.shards
 
     def abort(self) -> None:

@@ -14,14 +14,15 @@ Modules import one way, bottom first (a module imports only those on lines above
    ``mapping`` (``BundleMapping``: the files as a ``Mapping``, which ``Bundle`` inherits),
    ``samples`` (``iter_samples``: files grouped into samples; ``Bundle`` inherits its streaming
    methods)
-7. ``facts`` (``BundleInfo``, ``ShardDamage``)
+7. ``facts`` (``BundleInfo``, ``ShardDamage``), ``diff`` (two bundles compared from their
+   indexes alone)
 8. ``bundle`` (``Bundle``), ``verify`` (a package: its ``__init__`` orders its inside)
 9. ``extract``, ``export`` (over ``Bundle``)
 
 As the layering test reads it:
 
 Order (bottom first): options, cache | tree, content, paths | fileobj | salvage, stream,
-assemble | mapping | samples, facts, bundle | verify, extract | export
+assemble | mapping | samples, facts | diff, bundle | verify, extract | export
 
 Where the next features go: a record cache shared by several readers, or a store that resolves
 shards across bundles (delta bundles that reference a base), plug in at ``assemble``.

@@ -7,11 +7,12 @@ end here: callers see ``FormatError``. The environment per process and the at-fo
 storage/lmdb_env.py's; the write half is ``IndexWriter`` (storage/index_writer.py).
 
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.marker``,
-``bundlefs.storage.lmdb_env``.
+``bundlefs.storage.lmdb_env``, ``bundlefs.storage.entry_scan``.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -29,6 +30,7 @@ from bundlefs.errors import (
     NotABundleError,
 )
 from bundlefs.storage import lmdb_env
+from bundlefs.storage.entry_scan import value_chunks
 from bundlefs.storage.marker import read_marker
 
 log = logging.getLogger(__name__)
@@ -254,6 +256,10 @@ class IndexReader:
             )
         return entry
 
+    def decode(self, ino: int, value: bytes) -> fmt.Entry:
+        """Entry ``ino`` from its value as ``iter_raw`` gave it, checked as ``entry`` checks."""
+        return self._decode(ino, value)
+
     def entry_name(self, ino: int) -> bytes:
         """Just the name of an entry, for binary search: ~4× cheaper than ``entry``."""
         value = self._get(self._dbs[fmt.DB_ENTRIES], fmt.entry_key(ino), "entry")
@@ -265,24 +271,13 @@ class IndexReader:
             yield self._decode(ino, value)
 
     def iter_raw(self, first: int, count: int) -> Iterator[tuple[int, bytes]]:
-        """(inode, undecoded value) for inodes ``first … first+count−1``: one cursor scan."""
+        """(inode, undecoded value) for inodes ``first … first+count−1``: one cursor scan in
+        checked chunks (``entry_scan``)."""
         if count <= 0:
-            return
-        try:
-            cursor = self._txn().cursor(db=self._dbs[fmt.DB_ENTRIES])
-            if not cursor.set_key(fmt.entry_key(first)):
-                raise FormatError(f"index has no entry {first}")
-            ino, end = first, first + count
-            for key, value in cursor:
-                if key != fmt.entry_key(ino):
-                    raise FormatError(f"index is missing entry {ino}")
-                yield ino, value
-                ino += 1
-                if ino == end:
-                    return
-            raise FormatError(f"index is missing entry {ino}")
-        except lmdb.Error as e:
-            raise FormatError(f"index is damaged listing entries: {e}") from None
+            return iter(())
+        cursor = self._txn().cursor(db=self._dbs[fmt.DB_ENTRIES])
+        values = itertools.chain.from_iterable(value_chunks(cursor, first, count))
+        return zip(itertools.count(first), values)
 
     def iter_values(self) -> Iterator[bytes]:
         """Every entry's undecoded value in inode order, the keys unread: for scans of one field

@@ -116,6 +116,7 @@ from bundlefs.core.format.entry_v2 import (
     _encode_entry_v2,
     _entry_name_v2,
     _file_extent_v2,
+    _location_span_v2,
 )
 from bundlefs.core.format.entry_v3 import (
     LAYOUT_MTIME_NS,
@@ -128,6 +129,7 @@ from bundlefs.core.format.entry_v3 import (
     _entry_name_v3,
     _file_extents_v3,
     _file_location_v3,
+    _location_span_v3,
     _relocate_files_v3,
 )
 from bundlefs.core.format.keys import (
@@ -190,6 +192,18 @@ def entry_name(data: bytes, version: int = FORMAT_VERSION) -> bytes:
     if version >= 3:
         return _entry_name_v3(data)
     return _entry_name_v2(data)
+
+
+def location_span(version: int = FORMAT_VERSION) -> Callable[[bytes], tuple[int, int] | None]:
+    """For ``version``'s layout, a function giving where a regular file's location (shard and
+    offset) lies in its entry value, ``(start, end)``, from the value's first bytes alone
+    (unvalidated), or None for any other entry (a ``LINK`` too).
+
+    Two values of one layout family (versions 1–2, or 3 and later) equal outside that span name
+    files with the same name, mode, owner index, mtime, size, CRC32C, flags and optional parts,
+    wherever their bytes are stored: what ``bundlefs diff`` compares before decoding anything.
+    """
+    return _location_span_v3 if version >= 3 else _location_span_v2
 
 
 def decode_entry(ino: int, data: bytes, version: int = FORMAT_VERSION) -> Entry:
@@ -344,6 +358,7 @@ __all__ = [
     "entry_key",
     "entry_name",
     "file_location",
+    "location_span",
     "is_directory_value",
     "makedev",
     "meta_key",

@@ -111,6 +111,15 @@ def _decode_entry_v2(ino: int, data: bytes, version: int) -> Entry:
     return _decode_rest(ino, data, pos, part, mode, flags, owner, mtime_ns, size, fixed)
 
 
+_LOCATION_SPAN = (_HEADER.size, _HEADER.size + 8)  # a file's u64 location follows the header
+
+
+def _location_span_v2(data: bytes) -> tuple[int, int] | None:
+    if len(data) < _HEADER.size or data[0] & 0xF0 != KIND_FILE >> 8 or data[2] & FLAG_LINK:
+        return None
+    return _LOCATION_SPAN
+
+
 def _file_extent_v2(data: bytes) -> tuple[int, int, int] | None:
     """(shard, offset, size) of a regular file's value that is not a ``LINK``; None otherwise."""
     if len(data) < _HEADER.size or (data[0] << 8) & 0o170000 != KIND_FILE or data[2] & FLAG_LINK:

@@ -208,6 +208,27 @@ def _entry_name_v3(data: bytes) -> bytes:
     return data[pos:]
 
 
+# Where a file's location (shard, offset) lies, by layout: (start, end), after the prefix, size,
+# mtime and owner. At most 64 layouts.
+_LOCATION_AT: dict[int, tuple[int, int]] = {}
+
+
+def _location_span_v3(data: bytes) -> tuple[int, int] | None:
+    if len(data) < _V3_PREFIX.size or data[0] & 0xF0 != KIND_FILE >> 8 or data[2] & FLAG_LINK:
+        return None
+    layout = data[3]
+    span = _LOCATION_AT.get(layout)
+    if span is None:
+        if layout & ~_KNOWN_LAYOUT:
+            return None
+        start = _V3_PREFIX.size + (1, 2, 4, 8)[layout & LAYOUT_SIZE_WIDTH]
+        start += (8 if layout & LAYOUT_MTIME_NS else 4) + (2 if layout & LAYOUT_OWNER else 0)
+        end = start + (2 if layout & LAYOUT_WIDE_SHARD else 1)
+        end += 8 if layout & LAYOUT_WIDE_OFFSET else 4
+        span = _LOCATION_AT[layout] = (start, end)
+    return span
+
+
 def _file_extents_v3(values: Iterable[bytes]) -> Iterator[tuple[int, int, int]]:
     """(shard, offset, size) of every value that is a regular file holding its content (not a
     ``LINK``), the others skipped; only the fixed fields are read, in one loop (a full decode
