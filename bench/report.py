@@ -503,6 +503,7 @@ EXTRA_SECTIONS = (
     "## PyTorch: a cold epoch",
     "## Compression: lz4 and zstd",
     "## Object storage",
+    "## Streaming: samples and splits",
     "## Versions: packing on a base",
     "## Diff of two bundles",
 )

@@ -83,6 +83,16 @@ class TreeModel:
         """Up to ``count`` stored entries from inode ``first``, in inode order."""
         return self._index.iter_entries(first, count)
 
+    def raw_entries(self) -> Iterator[tuple[int, bytes]]:
+        """(inode, undecoded value) of every entry, in inode order (one cursor scan), for scans
+        that decode only what they need (read/stream.py)."""
+        return self._index.iter_raw(fmt.ROOT_INO, self._index.config.entry_count)
+
+    @property
+    def format_version(self) -> int:
+        """The bundle's format version (what undecoded values are read with)."""
+        return self._index.marker.format_version
+
     def owner(self, entry: fmt.Entry) -> tuple[int, int]:
         """(uid, gid) of an entry."""
         return self._index.owners[entry.owner]
@@ -100,14 +110,8 @@ class TreeModel:
         return tree_totals(self._index, ino)
 
     def totals(self, entry: fmt.Entry) -> fmt.TreeTotals:
-        """What lies below an entry (``integrity.child_totals`` added up): a directory's stored
-        totals (version 5: one lookup), else a walk of its subtree that gives the same answer in
-        O(subtree); a regular file is one file of its size, anything else nothing."""
-        if not entry.is_dir:
-            mine = integrity.child_totals(entry)
-            return fmt.TreeTotals(files=mine.files, bytes=mine.bytes)
-        stored = self.stored_totals(entry.ino)
-        return _walked_totals(self._index, entry) if stored is None else stored
+        """What lies below an entry: ``_totals_below``."""
+        return _totals_below(self._index, entry)
 
     def lookup(self, parent: fmt.Entry, name: bytes) -> fmt.Entry | None:
         """The child ``name`` of directory ``parent`` (links resolved), or None."""
@@ -326,6 +330,17 @@ class TreeModel:
                 return self._resolve(target, follow_last, hops + 1)
             stack.append(child)
         return stack[-1]
+
+
+def _totals_below(index: IndexReader, entry: fmt.Entry) -> fmt.TreeTotals:
+    """What lies below an entry (``integrity.child_totals`` added up): a directory's stored
+    totals (version 5: one lookup), else a walk of its subtree that gives the same answer in
+    O(subtree); a regular file is one file of its size, anything else nothing."""
+    if not entry.is_dir:
+        mine = integrity.child_totals(entry)
+        return fmt.TreeTotals(files=mine.files, bytes=mine.bytes)
+    stored = tree_totals(index, entry.ino)
+    return _walked_totals(index, entry) if stored is None else stored
 
 
 def _walked_totals(index: IndexReader, directory: fmt.Entry) -> fmt.TreeTotals:

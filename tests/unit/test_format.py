@@ -1334,3 +1334,16 @@ def test_relocating_a_file_past_the_stream_limit_is_refused() -> None:
     values = [fmt.encode_entry(FILE)]
     with pytest.raises(FormatError):
         list(fmt.relocate_files(values, lambda _s, _o, _n: (0, 2**48)))
+
+
+@pytest.mark.parametrize("version", [3, 4])
+def test_file_location_is_a_plain_files_shard_and_offset_and_none_for_the_rest(version) -> None:
+    wide = dataclasses.replace(FILE, shard=300, user_data=b"{}", content_type=2)  # owner, wide
+    entries = [ROOT, DIRECTORY, FILE, SMALL_FILE, wide, SYMLINK, LINK]
+    got = [fmt.file_location(fmt.encode_entry(e, version), version) for e in entries]
+    assert got == [None, None, (3, 2**40 + 7), (0, 4096), (300, 2**40 + 7), None, None]
+    assert fmt.file_location(fmt.encode_entry(FILE, version)[:5], version) is None  # truncated
+
+
+def test_file_location_leaves_versions_before_3_to_a_full_decode() -> None:
+    assert fmt.file_location(fmt.encode_entry(FILE, 2), 2) is None

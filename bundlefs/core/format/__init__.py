@@ -136,6 +136,7 @@ from bundlefs.core.format.entry_v3 import (
     _encode_entry_v3,
     _entry_name_v3,
     _file_extents_v3,
+    _file_location_v3,
     _location_span_v3,
     _relocate_files_v3,
 )
@@ -187,6 +188,13 @@ def encode_entry(e: Entry, version: int = FORMAT_VERSION) -> bytes:
 def is_directory_value(data: bytes) -> bool:
     """Whether an (undecoded) entry value is a directory's: for scans that skip everything else."""
     return len(data) >= 2 and (data[0] << 8) & 0o170000 == KIND_DIR
+
+
+def file_location(data: bytes, version: int = FORMAT_VERSION) -> tuple[int, int] | None:
+    """(shard, offset) of a plain file's (undecoded) entry value, for scans that need where each
+    file is stored and nothing else (read/stream.py); None for another kind of entry, a LINK
+    entry, a value it cannot read, or a version before 3: decode those in full."""
+    return _file_location_v3(data) if version >= 3 else None
 
 
 def entry_name(data: bytes, version: int = FORMAT_VERSION) -> bytes:
@@ -374,6 +382,7 @@ __all__ = [
     "encode_shard_info",
     "entry_key",
     "entry_name",
+    "file_location",
     "location_span",
     "is_directory_value",
     "makedev",

@@ -165,6 +165,22 @@ _PART_OF_KIND = {
 }
 
 
+def _file_location_v3(data: bytes) -> tuple[int, int] | None:
+    """(shard, offset) of a plain file's value, nothing else decoded or checked; None for any
+    other entry (a LINK entry too) or a value this cannot read: decode those in full."""
+    if len(data) < _V3_PREFIX.size:
+        return None
+    mode, flags, layout = _V3_PREFIX.unpack_from(data)
+    if mode & 0o170000 != KIND_FILE or flags & FLAG_LINK or layout & ~_KNOWN_LAYOUT:
+        return None
+    fixed = _v3_fixed(_PART_FILE, layout)
+    if len(data) < _V3_PREFIX.size + fixed.size:
+        return None
+    values = fixed.unpack_from(data, _V3_PREFIX.size)
+    at = 3 if layout & LAYOUT_OWNER else 2  # after size, mtime and the owner
+    return values[at], values[at + 1]
+
+
 def _entry_name_v3(data: bytes) -> bytes:
     if len(data) < _V3_PREFIX.size:
         raise FormatError("entry is truncated")
