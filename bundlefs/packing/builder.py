@@ -29,7 +29,13 @@ from bundlefs.core.content_types import ContentTypeRules
 from bundlefs.errors import PackError
 from bundlefs.packing.content import ContentWriter
 from bundlefs.packing.options import PackProgress, UserData
-from bundlefs.packing.sources.base import EntrySource, SourceErrors, SourceItem, Stat
+from bundlefs.packing.sources.base import (
+    EntrySource,
+    SourceErrors,
+    SourceItem,
+    Stat,
+    StoredContent,
+)
 from bundlefs.storage.index_writer import IndexWriter
 
 
@@ -139,6 +145,10 @@ class EntryBuilder:
             if item.name <= previous:
                 raise PackError(f"the source listed {os.fsdecode(item.rel)!r} out of name order")
             previous = item.name
+            if item.reuse is not None and self._copied(item):
+                files += 1
+                data_bytes += item.st.st_size
+                continue
             child = self._pack_child(item, directory.ino)
             if child is None:
                 continue
@@ -192,7 +202,37 @@ class EntryBuilder:
 
     # -- entries -----------------------------------------------------------------------------------
 
-    def _common(self, st: Stat, rel: bytes) -> dict:
+    def _copied(self, item: SourceItem) -> bool:
+        """Put a delta pack's unchanged file (``item.reuse``) as its base's entry value when that
+        is what its entry would encode to: the same owner and content type indexes, no user
+        data. Else its content arrives ``stored`` at the base's place, as any file's does."""
+        assert item.reuse is not None
+        value, owner, content_type, media_type, _shard = item.reuse
+        ino, st = self.next_ino, item.st
+        if media_type is not None:
+            new_type = self._content_type_index(media_type)
+        else:  # the rules would choose one by name (an empty head) where OLD has none
+            new_type = fmt.NO_CONTENT_TYPE if self.content_rules is None else -2
+        if (
+            new_type == content_type
+            and self._owner(st) == owner
+            and self.user_data is None
+            and ino <= fmt.MAX_ENTRIES
+        ):
+            self.index.put_entry_value(ino, value)
+            self.counts.files += 1
+            self.counts.data_bytes += st.st_size
+            self.progress.files += 1
+            self.next_ino += 1
+            return True
+        old = fmt.decode_entry(ino, value)
+        item.stored = StoredContent(
+            old.shard, old.offset, old.size, old.crc32c, st, b"", media_type, digest=old.digest
+        )
+        return False
+
+    def _owner(self, st: Stat) -> int:
+        """The owners table's index of ``st``'s (uid, gid), added in order of first use."""
         key = (st.st_uid, st.st_gid)
         owner = self.owners.get(key)
         if owner is None:
@@ -201,6 +241,10 @@ class EntryBuilder:
                 raise PackError("the tree has more distinct (uid, gid) pairs than a bundle holds")
             self.owners[key] = owner
             self.index.put_owner(owner, *key)
+        return owner
+
+    def _common(self, st: Stat, rel: bytes) -> dict:
+        owner = self._owner(st)
         user_data = b""
         if self.user_data is not None:
             user_data = self.user_data(rel, st) or b""

@@ -8,7 +8,11 @@ of the same size is then either
 
 - unchanged by its stat (``check="stat"``): its mtime equals OLD's to the nanosecond and OLD's
   mtime lies more than ``racy_seconds`` before OLD's creation time. It is not read: its item
-  arrives ``stored`` at OLD's place and CRC (``StoredContent``), its metadata SRC's;
+  arrives ``stored`` at OLD's place and CRC (``StoredContent``), its metadata SRC's. Most such
+  files (one link, OLD's mode, OLD of this format version) arrive instead with OLD's entry
+  value undecoded (``SourceItem.reuse``), which the builder copies when the new entry would
+  encode to those very bytes (``fmt.reusable_file``; the owner and content type indexes agree):
+  no entry decoded, built or encoded, which is most of what such a pack costs per file;
 - or read and compared with OLD's bytes (``check="content"``, a stat that differs, the racy
   window): equal content is reused all the same, with nothing written; different content, and
   every new or resized file, goes to the ``ContentWriter`` as in any pack.
@@ -18,9 +22,8 @@ pack's start) may have been changed again within the same mtime tick after OLD r
 stat proves nothing and it is compared by content. The rule needs no record in OLD beyond its
 creation time, and it holds down a chain: NEW's own creation time guards NEW's entries.
 
-Comparing: OLD's bytes are read through its ``ShardSet`` (records CRC-checked, decompressed) and
-compared as SRC is read, a chunk at a time, stopping at the first difference; a small file
-(read ahead whole) is compared by CRC32C first. Only a changed file of unchanged size larger than
+Comparing (``compare``): OLD's bytes are read through its ``ShardSet`` and compared as SRC is
+read, stopping at the first difference. Only a changed file of unchanged size larger than
 the read-ahead limit is read twice (compared, then stored): streaming it into a shard and rolling
 back on a match would need a shard writer that can take bytes back.
 
@@ -28,10 +31,10 @@ back on a match would need a shard writer that can take bytes back.
 else reflink, else copy; OLD is never written) at their own numbers, and puts an empty shard of
 the new bundle's in place of each that no entry uses, so the files of deleted trees are not kept
 alive; the new bundle's own shards follow OLD's. Empty files need no shard: they point at
-shard 0, offset 0. Memory: the entries of the OLD directory being walked.
+shard 0, offset 0. Memory: the entry values of the OLD directory being walked.
 
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``, ``bundlefs.packing``
-below it (``options``, ``sources``, ``reuse``).
+below it (``options``, ``sources``, ``reuse``, ``compare``).
 """
 
 from __future__ import annotations
@@ -41,18 +44,19 @@ import stat as statmod
 from collections.abc import Iterator
 
 from bundlefs.core import format as fmt
-from bundlefs.core.checksum import ContentDigest, crc32c
+from bundlefs.core.checksum import ContentDigest
 from bundlefs.errors import BundleError, PackError
+from bundlefs.packing.compare import same_bytes, same_stream
 from bundlefs.packing.options import BaseReuse, PackOptions
 from bundlefs.packing.reuse import ReusedShards
 from bundlefs.packing.sources.base import (
-    READ_CHUNK,
     Content,
-    DirectorySource,
+    Reuse,
     SourceItem,
     Stat,
     StoredContent,
 )
+from bundlefs.packing.sources.directory import DirectorySource
 from bundlefs.storage.codec import zstd_module
 from bundlefs.storage.index import IndexReader
 from bundlefs.storage.index_writer import IndexWriter
@@ -102,6 +106,8 @@ class Base:
         self.racy_limit = config.created_ns - int(options.racy_seconds * 10**9)
         self.used: set[int] = set()
         self.reuse = BaseReuse(base=path)
+        # Values of unchanged files are copied as they are when OLD's layout is the pack's.
+        self.copies = self.check == "stat" and config.format_version == fmt.FORMAT_VERSION
 
     def close(self) -> None:
         self.shards.close()
@@ -160,39 +166,6 @@ class Base:
         self.reuse.ways = {way: ways.count(way) for way in sorted(set(ways))}
         return empty
 
-    # -- content -----------------------------------------------------------------------------------
-
-    def stored_chunks(self, entry: fmt.Entry) -> Iterator[bytes]:
-        """OLD's bytes of the file ``entry``, record by record (each record CRC-checked)."""
-        offset, end = entry.offset, entry.offset + entry.size
-        while offset < end:
-            record = self.reader.record_at(entry.shard, offset)
-            data = self.shards.load(record)
-            yield data[offset - record.offset : min(end, record.end) - record.offset]
-            offset = record.end
-
-    def same_bytes(self, entry: fmt.Entry, data: bytes) -> bool:
-        """Whether ``data`` (read whole) is OLD's content of ``entry``."""
-        if len(data) != entry.size or crc32c(data) != entry.crc32c:
-            return False
-        return _Comparer(self.stored_chunks(entry)).matches(data)
-
-    def same_stream(self, entry: fmt.Entry, content: Content, before: Stat) -> bool:
-        """Whether the open file ``content`` holds OLD's content of ``entry`` (read to its end,
-        or to the first difference) and did not change while it was read."""
-        if before.st_size != entry.size:
-            return False
-        comparer = _Comparer(self.stored_chunks(entry))
-        crc = size = 0
-        while chunk := content.read(READ_CHUNK):
-            if not comparer.matches(chunk):
-                return False
-            crc = crc32c(chunk, crc)
-            size += len(chunk)
-        after = content.stat()
-        unchanged = (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
-        return unchanged and size == entry.size and crc == entry.crc32c and comparer.done()
-
     def trusted(self, entry: fmt.Entry | None, st: Stat) -> bool:
         """Whether the file with status ``st`` is OLD's ``entry`` unchanged, by its stat."""
         return (
@@ -219,33 +192,6 @@ class Base:
         )
 
 
-class _Comparer:
-    """Compares a stream, chunk by chunk, with OLD's chunks of the same bytes."""
-
-    def __init__(self, chunks: Iterator[bytes]) -> None:
-        self._chunks = chunks
-        self._pending = memoryview(b"")
-
-    def matches(self, chunk: bytes) -> bool:
-        want = len(chunk)
-        pos = 0
-        while pos < want:
-            if not self._pending:
-                nxt = next(self._chunks, None)
-                if nxt is None:
-                    return False  # SRC is longer
-                self._pending = memoryview(nxt)
-            take = min(want - pos, len(self._pending))
-            if self._pending[:take] != chunk[pos : pos + take]:
-                return False
-            self._pending = self._pending[take:]
-            pos += take
-        return True
-
-    def done(self) -> bool:
-        return not self._pending and next(self._chunks, None) is None
-
-
 class DeltaSource:
     """SRC (a ``DirectorySource``) beside ``base``: files unchanged since the base arrive
     ``stored`` at its bytes, every other item as SRC delivers it."""
@@ -262,19 +208,34 @@ class DeltaSource:
 
     def children(self, rel: bytes) -> Iterator[SourceItem]:
         old = self._old_children(self._pending.pop(rel, None))
-        base = self.base
+        copies: dict[bytes, Reuse] = {}  # name -> what read_if found copyable
 
         def read_if(name: bytes, st: Stat) -> bool:
-            return not base.trusted(old.get(name), st)
+            found = old.get(name)
+            if found is None:
+                return True
+            copy = self._copyable(found[1], st)
+            if copy is not None:
+                copies[name] = copy
+                return False
+            return not self.base.trusted(self._entry(found), st)
 
         names = self.inner.names(rel)
         for item in self.inner.named_children(rel, names, read_if if old else None):
-            entry = old.get(item.name)
+            found = old.get(item.name)
             kind = statmod.S_IFMT(item.st.st_mode)
-            if entry is not None and kind == statmod.S_IFDIR and entry.is_dir:
-                self._pending[item.rel] = entry.ino
+            if kind == statmod.S_IFREG and found is not None:
+                copy = copies.pop(item.name, None) or self._copyable(found[1], item.st)
+                if copy is not None:
+                    self._copy(item, copy)
+                elif not self._later_name(item.st):
+                    self._file(item, self._entry(found))
+            elif kind == statmod.S_IFDIR and found is not None:
+                entry = self._entry(found)
+                if entry.is_dir:
+                    self._pending[item.rel] = entry.ino
             elif kind == statmod.S_IFREG and not self._later_name(item.st):
-                self._file(item, entry)
+                self._file(item, None)
             yield item
 
     def readlink(self, item: SourceItem) -> bytes:
@@ -292,17 +253,52 @@ class DeltaSource:
         self._linked.add(key)
         return seen
 
-    def _old_children(self, ino: int | None) -> dict[bytes, fmt.Entry]:
-        """OLD's entries in directory ``ino`` by name, a hard link's later names resolved."""
+    def _old_children(self, ino: int | None) -> dict[bytes, tuple[int, bytes]]:
+        """OLD's entries in directory ``ino`` by name: (inode, value), decoded only when used."""
         if ino is None:
             return {}
         reader = self.base.reader
         directory = reader.entry(ino)
-        out = {}
-        for entry in reader.iter_entries(directory.first_child, directory.size):
-            # A later name of a hard-linked file: the file it names holds the content.
-            out[entry.name] = reader.entry(entry.target) if entry.is_link else entry
-        return out
+        version = reader.marker.format_version
+        raw = reader.iter_raw(directory.first_child, directory.size)
+        return {fmt.entry_name(value, version): (i, value) for i, value in raw}
+
+    def _entry(self, found: tuple[int, bytes]) -> fmt.Entry:
+        """OLD's entry, decoded; a hard link's later name resolved to the file that holds the
+        content."""
+        reader = self.base.reader
+        entry = reader.decode(*found)
+        return reader.entry(entry.target) if entry.is_link else entry
+
+    def _copyable(self, value: bytes, st: Stat) -> Reuse | None:
+        """What the builder needs to copy OLD's ``value`` for the file of status ``st``, when the
+        file is unchanged by its stat (``Base.trusted``) and its new entry would be that value
+        byte for byte but for the owner and content type indexes (the builder checks those):
+        the same mode, one link, content, no NLINK, LINK or user data in OLD."""
+        base = self.base
+        if not base.copies or st.st_nlink != 1:
+            return None
+        fields = fmt.reusable_file(value)
+        if fields is None:
+            return None
+        mode, size, mtime_ns, owner, shard, content_type = fields
+        types = base.reader.content_types
+        if (st.st_mode, st.st_size, st.st_mtime_ns) != (mode, size, mtime_ns) or not size:
+            return None
+        if mtime_ns >= base.racy_limit or shard >= base.count or content_type >= len(types):
+            return None  # racy, or an index out of range: decode it in full (it is refused)
+        if owner >= len(base.reader.owners):
+            return None
+        media_type = None if content_type == fmt.NO_CONTENT_TYPE else types[content_type]
+        return value, owner, content_type, media_type, shard
+
+    def _copy(self, item: SourceItem, copy: Reuse) -> None:
+        """``item`` arrives with OLD's value to copy (``SourceItem.reuse``), counted as reused."""
+        item.reuse = copy
+        self.base.used.add(copy[4])
+        counts = self.base.reuse
+        counts.reused_files += 1
+        counts.reused_bytes += item.st.st_size
 
     def _file(self, item: SourceItem, entry: fmt.Entry | None) -> None:
         """Set ``item.stored`` when its content is OLD's; counts either way."""
@@ -342,7 +338,7 @@ class DeltaSource:
                 item.after.st_mtime_ns,
                 item.after.st_size,
             )
-            return steady and self.base.same_bytes(entry, item.data)
+            return steady and same_bytes(self.base.shards, self.base.reader, entry, item.data)
         try:
             content = self.inner.open(item)
         except OSError:
@@ -351,7 +347,7 @@ class DeltaSource:
             before = content.stat()
             if not statmod.S_ISREG(before.st_mode):
                 return False
-            if self.base.same_stream(entry, content, before):
+            if same_stream(self.base.shards, self.base.reader, entry, content, before):
                 item.before = before
                 return True
             return False

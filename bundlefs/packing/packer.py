@@ -1,8 +1,8 @@
 """Packing a source tree into a bundle, atomically and deterministically: ``pack``.
 
-This module only orchestrates. A source (``sources.base.DirectorySource`` walking a tree breadth
-first with names sorted bytewise, ``sources.archive``, ``sources.objects``, ``sources.listed``
-for ``files_from``, or the caller's own ``EntrySource``) delivers entries;
+This module only orchestrates. A source (``sources.directory.DirectorySource`` walking a tree
+breadth first with names sorted bytewise, ``sources.archive``, ``sources.objects``,
+``sources.listed`` for ``files_from``, or the caller's own ``EntrySource``) delivers entries;
 ``builder.EntryBuilder`` turns them into index entries;
 ``content.ContentWriter`` writes file content into the shards; and ``destination.publish_built``
 stages the bundle in a locked temporary sibling of DEST, seals it and moves it into place (or
@@ -44,11 +44,11 @@ from bundlefs.packing.options import (
 )
 from bundlefs.packing.sources.archive import ArchiveSource
 from bundlefs.packing.sources.base import (
-    DirectorySource,
     EntrySource,
     SourceErrors,
     StreamingSource,
 )
+from bundlefs.packing.sources.directory import DirectorySource
 from bundlefs.packing.sources.listed import ListedSource
 from bundlefs.packing.sources.objects import ObjectSource
 from bundlefs.packing.sources.streams import STDIN

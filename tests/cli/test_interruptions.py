@@ -198,7 +198,7 @@ def test_pack_exits_4_when_skip_errors_left_files_out(tmp_path):
     dest = tmp_path / "b.bundle"
     # Unreadable even by root: paused before the packer opens "b" (over 1 MiB: opened as it is
     # stored), which is removed meanwhile.
-    where = "bundlefs.packing.sources.base:DirectorySource.open"
+    where = "bundlefs.packing.sources.directory:DirectorySource.open"
     args = ("pack", "-j", "1", "-q", "--skip-errors", src, dest)
     with paused(tmp_path, where, 2, *args) as (process, ready):
         (src / "b").unlink()

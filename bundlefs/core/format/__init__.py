@@ -139,6 +139,7 @@ from bundlefs.core.format.entry_v3 import (
     _file_location_v3,
     _location_span_v3,
     _relocate_files_v3,
+    reusable_file,
 )
 from bundlefs.core.format.keys import (
     TOTALS_SIZE,
@@ -262,6 +263,7 @@ def relocate_files(
 
 
 __all__ = [
+    "reusable_file",
     "totals_key",
     "encode_totals",
     "decode_totals",

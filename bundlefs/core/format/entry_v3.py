@@ -26,7 +26,9 @@ from bundlefs.core.format.constants import (
     KIND_DIR,
     KIND_FILE,
     KIND_SYMLINK,
+    MAX_SHARD_STREAM,
     MAX_SHARDS,
+    NO_CONTENT_TYPE,
     SPECIAL_KINDS,
 )
 from bundlefs.core.format.entry import (
@@ -152,6 +154,51 @@ def _decode_entry_v3(ino: int, data: bytes, version: int) -> Entry:
     rest = values[3:] if layout & LAYOUT_OWNER else values[2:]
     pos = _V3_PREFIX.size + fixed.size
     return _decode_rest(ino, data, pos, part, mode, flags, owner, mtime, size, rest)
+
+
+_COPYABLE_FLAGS = FLAG_CONTENT_TYPE | FLAG_DIGEST
+
+
+def reusable_file(data: bytes) -> tuple[int, int, int, int, int, int] | None:
+    """(mode, size, mtime_ns, owner, shard, content_type) of a plain regular file's value in the
+    layout of versions 3 to 5 that ``_encode_entry_v3`` would write back byte for byte from its
+    fields (widths the narrowest, flags only CONTENT_TYPE and DIGEST, content and a name): what
+    a pack on a base copies for a file that did not change instead of decoding and encoding it
+    (``packing.delta``). None for any other value: decode that in full."""
+    if len(data) < _V3_PREFIX.size:
+        return None
+    mode, flags, layout = _V3_PREFIX.unpack_from(data)
+    if mode & 0o170000 != KIND_FILE or flags & ~_COPYABLE_FLAGS or layout & ~_KNOWN_LAYOUT:
+        return None
+    fixed = _v3_fixed(_PART_FILE, layout)
+    pos = _V3_PREFIX.size + fixed.size
+    if len(data) < pos + 2:
+        return None
+    values = fixed.unpack_from(data, _V3_PREFIX.size)
+    size, mtime, shard, offset = values[0], values[1], values[-3], values[-2]
+    owner = values[2] if layout & LAYOUT_OWNER else 0
+    if layout & LAYOUT_MTIME_NS:
+        if not mtime % 1_000_000_000 and 0 <= mtime < 2**32 * 1_000_000_000:
+            return None  # whole seconds in range: the encoder writes a u32
+    else:
+        mtime *= 1_000_000_000
+    if (
+        layout & LAYOUT_SIZE_WIDTH != _width_code(size)
+        or (layout & LAYOUT_OWNER and not owner)
+        or bool(layout & LAYOUT_WIDE_SHARD) != (shard > 0xFF)
+        or bool(layout & LAYOUT_WIDE_OFFSET) != (offset > 0xFFFFFFFF)
+        or offset + size > MAX_SHARD_STREAM
+    ):
+        return None
+    content_type = NO_CONTENT_TYPE
+    if flags & FLAG_CONTENT_TYPE:
+        (content_type,) = _U16.unpack_from(data, pos)
+        pos += 2
+    if flags & FLAG_DIGEST:
+        pos += DIGEST_SIZE
+    if len(data) <= pos:
+        return None  # no name
+    return mode, size, mtime, owner, shard, content_type
 
 
 # Where the name starts, by (file type, flags, layout), for values whose name offset those fix

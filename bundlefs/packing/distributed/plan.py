@@ -25,7 +25,8 @@ from dataclasses import dataclass, field, replace
 
 from bundlefs.errors import PackError
 from bundlefs.packing.distributed.cutter import Key, Pos, Shape, cuts, key_of, shape_of
-from bundlefs.packing.sources.base import DirectorySource, SourceErrors
+from bundlefs.packing.sources.base import SourceErrors
+from bundlefs.packing.sources.directory import DirectorySource
 from bundlefs.packing.sources.objects import ObjectSource
 from bundlefs.packing.sources.streams import STDIN
 from bundlefs.storage.location import Location

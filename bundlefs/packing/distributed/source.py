@@ -16,7 +16,8 @@ from concurrent.futures import Executor
 
 from bundlefs.packing.distributed.cutter import Key, key_of
 from bundlefs.packing.distributed.plan import Partition
-from bundlefs.packing.sources.base import Content, DirectorySource, SourceErrors, SourceItem
+from bundlefs.packing.sources.base import Content, SourceErrors, SourceItem
+from bundlefs.packing.sources.directory import DirectorySource
 
 
 class PartitionSource:

@@ -1,10 +1,11 @@
 """Where a pack's entries come from: the ``EntrySource`` seam (``base``) and its implementations.
 
-Bottom first: ``base`` (the seam, ``DirectorySource``), ``synthetic`` (an in-memory tree and the
-one set of name rules for sources of made-up entries) and ``streams`` (archive streams), then
-``archive`` (tar and zip), ``objects`` (an object-store prefix), ``stored`` (layers of trees
-already stored in bundles) and ``listed`` (the listed paths of a directory, in list order). A
-new archive format is one more module over ``synthetic`` and ``streams``.
+Bottom first: ``base`` (the seam), ``directory`` (``DirectorySource``: a tree on disk),
+``synthetic`` (an in-memory tree and the one set of name rules for sources of made-up entries)
+and ``streams`` (archive streams), then ``archive`` (tar and zip), ``objects`` (an object-store
+prefix), ``stored`` (layers of trees already stored in bundles) and ``listed`` (the listed paths
+of a directory, in list order). A new archive format is one more module over ``synthetic`` and
+``streams``.
 
-Order (bottom first): base, synthetic | streams, archive | objects | stored | listed
+Order (bottom first): base, directory | synthetic | streams, archive | objects | stored | listed
 """

@@ -1,0 +1,216 @@
+"""A directory tree on disk as an ``EntrySource``: ``DirectorySource`` (breadth first, names
+sorted bytewise, probes and reads ahead on the pack's threads).
+
+What it fails to deliver goes to the ``SourceErrors`` it was made with (``base``). Memory: the
+names of the directory being listed and a read-ahead window of at most ``_READ_AHEAD_FILES``
+small files.
+
+May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.packing.sources.base``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat as statmod
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor
+
+from bundlefs.core import format as fmt
+from bundlefs.errors import PackError
+from bundlefs.packing.sources.base import (
+    _READ_AHEAD_FILES,
+    _READ_AHEAD_MAX,
+    READ_CHUNK,
+    Content,
+    SourceErrors,
+    SourceItem,
+    Stat,
+    excluded,
+)
+
+# Whether to read a small file ahead, by name and lstat (a delta pack skips unchanged ones).
+ReadIf = Callable[[bytes, Stat], bool]
+
+
+def _probe(
+    path: bytes, rel: bytes, name: bytes, read_ahead: bool = True, read_if: ReadIf | None = None
+) -> SourceItem | OSError:
+    """lstat ``path`` and read it whole if it is a small regular file (unless not
+    ``read_ahead``, or ``read_if`` says no); runs on reader threads."""
+    try:
+        item = SourceItem(rel, name, os.lstat(path))
+    except OSError as e:
+        return e
+    if statmod.S_ISDIR(item.st.st_mode):
+        # A directory that cannot be listed is reported here, while it can still be left out
+        # (skipped, as an unreadable file is): once delivered it is in the bundle, and its
+        # children are listed only later, breadth first.
+        try:
+            os.close(os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC))
+        except OSError as e:
+            return e
+        return item
+    if not read_ahead or not statmod.S_ISREG(item.st.st_mode) or item.st.st_size > _READ_AHEAD_MAX:
+        return item
+    if read_if is not None and not read_if(name, item.st):
+        return item
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return item  # the writer retries and reports it with its own policy
+    try:
+        before = os.fstat(fd)
+        if statmod.S_ISREG(before.st_mode):
+            chunks = []
+            while chunk := os.read(fd, READ_CHUNK):
+                chunks.append(chunk)
+            after = os.fstat(fd)
+            item.data, item.before, item.after = b"".join(chunks), before, after
+    except OSError:
+        item.data = item.before = item.after = None
+    finally:
+        os.close(fd)
+    return item
+
+
+def _stat_only(
+    path: bytes, rel: bytes, name: bytes, read_ahead: bool, read_if: ReadIf | None
+) -> SourceItem | OSError | None:
+    """``_probe``'s result when it is an lstat alone (not a directory, not a file ``read_if``
+    wants read ahead); else None."""
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        return e
+    if statmod.S_ISDIR(st.st_mode):
+        return None
+    small = statmod.S_ISREG(st.st_mode) and read_ahead and st.st_size <= _READ_AHEAD_MAX
+    return None if small and (read_if is None or read_if(name, st)) else SourceItem(rel, name, st)
+
+
+class _OpenFile:
+    """``Content`` of a file opened by descriptor: never follows a symlink, never blocks on a
+    FIFO swapped in since the walk saw a regular file."""
+
+    __slots__ = ("_fd",)
+
+    def __init__(self, path: bytes) -> None:
+        self._fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def stat(self) -> os.stat_result:
+        return os.fstat(self._fd)
+
+    def read(self, size: int) -> bytes:
+        return os.read(self._fd, size)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+class DirectorySource:
+    """A directory tree on disk, listed with names sorted bytewise.
+
+    With a ``pool``, reader threads lstat and read small files up to ``_READ_AHEAD_FILES`` entries
+    ahead of the builder: source reads overlap (a cold disk or NFS serves many requests at once)
+    while entries still come out in one deterministic order. ``skip`` is the (st_dev, st_ino) of
+    a directory never to deliver: the bundle being written, should the walk meet it (a bind
+    mount, say), so the packer never reads its own growing output. Without ``read_ahead`` no file
+    is read, only lstat'ed: a walk that wants the tree's shape and sizes, not its content (the
+    partition planner, ``distributed/plan.py``).
+    """
+
+    def __init__(
+        self,
+        root: str,
+        errors: SourceErrors,
+        *,
+        excludes: tuple[str, ...] = (),
+        pool: Executor | None = None,
+        skip: tuple[int, int] | None = None,
+        read_ahead: bool = True,
+    ) -> None:
+        self._root, self._errors, self._excludes = os.fsencode(root), errors, excludes
+        self._pool, self._skip, self._read_ahead = pool, skip, read_ahead
+
+    def root(self) -> SourceItem:
+        try:
+            st = os.stat(self._root)
+        except OSError as e:
+            raise PackError(f"cannot read the source: {e.strerror}") from e
+        return SourceItem(b"", b"", st)
+
+    def children(self, rel: bytes) -> Iterator[SourceItem]:
+        yield from self.named_children(rel, self.names(rel))
+
+    def names(self, rel: bytes) -> list[bytes]:
+        """The names in the directory ``rel``, sorted bytewise; [] (reported) if it cannot be
+        listed."""
+        path = os.path.join(self._root, rel) if rel else self._root
+        try:
+            return sorted(os.listdir(path))
+        except OSError as e:
+            # Readable when probed (or the root): it changed since, and is in the bundle already.
+            self._errors.report_unlisted(rel, e)
+            return []
+
+    def named_children(
+        self, rel: bytes, names: list[bytes], read_if: ReadIf | None = None
+    ) -> Iterator[SourceItem]:
+        """The children of the directory ``rel`` called ``names`` (sorted bytewise), as
+        ``children`` delivers them: excluded names left out, the others probed (and read ahead,
+        those ``read_if`` accepts when given). A caller that wants only some of a directory (one
+        partition of the tree) probes only those."""
+        # Every name is checked before the first child is delivered, so what this reports comes
+        # before anything the builder reports about the children.
+        children = []
+        for name in names:
+            child_rel = rel + b"/" + name if rel else name
+            if self._excluded(child_rel, name):
+                continue
+            if len(name) > fmt.MAX_NAME:
+                self._errors.report(child_rel, OSError(errno.ENAMETOOLONG, "name too long"))
+                continue
+            children.append((name, child_rel))
+        probes = self._probes(children, read_if)
+        for (_name, child_rel), probed in zip(children, probes, strict=True):
+            if isinstance(probed, OSError):
+                self._errors.report(child_rel, probed)
+                continue
+            st = probed.st
+            if (st.st_dev, st.st_ino) == self._skip:
+                continue  # our own output, reached through a bind mount or the like
+            yield probed
+
+    def _probes(
+        self, children: list[tuple[bytes, bytes]], read_if: ReadIf | None
+    ) -> Iterator[SourceItem | OSError]:
+        """Probes of ``children`` in order, computed up to _READ_AHEAD_FILES ahead on the pool.
+        With ``read_if`` (a delta pack) each is lstat'ed here first, and only those with more
+        to do (a directory, a file to read) go to the pool: most are an lstat alone, for
+        which a thread's hand-off costs more than the call."""
+        root, read_ahead = self._root, self._read_ahead
+        args = [(os.path.join(root, rel), rel, name, read_ahead, read_if) for name, rel in children]
+        if self._pool is None:
+            yield from (_probe(*a) for a in args)
+            return
+        pending: deque = deque()
+        for a in args:
+            done = _stat_only(*a) if read_if is not None else None
+            pending.append(done if done is not None else self._pool.submit(_probe, *a))
+            if len(pending) >= _READ_AHEAD_FILES:
+                first = pending.popleft()
+                yield first if isinstance(first, SourceItem | OSError) else first.result()
+        while pending:
+            first = pending.popleft()
+            yield first if isinstance(first, SourceItem | OSError) else first.result()
+
+    def readlink(self, item: SourceItem) -> bytes:
+        return os.readlink(os.path.join(self._root, item.rel))
+
+    def open(self, item: SourceItem) -> Content:
+        return _OpenFile(os.path.join(self._root, item.rel))
+
+    def _excluded(self, rel: bytes, name: bytes) -> bool:
+        return bool(self._excludes) and excluded(rel, name, self._excludes)
