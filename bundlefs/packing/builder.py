@@ -209,10 +209,10 @@ class EntryBuilder:
         assert item.reuse is not None
         value, owner, content_type, media_type, _shard = item.reuse
         ino, st = self.next_ino, item.st
-        if media_type is not None:
-            new_type = self._content_type_index(media_type)
-        else:  # the rules would choose one by name (an empty head) where OLD has none
-            new_type = fmt.NO_CONTENT_TYPE if self.content_rules is None else -2
+        chosen = media_type
+        if chosen is None and self.content_rules is not None:  # as _file_entry: by name
+            chosen = self.content_rules.choose(item.rel, b"")
+        new_type = fmt.NO_CONTENT_TYPE if chosen is None else self._content_type_index(chosen)
         if (
             new_type == content_type
             and self._owner(st) == owner

@@ -1,0 +1,123 @@
+"""A pack on a base copies an unchanged file's entry value from OLD undecoded when the new entry
+would encode to those very bytes, and builds the entry as any pack does when it would not (the
+owners or content types tables numbered differently, user data, another mode): either way NEW
+is what a pack that decodes and encodes every entry makes, and it verifies (digests, totals).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+from bundlefs import Bundle, PackOptions, pack
+from bundlefs.core import format as fmt
+from bundlefs.read.verify import verify
+from bundlefs.storage.index import IndexReader
+from tests.support.trees import MTIME_NS, set_mtimes
+
+
+def _tree(root: Path, files: int = 24) -> Path:
+    rng = random.Random(3)
+    for i in range(files):
+        path = root / f"d{i % 3}" / (f"f{i:03d}.json" if i % 2 else f"f{i:03d}.bin")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b'{"a": 1}' * (i + 1) if i % 2 else rng.randbytes(rng.randint(1, 9000)))
+    set_mtimes(root, MTIME_NS)
+    return root
+
+
+def _pack(src: Path, dest: Path, base: Path | None = None, **options) -> None:
+    pack(str(src), str(dest), PackOptions(created_ns=1_800_000_000 * 10**9, **options), base=base)
+
+
+def _values(bundle: Path) -> dict[bytes, bytes]:
+    """Every file's entry value by name (names are unique in these trees)."""
+    reader = IndexReader(str(bundle))
+    try:
+        root = reader.entry(fmt.ROOT_INO)
+        out = {}
+        for directory in reader.iter_entries(root.first_child, root.size):
+            for _ino, value in reader.iter_raw(directory.first_child, directory.size):
+                out[fmt.entry_name(value)] = value
+        return out
+    finally:
+        reader.close()
+
+
+def _entries(bundle: Path) -> dict[bytes, fmt.Entry]:
+    return {name: fmt.decode_entry(2, value) for name, value in _values(bundle).items()}
+
+
+def _content_type(bundle: Path, name: bytes) -> str | None:
+    reader = IndexReader(str(bundle))
+    try:
+        return reader.content_type(fmt.decode_entry(2, _values(bundle)[name]))
+    finally:
+        reader.close()
+
+
+def test_an_unchanged_file_keeps_its_bases_entry_value_and_digest(tmp_path: Path) -> None:
+    src = _tree(tmp_path / "src")
+    _pack(src, tmp_path / "old")
+    _pack(src, tmp_path / "new", tmp_path / "old")
+    assert _values(tmp_path / "new") == _values(tmp_path / "old")
+    assert all(e.digest for e in _entries(tmp_path / "new").values())
+    assert verify(tmp_path / "new").ok
+
+
+def test_a_renumbered_owner_gets_the_new_bundles_index(tmp_path: Path) -> None:
+    src = _tree(tmp_path / "src")
+    os.chown(src / "d1" / "f004.bin", 1234, 1234)  # OLD: owners (0, 0), then (1234, 1234)
+    _pack(src, tmp_path / "old")
+    os.chown(src, 1234, 1234)  # NEW: the root's (1234, 1234) comes first, every index moves
+    os.chown(src / "d0" / "f000.bin", 1234, 1234)
+    set_mtimes(src, MTIME_NS)
+    _pack(src, tmp_path / "new", tmp_path / "old")
+    reader = IndexReader(str(tmp_path / "new"))
+    try:
+        assert reader.owners == [(1234, 1234), (0, 0)]
+    finally:
+        reader.close()
+    with Bundle(tmp_path / "new") as b:
+        for path in ("d0/f000.bin", "d1/f004.bin", "d2/f002.bin", "d0/f003.json"):
+            st = os.lstat(src / path)
+            assert (b.lstat(path).st_uid, b.lstat(path).st_gid) == (st.st_uid, st.st_gid), path
+    assert verify(tmp_path / "new").ok
+
+
+def test_user_data_is_attached_to_an_unchanged_file(tmp_path: Path) -> None:
+    src = _tree(tmp_path / "src")
+    _pack(src, tmp_path / "old")
+    _pack(src, tmp_path / "new", tmp_path / "old", user_data=lambda rel, st: rel[-4:])
+    entries = _entries(tmp_path / "new")
+    assert all(name[-4:] == e.user_data for name, e in entries.items())
+    old = _entries(tmp_path / "old")
+    assert all(e.digest == old[name].digest for name, e in entries.items())
+    assert verify(tmp_path / "new").ok
+
+
+def test_an_unchanged_file_keeps_its_bases_content_type_without_detection(
+    tmp_path: Path,
+) -> None:
+    src = _tree(tmp_path / "src")
+    _pack(src, tmp_path / "old")
+    _pack(src, tmp_path / "new", tmp_path / "old", detect_content_types=False)
+    media_type = _content_type(tmp_path / "new", b"f001.json")
+    assert media_type is not None
+    assert media_type == _content_type(tmp_path / "old", b"f001.json")
+    assert verify(tmp_path / "new").ok
+
+
+def test_a_chmod_of_an_unchanged_file_is_in_its_new_entry(tmp_path: Path) -> None:
+    src = _tree(tmp_path / "src")
+    _pack(src, tmp_path / "old")
+    os.chmod(src / "d2" / "f002.bin", 0o4711)
+    _pack(src, tmp_path / "new", tmp_path / "old")
+    new, old = _values(tmp_path / "new"), _values(tmp_path / "old")
+    assert fmt.decode_entry(2, new[b"f002.bin"]).mode & 0o7777 == 0o4711
+    assert new[b"f002.bin"] != old[b"f002.bin"]
+    assert {k: v for k, v in new.items() if k != b"f002.bin"} == {
+        k: v for k, v in old.items() if k != b"f002.bin"
+    }
+    assert verify(tmp_path / "new").ok
