@@ -157,6 +157,34 @@ def _decode_entry_v3(ino: int, data: bytes, version: int) -> Entry:
 
 
 _COPYABLE_FLAGS = FLAG_CONTENT_TYPE | FLAG_DIGEST
+_SIZE_RANGES = ((0, 0x100), (0x100, 0x10000), (0x10000, 2**32), (2**32, 2**64))
+_WHOLE_SECONDS_END = 2**32 * 1_000_000_000  # an mtime in whole seconds below this is a u32
+# What reusable_file needs to know of a (flags, layout): the fixed fields, the owner's place in
+# them (0: none), the narrowest size width's range, the content type's place (0: none), where
+# the name starts, and whether the mtime is in nanoseconds and the location wide. None: no.
+_REUSABLE: dict[int, tuple | None] = {}
+
+
+def _reusable_spec(flags: int, layout: int) -> tuple | None:
+    if flags & ~_COPYABLE_FLAGS or layout & ~_KNOWN_LAYOUT:
+        return None
+    fixed = _v3_fixed(_PART_FILE, layout)
+    pos = _V3_PREFIX.size + fixed.size
+    content_type_at = pos if flags & FLAG_CONTENT_TYPE else 0
+    name_at = pos + (2 if flags & FLAG_CONTENT_TYPE else 0)
+    name_at += DIGEST_SIZE if flags & FLAG_DIGEST else 0
+    low, high = _SIZE_RANGES[layout & LAYOUT_SIZE_WIDTH]
+    return (
+        fixed,
+        2 if layout & LAYOUT_OWNER else 0,
+        low,
+        high,
+        content_type_at,
+        name_at,
+        bool(layout & LAYOUT_MTIME_NS),
+        bool(layout & LAYOUT_WIDE_SHARD),
+        bool(layout & LAYOUT_WIDE_OFFSET),
+    )
 
 
 def reusable_file(data: bytes) -> tuple[int, int, int, int, int, int] | None:
@@ -165,40 +193,38 @@ def reusable_file(data: bytes) -> tuple[int, int, int, int, int, int] | None:
     fields (widths the narrowest, flags only CONTENT_TYPE and DIGEST, content and a name): what
     a pack on a base copies for a file that did not change instead of decoding and encoding it
     (``packing.delta``). None for any other value: decode that in full."""
-    if len(data) < _V3_PREFIX.size:
+    if len(data) < _V3_PREFIX.size or data[0] & 0xF0 != KIND_FILE >> 8:
         return None
-    mode, flags, layout = _V3_PREFIX.unpack_from(data)
-    if mode & 0o170000 != KIND_FILE or flags & ~_COPYABLE_FLAGS or layout & ~_KNOWN_LAYOUT:
+    key = data[2] << 8 | data[3]
+    try:
+        spec = _REUSABLE[key]
+    except KeyError:
+        spec = _REUSABLE[key] = _reusable_spec(data[2], data[3])
+    if spec is None:
         return None
-    fixed = _v3_fixed(_PART_FILE, layout)
-    pos = _V3_PREFIX.size + fixed.size
-    if len(data) < pos + 2:
-        return None
+    fixed, owner_at, low, high, content_type_at, name_at, in_ns, wide_shard, wide_offset = spec
+    if len(data) <= name_at:
+        return None  # truncated, or no name
     values = fixed.unpack_from(data, _V3_PREFIX.size)
     size, mtime, shard, offset = values[0], values[1], values[-3], values[-2]
-    owner = values[2] if layout & LAYOUT_OWNER else 0
-    if layout & LAYOUT_MTIME_NS:
-        if not mtime % 1_000_000_000 and 0 <= mtime < 2**32 * 1_000_000_000:
+    if in_ns:
+        if not mtime % 1_000_000_000 and 0 <= mtime < _WHOLE_SECONDS_END:
             return None  # whole seconds in range: the encoder writes a u32
     else:
         mtime *= 1_000_000_000
+    owner = values[owner_at] if owner_at else 0
     if (
-        layout & LAYOUT_SIZE_WIDTH != _width_code(size)
-        or (layout & LAYOUT_OWNER and not owner)
-        or bool(layout & LAYOUT_WIDE_SHARD) != (shard > 0xFF)
-        or bool(layout & LAYOUT_WIDE_OFFSET) != (offset > 0xFFFFFFFF)
+        not low <= size < high
+        or (owner_at and not owner)
+        or (wide_shard and shard <= 0xFF)
+        or (wide_offset and offset <= 0xFFFFFFFF)
         or offset + size > MAX_SHARD_STREAM
     ):
         return None
     content_type = NO_CONTENT_TYPE
-    if flags & FLAG_CONTENT_TYPE:
-        (content_type,) = _U16.unpack_from(data, pos)
-        pos += 2
-    if flags & FLAG_DIGEST:
-        pos += DIGEST_SIZE
-    if len(data) <= pos:
-        return None  # no name
-    return mode, size, mtime, owner, shard, content_type
+    if content_type_at:
+        content_type = data[content_type_at] << 8 | data[content_type_at + 1]
+    return data[0] << 8 | data[1], size, mtime, owner, shard, content_type
 
 
 # Where the name starts, by (file type, flags, layout), for values whose name offset those fix

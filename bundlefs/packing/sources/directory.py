@@ -190,15 +190,21 @@ class DirectorySource:
         With ``read_if`` (a delta pack) each is lstat'ed here first, and only those with more
         to do (a directory, a file to read) go to the pool: most are an lstat alone, for
         which a thread's hand-off costs more than the call."""
-        root, read_ahead = self._root, self._read_ahead
-        args = [(os.path.join(root, rel), rel, name, read_ahead, read_if) for name, rel in children]
+        root, read_ahead = os.path.join(self._root, b""), self._read_ahead  # root ends in "/"
+        args = [(root + rel, rel, name, read_ahead, read_if) for name, rel in children]
         if self._pool is None:
             yield from (_probe(*a) for a in args)
             return
         pending: deque = deque()
         for a in args:
             done = _stat_only(*a) if read_if is not None else None
-            pending.append(done if done is not None else self._pool.submit(_probe, *a))
+            if done is None:
+                pending.append(self._pool.submit(_probe, *a))
+            elif pending:
+                pending.append(done)
+            else:
+                yield done  # nothing ahead of it
+                continue
             if len(pending) >= _READ_AHEAD_FILES:
                 first = pending.popleft()
                 yield first if isinstance(first, SourceItem | OSError) else first.result()
