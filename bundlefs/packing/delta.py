@@ -208,26 +208,26 @@ class DeltaSource:
 
     def children(self, rel: bytes) -> Iterator[SourceItem]:
         old = self._old_children(self._pending.pop(rel, None))
-        copies: dict[bytes, Reuse] = {}  # name -> what read_if found copyable
 
-        def read_if(name: bytes, st: Stat) -> bool:
-            found = old.get(name)
+        def read_if(item: SourceItem) -> bool:  # marks the copyable ``reuse``: not read
+            found = old.get(item.name)
             if found is None:
                 return True
-            copy = self._copyable(found[1], st)
-            if copy is not None:
-                copies[name] = copy
-                return False
-            return not self.base.trusted(self._entry(found), st)
+            item.reuse = self._copyable(found[1], item.st)
+            return item.reuse is None and not self.base.trusted(self._entry(found), item.st)
 
         names = self.inner.names(rel)
         for item in self.inner.named_children(rel, names, read_if if old else None):
+            if item.reuse is not None:
+                self._copied(item)
+                yield item
+                continue
             found = old.get(item.name)
             kind = statmod.S_IFMT(item.st.st_mode)
             if kind == statmod.S_IFREG and found is not None:
-                copy = copies.pop(item.name, None) or self._copyable(found[1], item.st)
-                if copy is not None:
-                    self._copy(item, copy)
+                item.reuse = self._copyable(found[1], item.st)  # not probed with read_if
+                if item.reuse is not None:
+                    self._copied(item)
                 elif not self._later_name(item.st):
                     self._file(item, self._entry(found))
             elif kind == statmod.S_IFDIR and found is not None:
@@ -292,10 +292,10 @@ class DeltaSource:
         media_type = None if content_type == fmt.NO_CONTENT_TYPE else types[content_type]
         return value, owner, content_type, media_type, shard
 
-    def _copy(self, item: SourceItem, copy: Reuse) -> None:
-        """``item`` arrives with OLD's value to copy (``SourceItem.reuse``), counted as reused."""
-        item.reuse = copy
-        self.base.used.add(copy[4])
+    def _copied(self, item: SourceItem) -> None:
+        """Count ``item``, which arrives with OLD's value to copy (``SourceItem.reuse``)."""
+        assert item.reuse is not None
+        self.base.used.add(item.reuse[4])
         counts = self.base.reuse
         counts.reused_files += 1
         counts.reused_bytes += item.st.st_size

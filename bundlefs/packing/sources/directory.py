@@ -26,12 +26,13 @@ from bundlefs.packing.sources.base import (
     Content,
     SourceErrors,
     SourceItem,
-    Stat,
     excluded,
 )
 
-# Whether to read a small file ahead, by name and lstat (a delta pack skips unchanged ones).
-ReadIf = Callable[[bytes, Stat], bool]
+# Whether to read a small file ahead, given its item as lstat'ed (a delta pack skips unchanged
+# ones, and may mark them ``reuse`` instead; called on the walking thread, or on a reader thread
+# once more for a file it said to read).
+ReadIf = Callable[[SourceItem], bool]
 
 
 def _probe(
@@ -54,7 +55,7 @@ def _probe(
         return item
     if not read_ahead or not statmod.S_ISREG(item.st.st_mode) or item.st.st_size > _READ_AHEAD_MAX:
         return item
-    if read_if is not None and not read_if(name, item.st):
+    if read_if is not None and not read_if(item):
         return item
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -86,8 +87,9 @@ def _stat_only(
         return e
     if statmod.S_ISDIR(st.st_mode):
         return None
+    item = SourceItem(rel, name, st)
     small = statmod.S_ISREG(st.st_mode) and read_ahead and st.st_size <= _READ_AHEAD_MAX
-    return None if small and (read_if is None or read_if(name, st)) else SourceItem(rel, name, st)
+    return None if small and (read_if is None or read_if(item)) else item
 
 
 class _OpenFile:
