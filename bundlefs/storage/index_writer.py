@@ -25,6 +25,10 @@ class IndexWriter:
 
     # Deterministic commit points keep the dirty set bounded and the output byte-identical.
     COMMIT_EVERY = 50_000
+    # Entries are appended in batches of up to this many (one ``putmulti``): the same puts in
+    # the same order, with the same commit points, as one ``put`` each, at a fraction of the
+    # calls. Any other write puts the batch first, so the order of every put is kept.
+    BATCH = 512
 
     def __init__(self, index_dir: str, map_size: int = 1 << 40) -> None:
         os.makedirs(index_dir, exist_ok=True)
@@ -47,8 +51,11 @@ class IndexWriter:
             self._env.close()
             raise IndexWriteError(str(e)) from e
         self._pending = 0
+        self._entries: list[tuple[bytes, bytes]] = []  # (key, value) appends not yet put
 
     def _put(self, db: bytes, key: bytes, value: bytes, *, append: bool) -> None:
+        if self._entries:
+            self._put_entries()
         try:
             if not self._txn.put(key, value, db=self._dbs[db], append=append, overwrite=not append):
                 raise FormatError(f"index key {key!r} was written twice")
@@ -61,12 +68,33 @@ class IndexWriter:
             raise IndexWriteError(str(e)) from e
 
     def put_entry(self, entry: fmt.Entry) -> None:
-        self._put(fmt.DB_ENTRIES, fmt.entry_key(entry.ino), fmt.encode_entry(entry), append=True)
+        self.put_entry_value(entry.ino, fmt.encode_entry(entry))
 
     def put_entry_value(self, ino: int, value: bytes) -> None:
         """An entry already encoded in this version's layout (``compact`` copies a bundle's
-        entries, relocating only files' content)."""
-        self._put(fmt.DB_ENTRIES, fmt.entry_key(ino), value, append=True)
+        entries, relocating only files' content; a delta pack its base's unchanged files')."""
+        self._entries.append((fmt.entry_key(ino), value))
+        if len(self._entries) >= self.BATCH:
+            self._put_entries()
+
+    def _put_entries(self) -> None:
+        """The entries batched so far, appended in order, committing where ``_put`` would."""
+        batch, self._entries = self._entries, []
+        db, done = self._dbs[fmt.DB_ENTRIES], 0
+        try:
+            while done < len(batch):
+                part = batch[done : done + self.COMMIT_EVERY - self._pending]
+                added = self._txn.cursor(db=db).putmulti(part, append=True, overwrite=False)[1]
+                if added != len(part):
+                    raise FormatError(f"index key {part[added][0]!r} was written twice")
+                done += len(part)
+                self._pending += len(part)
+                if self._pending >= self.COMMIT_EVERY:
+                    self._txn.commit()
+                    self._txn = self._env.begin(write=True)
+                    self._pending = 0
+        except lmdb.Error as e:
+            raise IndexWriteError(str(e)) from e
 
     def replace_entry(self, entry: fmt.Entry) -> None:
         """Rewrite an entry already written (the packer keeps the value's length, so LMDB
@@ -107,6 +135,8 @@ class IndexWriter:
 
     def close(self) -> None:
         """Commit, flush to disk and close."""
+        if self._entries:
+            self._put_entries()
         try:
             self._txn.commit()
             self._env.sync(True)
@@ -116,6 +146,7 @@ class IndexWriter:
 
     def abort(self) -> None:
         """Discard what was written and close; LMDB errors raise ``IndexWriteError``."""
+        self._entries = []
         try:
             try:
                 self._txn.abort()
