@@ -499,7 +499,14 @@ Caveats when reading the figures:
 
 # Sections other bench modules own (bench.torch_epoch, bench.codecs): each replaces its own, and a
 # full `bench.run` rewrite of the page keeps them.
-EXTRA_SECTIONS = ("## PyTorch: a cold epoch", "## Compression: lz4 and zstd", "## Object storage")
+EXTRA_SECTIONS = (
+    "## PyTorch: a cold epoch",
+    "## Compression: lz4 and zstd",
+    "## Object storage",
+    "## Streaming: samples and splits",
+    "## Versions: packing on a base",
+    "## Diff of two bundles",
+)
 
 
 def _section_bounds(doc: str, heading: str) -> tuple[int, int] | None:

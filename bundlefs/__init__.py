@@ -1,6 +1,8 @@
 """bundlefs: millions of small files as one immutable, compressed, randomly seekable bundle.
 
-``Bundle`` reads a bundle without FUSE; ``pack`` writes one. The FUSE mount lives in
+``Bundle`` reads a bundle without FUSE; ``pack`` writes one, ``compact`` rewrites one without the
+stored bytes no file uses; ``diff`` lists what changed between two, from their indexes. The FUSE
+mount lives in
 ``bundlefs.mount`` and is imported only when used; so is the packer, which a
 mount never needs (every millisecond of import is a millisecond before a mount is ready).
 
@@ -23,6 +25,7 @@ from bundlefs.errors import (
     UnsupportedVersionError,
 )
 from bundlefs.read.bundle import Bundle
+from bundlefs.read.diff import diff
 from bundlefs.read.fileobj import BundleFile
 from bundlefs.read.options import ReadOptions, RemoteOptions
 from bundlefs.read.paths import BundleStat
@@ -30,6 +33,7 @@ from bundlefs.read.paths import BundleStat
 if TYPE_CHECKING:
     # What type checkers and IDEs see (the real signatures); at run time __getattr__ imports the
     # packer on first use instead, so a mount or a reader never loads it.
+    from bundlefs.packing.compact import CompactOptions, compact
     from bundlefs.packing.options import PackOptions
     from bundlefs.packing.packer import pack
 
@@ -45,11 +49,15 @@ def __getattr__(name: str) -> object:
         from bundlefs.packing.options import PackOptions
 
         return PackOptions
+    if name in ("compact", "CompactOptions"):
+        from bundlefs.packing import compact as compacting
+
+        return getattr(compacting, name)
     raise AttributeError(f"module 'bundlefs' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | {"pack", "PackOptions"})
+    return sorted(set(globals()) | {"pack", "PackOptions", "compact", "CompactOptions"})
 
 
 __all__ = [
@@ -57,6 +65,7 @@ __all__ = [
     "BundleError",
     "BundleFile",
     "BundleStat",
+    "CompactOptions",
     "CorruptDataError",
     "EntryNotFound",
     "FormatError",
@@ -70,6 +79,8 @@ __all__ = [
     "RemoteOptions",
     "PackOptions",
     "UnsupportedVersionError",
+    "compact",
     "pack",
+    "diff",
     "__version__",
 ]

@@ -11,7 +11,6 @@ May import: the library layers, ``bundlefs.cli.output``, ``bundlefs.cli.options`
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 
@@ -40,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         for path in paths:
             totals = bundle.du(path)
             if args.json:
-                facts = {"path": path, **dataclasses.asdict(totals)}
+                facts = {"path": path, **totals.to_dict()}
                 out(json.dumps(facts, sort_keys=True))
                 continue
             shown = f"{totals.bytes}" if args.bytes else format_size(totals.bytes)

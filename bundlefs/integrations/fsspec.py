@@ -188,6 +188,26 @@ class BundleFileSystem(AbstractFileSystem):
             out["user_data"] = _user_data(st.user_data)
         return out
 
+    def du(
+        self,
+        path: str,
+        total: bool = True,
+        maxdepth: int | None = None,
+        withdirs: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        """The bytes below ``path``. The total of a whole subtree is one lookup in a version-5
+        bundle (``Bundle.du``): each hard-linked file counted once, as ``du`` counts an inode,
+        symlinks not counted; per-path sizes (``total=False``) or a ``maxdepth`` walk as fsspec
+        does."""
+        if not total or maxdepth is not None:
+            return super().du(path, total=total, maxdepth=maxdepth, withdirs=withdirs, **kwargs)
+        path = self._strip_protocol(path)
+        try:
+            return self.bundle.du(path).bytes
+        except (EntryNotFound, NotADirectory):
+            raise FileNotFoundError(errno.ENOENT, "no such file in the bundle", path) from None
+
     def exists(self, path: str, **kwargs: Any) -> bool:
         # Without the base class's catch-all, which would also hide a damaged bundle. A dangling
         # symlink exists (as info describes it), as os.path.lexists says.
