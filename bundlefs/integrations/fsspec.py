@@ -196,11 +196,12 @@ class BundleFileSystem(AbstractFileSystem):
         withdirs: bool = False,
         **kwargs: Any,
     ) -> Any:
-        """The bytes below ``path``. The total of a whole subtree is one lookup in a version-5
-        bundle (``Bundle.du``): each hard-linked file counted once, as ``du`` counts an inode,
-        symlinks not counted; per-path sizes (``total=False``) or a ``maxdepth`` walk as fsspec
-        does."""
-        if not total or maxdepth is not None:
+        """The bytes of the files below ``path``, as fsspec adds them up (every name of a
+        hard-linked file counted, a symlink as what ``info`` says of it). In a bundle without
+        hard links or symlinks, where the two agree, the total of a whole subtree is
+        ``Bundle.du``: one lookup of its stored totals in a version-5 bundle."""
+        config = self.bundle.config
+        if not total or maxdepth is not None or config.hardlink_count or config.symlink_count:
             return super().du(path, total=total, maxdepth=maxdepth, withdirs=withdirs, **kwargs)
         path = self._strip_protocol(path)
         try:

@@ -90,16 +90,34 @@ def test_du_of_a_missing_path_is_one_line_error(tree_and_bundle) -> None:
     assert "nope" in assert_one_line_error(run_cli("du", bundle, "nope"))
 
 
-def test_fsspec_du_answers_from_the_totals(tree_and_bundle) -> None:
+def test_fsspec_du_of_a_tree_without_links_is_the_stored_total(tmp_path) -> None:
     pytest.importorskip("fsspec")
+    from fsspec.spec import AbstractFileSystem
+
     from bundlefs.integrations.fsspec import BundleFileSystem
 
-    src, bundle = tree_and_bundle
-    fs = BundleFileSystem(str(bundle), skip_instance_cache=True)
+    src = build_tree(tmp_path / "src", SPEC)
+    assert run_cli("pack", "-q", src, tmp_path / "t.bundle").returncode == 0
+    fs = BundleFileSystem(str(tmp_path / "t.bundle"), skip_instance_cache=True)
     try:
-        assert fs.du("a") == _walked(src / "a")["bytes"]
-        assert fs.du("/") == _walked(src)["bytes"]
+        for path in ("a", "/"):
+            assert fs.du(path) == _walked(src / path.strip("/"))["bytes"]
+            assert fs.du(path) == AbstractFileSystem.du(fs, path)  # fsspec's own walk agrees
         with pytest.raises(FileNotFoundError):
             fs.du("nope")
+    finally:
+        fs.close()
+
+
+def test_fsspec_du_with_links_adds_up_every_path_as_fsspec_does(tree_and_bundle) -> None:
+    pytest.importorskip("fsspec")
+    from fsspec.spec import AbstractFileSystem
+
+    from bundlefs.integrations.fsspec import BundleFileSystem
+
+    _src, bundle = tree_and_bundle
+    fs = BundleFileSystem(str(bundle), skip_instance_cache=True)
+    try:
+        assert fs.du("/") == AbstractFileSystem.du(fs, "/")
     finally:
         fs.close()
