@@ -9,10 +9,9 @@ and dispatches an entry to its version's layout.
 One room per job, each importing only the rooms before it in this order (bottom first):
 ``constants`` (versions, names, limits, codes, flags) → ``keys`` (LMDB keys, shard file names, the
 version check, metadata, content types, directory totals) → ``bundle`` (marker, LMDB meta probe,
-config, owners)
-→ ``entry`` (``Entry`` and the validation every layout shares) → ``entry_v2`` (the layout of
-versions 1 and 2) and ``entry_v3`` (the compact layout of versions 3 to 5) → ``records``
-(records, the shard table, the shard header) → this module.
+config, owners) → ``entry`` (``Entry`` and the validation every layout shares) → ``entry_v2``
+(the layout of versions 1 and 2) and ``entry_v3`` (the compact layout of versions 3 to 5, and
+``reusable_file``) → ``records`` (records, the shard table, the shard header) → this module.
 
 Order (bottom first): constants, keys, bundle, entry, entry_v2 | entry_v3, records
 
@@ -200,10 +199,8 @@ def file_location(data: bytes, version: int = FORMAT_VERSION) -> tuple[int, int]
 
 
 def entry_name(data: bytes, version: int = FORMAT_VERSION) -> bytes:
-    """Just the name of an entry value, without decoding or validating the rest.
-
-    For binary search only: the entry finally chosen is decoded in full by ``decode_entry``.
-    """
+    """Just the name of an entry value, nothing else decoded or validated: for binary search and
+    name matching; what is used is then decoded in full (or checked by ``reusable_file``)."""
     if version >= 3:
         return _entry_name_v3(data)
     return _entry_name_v2(data)
