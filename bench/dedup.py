@@ -3,13 +3,13 @@
 
 Two trees on disk, written once per run: *dups*, ``--files`` files of ~20 KiB (1 byte to 40 KiB,
 half random and half text, so lz4 shrinks them about 2×) and 10 files of 4 MiB (streamed, not
-read ahead), 30 % of each group (files 1–3 of every 10) a copy of another file of it; and *unique*, the same tree without
-copies (every file its own content). Each round packs each tree without and with ``dedup``, in
-alternating order, warm (the tree was just written and is read once before): the stored bytes and
-the pack time with dedup against the same tree's plain pack in the same round. *unique* prices
-the path without duplicates: a small file costs one dictionary look-up more (it is hashed
-anyway); its large files all have one size, the candidate filter's worst case: each after the
-first is hashed first, then read again to be stored.
+read ahead), 30 % of each group (3 of every 10 files) a copy of an earlier one; and *unique*,
+the same tree without copies (every file its own content). Each round packs each tree without
+and with ``dedup``, in alternating order, warm (the tree was just written and is read once
+before): the stored bytes and the pack time with dedup against the same tree's plain pack in
+the same round. *unique* prices the path without duplicates: a small file costs one dictionary
+look-up more (it is hashed anyway); its large files all have one size, the candidate filter's
+worst case: each after the first is hashed first, then read again to be stored.
 
 Medians over ``--rounds``. Writes ``bench-results/dedup-*.json`` and, unless ``--no-docs``, the
 section "Whole-file dedup" of docs/benchmarks.md.
@@ -146,10 +146,11 @@ def render(results: dict[str, Any]) -> str:
             f"{results['files']:,} files of ~20 KiB and {results['large']} of 4 MiB on disk "
             f"({dups['bytes'] / 1e6:.0f} MB), {results['dup_share']:.0%} of them copies of "
             f"another ({s['dups_dedup_files']:,.0f} files deduped; the copies hold "
-            f"{dups['copy_bytes'] / dups['bytes']:.1%} of the bytes), packed with `--dedup` against "
-            "a plain pack of the same tree in the same round, warm; and the same tree without "
-            "copies (the common path). CPU time (all threads) judges the time target: the "
-            "machine is shared, wall time shown beside it. Medians.",
+            f"{dups['copy_bytes'] / dups['bytes']:.1%} of the bytes), packed with `--dedup` "
+            "against a plain pack of the same tree in the same round, warm; and the same tree "
+            "without copies (its large files all of one size: the candidate filter's worst "
+            "case). CPU time (all threads) judges the time target: the machine is shared, wall "
+            "time shown beside it. Medians.",
             "",
             "| measure | value | target | |",
             "|---|---:|---:|---|",
