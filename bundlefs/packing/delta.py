@@ -18,11 +18,16 @@ pack's start) may have been changed again within the same mtime tick after OLD r
 stat proves nothing and it is compared by content. The rule needs no record in OLD beyond its
 creation time, and it holds down a chain: NEW's own creation time guards NEW's entries.
 
-Comparing: OLD's bytes are read through its ``ShardSet`` (records CRC-checked, decompressed) and
-compared as SRC is read, a chunk at a time, stopping at the first difference; a small file
-(read ahead whole) is compared by CRC32C first. Only a changed file of unchanged size larger than
-the read-ahead limit is read twice (compared, then stored): streaming it into a shard and rolling
-back on a match would need a shard writer that can take bytes back.
+Comparing: when OLD's entry has a digest (format version 5), SRC's file is hashed as it is read
+and its digest (and CRC32C) compared with the entry's: no byte of OLD is read or decompressed,
+and a file whose bytes in OLD are damaged is reused all the same, as a file trusted by its stat
+is (``verify`` of OLD and NEW reports the damage). Without a digest (a base of an earlier
+version, a file a merge took from one), OLD's bytes are read through its ``ShardSet`` (records
+CRC-checked, decompressed) and compared as SRC is read, a chunk at a time, stopping at the first
+difference; a small file (read ahead whole) is compared by CRC32C first either way. Only a
+changed file of unchanged size larger than the read-ahead limit is read twice (compared, then
+stored): streaming it into a shard and rolling back on a match would need a shard writer that
+can take bytes back.
 
 ``Base.finish`` links OLD's shards that some entry uses (``reuse.ReusedShards``: hard link,
 else reflink, else copy; OLD is never written) at their own numbers, and puts an empty shard of
@@ -172,9 +177,13 @@ class Base:
             offset = record.end
 
     def same_bytes(self, entry: fmt.Entry, data: bytes) -> bool:
-        """Whether ``data`` (read whole) is OLD's content of ``entry``."""
+        """Whether ``data`` (read whole) is OLD's content of ``entry``: by its digest where OLD
+        has one, else against OLD's bytes."""
         if len(data) != entry.size or crc32c(data) != entry.crc32c:
             return False
+        if entry.digest:
+            self.reuse.digest_compared += 1
+            return ContentDigest(data).digest() == entry.digest
         return _Comparer(self.stored_chunks(entry)).matches(data)
 
     def same_stream(self, entry: fmt.Entry, content: Content, before: Stat) -> bool:
@@ -182,16 +191,26 @@ class Base:
         or to the first difference) and did not change while it was read."""
         if before.st_size != entry.size:
             return False
-        comparer = _Comparer(self.stored_chunks(entry))
+        digest = ContentDigest() if entry.digest else None
+        comparer = None if digest is not None else _Comparer(self.stored_chunks(entry))
         crc = size = 0
         while chunk := content.read(READ_CHUNK):
-            if not comparer.matches(chunk):
+            if comparer is not None and not comparer.matches(chunk):
                 return False
+            if digest is not None:
+                digest.update(chunk)
             crc = crc32c(chunk, crc)
             size += len(chunk)
+            if size > entry.size:
+                return False
         after = content.stat()
         unchanged = (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
-        return unchanged and size == entry.size and crc == entry.crc32c and comparer.done()
+        if digest is not None:
+            self.reuse.digest_compared += 1
+            same = digest.digest() == entry.digest
+        else:
+            same = comparer is not None and comparer.done()
+        return unchanged and size == entry.size and crc == entry.crc32c and same
 
     def trusted(self, entry: fmt.Entry | None, st: Stat) -> bool:
         """Whether the file with status ``st`` is OLD's ``entry`` unchanged, by its stat."""

@@ -136,6 +136,7 @@ class BaseReuse:
     reused_bytes: int = 0
     same_files: int = 0  # read and found equal to the base's (a touch): nothing stored
     same_bytes: int = 0
+    digest_compared: int = 0  # files compared by OLD's digest (version 5), OLD's bytes unread
     stored_files: int = 0  # new or changed: stored in the new bundle's own shards
     stored_bytes: int = 0
     shards_linked: int = 0  # the base's shards the new bundle holds (ways: link, reflink, copy)
