@@ -10,8 +10,12 @@ import random
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from bundlefs import Bundle, CompactOptions, PackOptions, compact, pack
+from bundlefs.errors import PackError
 from bundlefs.packing.content import DedupTable
+from bundlefs.packing.distributed.driver import DistributedPack
 from bundlefs.read.diff import diff
 from bundlefs.read.export import export_tar
 from bundlefs.read.extract import extract
@@ -165,3 +169,9 @@ def test_the_table_remembers_no_more_than_its_limit():
         table.add(bytes([n]) * 16, 0, n * 100, 100, streamed=False)
     assert table.find(bytes([1]) * 16) == (0, 100)
     assert table.find(bytes([2]) * 16) is None
+
+
+def test_a_distributed_pack_refuses_dedup(tmp_path: Path):
+    src = dup_tree(tmp_path / "src")
+    with pytest.raises(PackError, match="dedup"):
+        DistributedPack.prepare(str(src), str(tmp_path / "d.bundle"), PackOptions(dedup=True))
