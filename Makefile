@@ -85,6 +85,7 @@ bench: install
 	$(BIN)/python -m bench.codecs
 	$(BIN)/python -m bench.torch_epoch
 	$(BIN)/python -m bench.object_store
+	$(BIN)/python -m bench.writer
 
 bench-quick: install
 	$(BIN)/python -m bench.run --quick

@@ -497,9 +497,14 @@ Caveats when reading the figures:
 """
 
 
-# Sections other bench modules own (bench.torch_epoch, bench.codecs): each replaces its own, and a
-# full `bench.run` rewrite of the page keeps them.
-EXTRA_SECTIONS = ("## PyTorch: a cold epoch", "## Compression: lz4 and zstd", "## Object storage")
+# Sections other bench modules own (bench.torch_epoch, bench.codecs, bench.object_store,
+# bench.writer): each replaces its own, and a full `bench.run` rewrite of the page keeps them.
+EXTRA_SECTIONS = (
+    "## PyTorch: a cold epoch",
+    "## Compression: lz4 and zstd",
+    "## Object storage",
+    "## Writer: a bundle from Python",
+)
 
 
 def _section_bounds(doc: str, heading: str) -> tuple[int, int] | None:

@@ -1,6 +1,7 @@
 """bundlefs: millions of small files as one immutable, compressed, randomly seekable bundle.
 
-``Bundle`` reads a bundle without FUSE; ``pack`` writes one. The FUSE mount lives in
+``Bundle`` reads a bundle without FUSE; ``pack`` writes one from a tree, ``Writer`` from Python
+objects. The FUSE mount lives in
 ``bundlefs.mount`` and is imported only when used; so is the packer, which a
 mount never needs (every millisecond of import is a millisecond before a mount is ready).
 
@@ -12,9 +13,11 @@ from typing import TYPE_CHECKING
 from bundlefs.errors import (
     BundleError,
     CorruptDataError,
+    DuplicatePathError,
     EntryNotFound,
     FormatError,
     IncompleteBundleError,
+    InvalidEntryError,
     IsADirectory,
     NotABundleError,
     NotADirectory,
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
     # packer on first use instead, so a mount or a reader never loads it.
     from bundlefs.packing.options import PackOptions
     from bundlefs.packing.packer import pack
+    from bundlefs.packing.writer import Writer
 
 __version__ = "0.1.0"
 
@@ -45,11 +49,15 @@ def __getattr__(name: str) -> object:
         from bundlefs.packing.options import PackOptions
 
         return PackOptions
+    if name == "Writer":
+        from bundlefs.packing.writer import Writer
+
+        return Writer
     raise AttributeError(f"module 'bundlefs' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | {"pack", "PackOptions"})
+    return sorted(set(globals()) | {"pack", "PackOptions", "Writer"})
 
 
 __all__ = [
@@ -58,9 +66,11 @@ __all__ = [
     "BundleFile",
     "BundleStat",
     "CorruptDataError",
+    "DuplicatePathError",
     "EntryNotFound",
     "FormatError",
     "IncompleteBundleError",
+    "InvalidEntryError",
     "IsADirectory",
     "NotABundleError",
     "NotADirectory",
@@ -70,6 +80,7 @@ __all__ = [
     "RemoteOptions",
     "PackOptions",
     "UnsupportedVersionError",
+    "Writer",
     "pack",
     "__version__",
 ]

@@ -84,17 +84,23 @@ class ContentWriter:
             return self._store_bytes(item.rel, item.data, item.before, item.after)
         return self._store_content(item, source)
 
-    def store_stream(self, rel: bytes, chunks: Iterable[bytes], st: Stat) -> StoredContent:
+    def store_stream(
+        self, rel: bytes, chunks: Iterable[bytes], st: Stat, *, sized: bool = True
+    ) -> StoredContent:
         """Append a file's content as a source streams it (an archive member, in archive order).
 
         ``st`` is the member's status (its ``st_size`` places large files on record boundaries);
-        what is stored is exactly the bytes ``chunks`` yields.
+        what is stored is exactly the bytes ``chunks`` yields. Not ``sized``: ``st_size`` is only
+        a guess made before reading (a stream the ``Writer`` reads once), not compared with what
+        was read.
         """
         shard = self._shard_for(st.st_size)
         offset = shard.stream_size
         written = _Written()
         for chunk in chunks:
             self._append(shard, chunk, written)
+        if not sized:
+            return StoredContent(shard.index, offset, written.size, written.crc, st, written.head)
         return self._stored(rel, shard, offset, written.size, written.crc, st, st, written.head)
 
     def _append(self, shard: ShardWriter, chunk: bytes, written: _Written) -> None:
