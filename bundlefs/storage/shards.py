@@ -94,6 +94,23 @@ class ShardSet:
             raise FormatError(f"shard {shard} does not exist")
         name = fmt.shard_filename(shard, self._marker.format_version)
         info = self._shard_info(shard)
+        problem = self._header_problem(name, shard, info, nowait)
+        if problem is not None and self._holds_copies and not nowait:
+            # Perhaps only the store's copy is damaged (a cache file): drop it, read it again.
+            self._store.discard(name, 0, fmt.SHARD_HEADER_SIZE)
+            problem = self._header_problem(name, shard, info, nowait)
+        if problem is not None:
+            # The bundle opened, so a header that disagrees with it is damage to this shard
+            # (found by make fuzz: a flipped version byte aborted extract mid-file).
+            raise CorruptDataError(problem, shard=shard)
+        self._codecs[shard] = info.codec
+        self._names[shard] = name
+        return name
+
+    def _header_problem(
+        self, name: str, shard: int, info: fmt.ShardInfo, nowait: bool
+    ) -> str | None:
+        """What is wrong with the shard's header as the store reads it now (None: nothing)."""
         try:
             header = self._store.read(name, 0, fmt.SHARD_HEADER_SIZE, nowait=nowait)
         except ShardUnavailable as e:
@@ -102,12 +119,8 @@ class ShardSet:
         try:
             fmt.check_shard_header(header, shard, self._marker.bundle_id, info)
         except (FormatError, UnsupportedVersionError) as e:
-            # The bundle opened, so a header that disagrees with it is damage to this shard
-            # (found by make fuzz: a flipped version byte aborted extract mid-file).
-            raise CorruptDataError(str(e), shard=shard) from None
-        self._codecs[shard] = info.codec
-        self._names[shard] = name
-        return name
+            return str(e)
+        return None
 
     def _pread(self, record: fmt.Record, length: int, offset: int, nowait: bool = False) -> bytes:
         with _read_errors(record):

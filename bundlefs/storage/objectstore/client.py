@@ -7,6 +7,7 @@ What bounding one back-end takes is its entry in ``PROFILES``: which storage opt
 timeouts and its own retries, which retry loop of its own to switch off, and which of its
 exceptions are credential failures or fatal, whether it can list a directory and be published
 to, and (http) a file system class of our own. A new back-end (gcs, azure) is one entry here
+and one class of the store contract (tests/store/test_store_contract.py)
 (docs/architecture.md, "Where the next features go"); a protocol without one gets no bounds
 beyond ours (``Fetcher``, storage/objectstore/fetcher.py).
 
@@ -105,10 +106,14 @@ _HTTP = BackendProfile(
     lists=False,
     writable=False,
 )
+# fsspec's in-process store (one dict per process): nothing to bound, nothing can stall; it
+# lists and takes uploads. For tests and for programs that build and read bundles in memory.
+_MEMORY = BackendProfile()
 S3_PROTOCOLS = ("s3", "s3a")
 PROFILES: dict[str, BackendProfile] = {
     **dict.fromkeys(S3_PROTOCOLS, _S3),
     **dict.fromkeys(("http", "https"), _HTTP),
+    "memory": _MEMORY,
 }
 _UNBOUNDED = BackendProfile()
 _CREDENTIAL_ERRORS = frozenset().union(*(p.credential_errors for p in PROFILES.values()))

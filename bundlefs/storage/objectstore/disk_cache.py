@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 ENV_CACHE_DIR = "BUNDLEFS_CACHE_DIR"
 DEFAULT_DISK_CACHE_SIZE = 1024 * 1024 * 1024
 _TMP_MAX_AGE = 3600.0  # a temporary file older than this was left by a dead process
+# A blocking miss lists the bundle's directory again at most this often (seconds), so that ranges
+# other processes cached since this one listed it are found.
+_REFRESH_INTERVAL = 2.0
 
 
 def default_cache_dir() -> str:
@@ -46,10 +49,16 @@ class DiskRecordCache(LockedRanges):
     """Fetched shard ranges of one bundle as files, bounded in bytes across every bundle there.
 
     ``ROOT/<bundle id hex>/<shard>.<offset>.<length>``: a range is only ever served to the bundle
-    whose id names its directory. Written atomically (temporary file, rename); no fsync, because
-    a damaged file is caught by the record CRC above and dropped (``discard``). Least recently
-    used goes first: a hit sets the file's mtime, and eviction (down to 90% of the bound, so it
-    runs in batches) scans the whole directory.
+    whose id names its directory. Written atomically (a temporary file of a random name, closed,
+    renamed into place); no fsync, because a damaged file is caught by the record CRC above and
+    dropped (``discard``), and a file of the wrong size is a miss. Least recently used goes
+    first: a hit sets the file's mtime, and eviction (down to 90% of the bound, so it runs in
+    batches) scans the whole directory.
+
+    The directory may be shared by processes on several hosts (docs/storage.md, "The cluster
+    cache"): no locks, only renames and unlinks. A file removed under a reader (ENOENT, NFS's
+    ESTALE) or unreadable is a miss, never an error; a blocking miss lists the bundle's
+    directory again (at most every ``_REFRESH_INTERVAL``) to find ranges others cached since.
 
     One bound for every reader of the directory (threads with bundles of their own, processes):
     each instance counts what the last scan found plus what it wrote since, and scans again (and
@@ -72,13 +81,18 @@ class DiskRecordCache(LockedRanges):
         # The process scanning now (0: none). A pid, not a flag: a child forked during a scan
         # would otherwise never scan again.
         self._scanner = 0
+        self._loaded = 0.0  # when the directory was last listed (monotonic)
         os.makedirs(self.dir, exist_ok=True)
         self._load()
         self._scanner = os.getpid()
         self._rescan()  # other readers may have left the directory over the bound
 
     def _load(self) -> None:
+        """Learn the ranges in this bundle's directory: what earlier readers, and other
+        processes (other hosts too, on a shared file system) have cached."""
+        self._loaded = time.monotonic()
         now = time.time()
+        found = []
         for entry in os.scandir(self.dir):
             if entry.name.startswith("."):
                 with contextlib.suppress(OSError):
@@ -86,12 +100,25 @@ class DiskRecordCache(LockedRanges):
                         os.unlink(entry.path)  # a temporary file of a process that died
                 continue
             parsed = self._parse(entry.name)
-            if parsed is None:
-                continue
-            name, start, length = parsed
-            old = self.index.length(name, start)
-            if old is None or old < length:
-                self.index.add(name, start, length)
+            if parsed is not None:
+                found.append(parsed)
+        with self._lock:
+            for name, start, length in found:
+                old = self.index.length(name, start)
+                if old is None or old < length:
+                    self.index.add(name, start, length)
+
+    def _refresh(self) -> bool:
+        """List the directory again if the last listing is older than ``_REFRESH_INTERVAL``
+        (a miss may be a range another process cached since); whether it was listed."""
+        if time.monotonic() - self._loaded < _REFRESH_INTERVAL:
+            return False
+        try:
+            self._load()
+        except OSError as e:  # removed under us, or the file system is away: misses only
+            log.debug("cannot list the disk cache %s: %s", self.dir, e)
+            return False
+        return True
 
     @staticmethod
     def _parse(filename: str) -> tuple[str, int, int] | None:
@@ -119,7 +146,14 @@ class DiskRecordCache(LockedRanges):
 
     def get(self, name: str, offset: int, end: int, nowait: bool) -> bytes | None:
         """Bytes ``offset … end`` if held whole, else None. With ``nowait``, ``WouldBlock`` when
-        the lock is taken or a file's pages are not in memory."""
+        the lock is taken or a file's pages are not in memory. A blocking miss looks for files
+        other processes cached since this one last listed the directory (``_refresh``)."""
+        data = self._get(name, offset, end, nowait)
+        if data is None and not nowait and self._refresh():
+            data = self._get(name, offset, end, nowait)
+        return data
+
+    def _get(self, name: str, offset: int, end: int, nowait: bool) -> bytes | None:
         if not self._lock.acquire(blocking=not nowait):
             # Another thread is updating the index: only a moment, but the event loop does not
             # wait even that (the caller answers it as a miss that would block).
@@ -141,8 +175,10 @@ class DiskRecordCache(LockedRanges):
             return None
         try:
             parts = [self._read(*piece, nowait) for piece in pieces]
-        except FileNotFoundError:
-            # Evicted by another reader, or left half written: forget what we knew of it.
+        except OSError as e:
+            # Evicted by another reader (ENOENT; ESTALE on NFS when another host removed it
+            # while it was open), of the wrong size, or unreadable: a miss, never an error.
+            log.debug("disk cache miss on %s: %s", name, e)
             self._forget(name, offset, end)
             return None
         for path, *_ in pieces:
@@ -192,9 +228,11 @@ class DiskRecordCache(LockedRanges):
         if not data or len(data) > self.limit:
             return
         path = self._path(name, start, len(data))
-        tmp = os.path.join(self.dir, f".{name}.{start}.{os.getpid()}.{threading.get_ident()}")
+        # Unique across processes and hosts (a pid is not, on a shared file system), and
+        # created exclusively: no two writers ever share a temporary file.
+        tmp = os.path.join(self.dir, f".{name}.{start}.{os.urandom(8).hex()}")
         try:
-            with open(tmp, "wb") as f:
+            with open(tmp, "xb") as f:
                 f.write(data)
             os.replace(tmp, path)
         except OSError as e:

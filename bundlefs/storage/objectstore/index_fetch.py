@@ -23,7 +23,6 @@ import logging
 import os
 import shutil
 import tempfile
-import threading
 from typing import Any
 
 from bundlefs.core import format as fmt
@@ -132,7 +131,7 @@ def _cached_index_ok(local: str, marker_bytes: bytes, marker: fmt.Marker, check:
 def _remove_tree(path: str) -> None:
     """Remove a directory another process may be reading from: renamed away first, so nobody
     opens a half-removed copy."""
-    doomed = f"{path}.removing-{os.getpid()}-{threading.get_ident()}"
+    doomed = f"{path}.removing-{os.urandom(8).hex()}"  # unique across hosts (a pid is not)
     try:
         os.rename(path, doomed)
     except FileNotFoundError:

@@ -125,8 +125,14 @@ class ObjectStore:
         prefix = self.root + "/"
         infos = []
         for name, info in found.items():
+            name = name.strip("/")  # memory:// lists "/bucket/key"
             if name.startswith(prefix) and info.get("type", "file") == "file":
-                mtime = info.get("LastModified") or info.get("mtime") or info.get("updated")
+                mtime = (
+                    info.get("LastModified")
+                    or info.get("mtime")
+                    or info.get("updated")
+                    or info.get("created")  # memory://
+                )
                 infos.append(
                     ObjectInfo(name[len(prefix) :], int(info.get("size") or 0), _mtime_ns(mtime))
                 )

@@ -168,10 +168,11 @@ class RemotePublisher:
             self.fs.invalidate_cache(self.root)
             found: dict[str, Any] = self.fs.find(self.root, detail=True)
         objects: dict[str, int] = {}
-        prefix = self.root + "/"
+        root = self.root.lstrip("/")
+        prefix = root + "/"
         for name, info in found.items():
-            name = name.rstrip("/")
-            if name == self.root:
+            name = name.strip("/")  # memory:// lists "/bucket/key"
+            if name == root:
                 # An object named exactly like the bundle: a file where a bundle would go. When
                 # the listing finds nothing, s3fs answers with the root's own info, a "directory"
                 # whenever anything is under it (a concurrent pack's objects appearing, say):
