@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import random
 import stat
 import subprocess
 from pathlib import Path
@@ -93,6 +94,23 @@ def test_the_same_adds_give_byte_identical_bundles(tmp_path: Path) -> None:
     one = bundle_file_bytes(tmp_path / "one.bundle")
     assert one == bundle_file_bytes(tmp_path / "two.bundle")
     assert sorted(one) == ["COMPLETE", "index/data.mdb", "shard-00000000"]  # no scratch table
+
+
+def test_adds_in_any_order_make_the_same_tree(tmp_path: Path) -> None:
+    files = {
+        f"d{i % 7}/sub{i % 3}/f{i:03d}": pseudo_random_bytes(100 + i, seed=i) for i in range(60)
+    }
+    shuffled = sorted(files)
+    random.Random(25).shuffle(shuffled)
+    trees = []
+    for name, order in (("sorted", sorted(files)), ("shuffled", shuffled)):
+        with Writer(tmp_path / name, created_ns=CREATED) as w:
+            for path in order:
+                w.add(path, files[path])
+        with Bundle(tmp_path / name) as b:
+            trees.append([(p, b.stat(p).st_ino, b.stat(p).st_mode) for p in b.paths()])
+            assert dict(b.items()) == files
+    assert trees[0] == trees[1]
 
 
 def test_file_objects_and_files_on_disk(tmp_path: Path) -> None:

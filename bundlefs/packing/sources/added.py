@@ -302,17 +302,10 @@ class AddedTree:
         number = _ROOT
         for i, name in enumerate(parts):
             found = self._run(_FIND, (number, name)).fetchone()
-            if found is None:
-                implied = AddedStat(
-                    DIR_MODE, self._root.st_uid, self._root.st_gid, self._root.st_mtime_ns
-                )
-                child = self._new_number()
-                self._run(
-                    _INSERT,
-                    (number, name, implied.st_mode, implied.st_uid, implied.st_gid)
-                    + (implied.st_mtime_ns, child, 0)
-                    + (None,) * 7,
-                )
+            if found is None:  # implied: mode 0755, the root's owner and mtime
+                child, root = self._new_number(), self._root
+                owner_mtime = (root.st_uid, root.st_gid, root.st_mtime_ns)
+                self._run(_INSERT, (number, name, DIR_MODE, *owner_mtime, child, 0) + (None,) * 7)
                 number = child
             elif found[0] is None:
                 through = os.fsdecode(b"/".join(parts[: i + 1]))
