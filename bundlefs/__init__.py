@@ -1,7 +1,7 @@
 """bundlefs: millions of small files as one immutable, compressed, randomly seekable bundle.
 
 ``Bundle`` reads a bundle without FUSE; ``pack`` writes one from a tree, ``Writer`` from Python
-objects. The FUSE mount lives in
+objects, ``compact`` rewrites one without the stored bytes no file uses. The FUSE mount lives in
 ``bundlefs.mount`` and is imported only when used; so is the packer, which a
 mount never needs (every millisecond of import is a millisecond before a mount is ready).
 
@@ -33,6 +33,7 @@ from bundlefs.read.paths import BundleStat
 if TYPE_CHECKING:
     # What type checkers and IDEs see (the real signatures); at run time __getattr__ imports the
     # packer on first use instead, so a mount or a reader never loads it.
+    from bundlefs.packing.compact import CompactOptions, compact
     from bundlefs.packing.options import PackOptions
     from bundlefs.packing.packer import pack
     from bundlefs.packing.writer import Writer
@@ -53,11 +54,15 @@ def __getattr__(name: str) -> object:
         from bundlefs.packing.writer import Writer
 
         return Writer
+    if name in ("compact", "CompactOptions"):
+        from bundlefs.packing import compact as compacting
+
+        return getattr(compacting, name)
     raise AttributeError(f"module 'bundlefs' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | {"pack", "PackOptions", "Writer"})
+    return sorted(set(globals()) | {"pack", "PackOptions", "Writer", "compact", "CompactOptions"})
 
 
 __all__ = [
@@ -65,6 +70,7 @@ __all__ = [
     "BundleError",
     "BundleFile",
     "BundleStat",
+    "CompactOptions",
     "CorruptDataError",
     "DuplicatePathError",
     "EntryNotFound",
@@ -81,6 +87,7 @@ __all__ = [
     "PackOptions",
     "UnsupportedVersionError",
     "Writer",
+    "compact",
     "pack",
     "__version__",
 ]

@@ -1,7 +1,8 @@
 """The ``bundlefs`` command line (entry point ``bundlefs.cli:main``).
 
 Order (bottom first): output | scrub | completion, options | listing,
-pack_sources, pack | info | browse | export | extract | gc | mount | verify, merge, app
+pack_sources, pack | info | browse | export | extract | gc | mount | verify, merge | compact,
+app
 """
 
 from bundlefs.cli.app import main

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from bundlefs.cli import (
     browse,
+    compact,
     completion,
     export,
     extract,
@@ -102,6 +103,13 @@ COMMANDS: list[Command] = [
         "merge bundles into one without copying their data",
         merge.add_arguments,
         merge.run,
+        (STORAGE,),
+    ),
+    Command(
+        "compact",
+        "rewrite a bundle without the stored bytes no file uses",
+        compact.add_arguments,
+        compact.run,
         (STORAGE,),
     ),
     Command("export", "write a bundle's tree as a tar", export.add_arguments, export.run, _READS),

@@ -17,10 +17,11 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from bundlefs.cli.options import BUNDLE_HELP, open_bundle, storage_options
+from bundlefs.cli.options import BUNDLE_HELP, fraction, open_bundle, storage_options
 from bundlefs.cli.output import EXIT_OK, count, out, out_json, ratio, warn
 from bundlefs.core.units import format_size
 from bundlefs.errors import BundleError, NotABundleError
+from bundlefs.storage.liveness import DEFAULT_MIN_LIVE
 from bundlefs.storage.location import has_scheme, parse_location
 
 if TYPE_CHECKING:
@@ -34,6 +35,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=BUNDLE_HELP + ", or a bundlefs mount point (adds daemon statistics)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--dead",
+        action="store_true",
+        help="also the stored bytes no file of the bundle uses (dead: 'bundlefs compact' drops "
+        "them), from one pass over the index",
+    )
+    p.add_argument(
+        "--min-live",
+        type=fraction,
+        default=DEFAULT_MIN_LIVE,
+        metavar="FRACTION",
+        help="with --dead, count the shards less live than this (default: 0.5)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,6 +61,10 @@ def run(args: argparse.Namespace) -> int:
         # daemon still serves the one it opened. (A daemon too old to say: read the path.)
         daemon = daemon_stats(path)
         facts = served_bundle(path) or _bundle_facts(source, args)
+        if args.dead and "dead_bytes" not in facts:  # the daemon's facts say no liveness
+            on_disk = _bundle_facts(source, args)
+            if on_disk["bundle_id"] == facts["bundle_id"]:  # else an "on disk" line says so
+                facts.update({k: v for k, v in on_disk.items() if k in _LIVENESS_KEYS})
         facts["daemon"] = daemon
         replaced_by = _replaced_by(source, facts, args)
         if replaced_by is not None:
@@ -73,12 +91,25 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+_LIVENESS_KEYS = frozenset(
+    [
+        "live_bytes",
+        "dead_bytes",
+        "live_records",
+        "dead_records",
+        "sparse_shards",
+        "dead_shards",
+        "min_live",
+    ]
+)
+
+
 def _bundle_facts(path: str, args: argparse.Namespace) -> dict[str, object]:
     """``info --json`` of the bundle at ``path``. A directory that is not one but holds what
     killed packs left says so, and how to remove it."""
     try:
         with open_bundle(path, args) as bundle:
-            facts = bundle.info().to_dict()
+            facts = bundle.info(dead=args.dead, min_live=args.min_live).to_dict()
             if bundle.damaged_shards:
                 facts["damaged_shards"] = [d.to_dict() for d in bundle.damaged_shards]
             return facts
@@ -160,6 +191,7 @@ def _info_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
         *([("special files", f"{facts['specials']:,}")] if facts.get("specials") else []),
         ("bytes", f"{facts['bytes']:,} ({format_size(facts['bytes'])})"),
         ("stored bytes", f"{facts['stored_bytes']:,} ({format_size(facts['stored_bytes'])})"),
+        *_liveness_rows(facts),
         ("ratio", ratio(facts["bytes"], facts["stored_bytes"])),
         ("shards", f"{facts['shards']:,}"),
         ("index size", f"{facts['index_bytes']:,} ({format_size(facts['index_bytes'])})"),
@@ -191,6 +223,28 @@ def _info_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
             )
         )
     return rows
+
+
+def _liveness_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
+    """``--dead``: the stored bytes some file uses, the rest, and the sparse shards."""
+    if "dead_bytes" not in facts:
+        return []
+    stored, live, dead = facts["stored_bytes"], facts["live_bytes"], facts["dead_bytes"]
+    share = f"{dead / stored:.1%}" if stored else "0%"
+    sparse = facts["sparse_shards"]
+    return [
+        ("live bytes", f"{live:,} ({format_size(live)})"),
+        (
+            "dead bytes",
+            f"{dead:,} ({format_size(dead)}, {share} of stored): "
+            f"{count(facts['dead_records'], 'record')} no file uses",
+        ),
+        (
+            "sparse shards",
+            f"{sparse:,} of {facts['shards']:,} less than {facts['min_live']:.0%} live"
+            + (" ('bundlefs compact' rewrites them)" if sparse else ""),
+        ),
+    ]
 
 
 def _daemon_rows(daemon: dict[str, Any]) -> list[tuple[str, str]]:

@@ -93,6 +93,18 @@ def seconds(text: str) -> float:
     return value
 
 
+def fraction(text: str) -> float:
+    """A fraction from 0 to 1, as ``0.5`` or ``50%`` (argparse type: ``--min-live``)."""
+    number = text[:-1] if text.endswith("%") else text
+    try:
+        value = float(number) / (100 if number is not text else 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction (0.5 or 50%)") from None
+    if not 0 <= value <= 1:  # also refuses NaN
+        raise argparse.ArgumentTypeError(f"{text} is not a fraction from 0 to 1 (0% to 100%)")
+    return value
+
+
 # Built once: argparse copies a parent's arguments into each parser that names it.
 PARENTS: dict[str, argparse.ArgumentParser] = {
     STORAGE: _storage_parent(),

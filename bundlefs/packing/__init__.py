@@ -12,13 +12,14 @@ Modules import one way, bottom first (a module imports only those on lines above
    ``sources.added`` (what a ``Writer`` is given)
 6. ``destination`` (check DEST; build, seal and publish)
 7. ``packer`` (``pack``) | ``writer`` (``Writer``: a bundle built from Python, one entry at a time)
-8. ``reuse`` (another bundle's shards in a new one), then ``merge``
+8. ``reuse`` (another bundle's shards in a new one), then ``merge`` and ``compact`` (a bundle
+   without its dead records)
 9. ``distributed``: ``cutter``, ``plan``, ``source``, ``area``, ``task``, ``driver``
 
 As the layering test reads it (a sub-package is one child; ``sources`` orders its own inside):
 
 Order (bottom first): user_data | reuse, sources, options, content, builder, destination,
-packer | writer, merge, distributed
+packer | writer, merge | compact, distributed
 
 Where the next features go: a new archive format is one module in ``sources`` over ``synthetic``
 and ``streams``; a delta pack (a new bundle reusing a base's shards) is ``delta.py`` beside

@@ -19,7 +19,7 @@ import fcntl
 import itertools
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from bundlefs.core import format as fmt
 from bundlefs.errors import BundleError, PackError
@@ -31,64 +31,77 @@ _FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
 
 class ReusedShards:
     """The shards of the stored bundles ``readers`` (at ``paths``), in order, as shards
-    ``first`` … of a new bundle: bundle ``n``'s shard ``s`` becomes shard ``base[n] + s``."""
+    ``first`` … of a new bundle: bundle ``n``'s shard ``s`` becomes shard ``base[n] + s``.
 
-    def __init__(self, readers: Sequence[IndexReader], paths: Sequence[str], first: int = 0):
+    ``select`` (one sequence per bundle) takes only those shards of each, in that order:
+    bundle ``n``'s ``select[n][i]`` becomes shard ``base[n] + i`` (``compact`` keeps some)."""
+
+    def __init__(
+        self,
+        readers: Sequence[IndexReader],
+        paths: Sequence[str],
+        first: int = 0,
+        select: Sequence[Sequence[int]] | None = None,
+    ):
         self.readers = list(readers)
         self.paths = list(paths)
-        counts = [r.config.shard_count for r in self.readers]
-        self.base = list(itertools.accumulate([first, *counts]))
+        self.taken = [
+            list(range(r.config.shard_count)) if select is None else list(select[n])
+            for n, r in enumerate(self.readers)
+        ]
+        self.base = list(itertools.accumulate([first, *(len(t) for t in self.taken)]))
 
     @property
     def count(self) -> int:
         """How many shards the new bundle has up to the last reused one."""
         return self.base[-1]
 
+    def _each(self) -> Iterator[tuple[IndexReader, int, int, int]]:
+        """(reader, its bundle's number, the shard there, its number in the new bundle)."""
+        for number, reader in enumerate(self.readers):
+            for position, shard in enumerate(self.taken[number]):
+                yield reader, number, shard, self.base[number] + position
+
     def codecs(self) -> set[int]:
         """The record codecs of every reused shard."""
-        return {r.shard_info(i).codec for r in self.readers for i in range(r.config.shard_count)}
+        return {reader.shard_info(shard).codec for reader, _n, shard, _new in self._each()}
 
     def link(self, work: str, linked: Callable[[int], None] | None = None) -> list[str]:
         """Link (else clone, else copy) every reused shard file into ``work``, each checked
         against its index; ``linked(bytes)`` after each. How, per shard ("link", "reflink",
         "copy")."""
         ways = []
-        for number, reader in enumerate(self.readers):
+        for reader, number, shard, new in self._each():
             version = reader.marker.format_version
-            for shard in range(reader.config.shard_count):
-                src = os.path.join(self.paths[number], fmt.shard_filename(shard, version))
-                dst = os.path.join(work, fmt.shard_filename(self.base[number] + shard))
-                ways.append(link_or_copy(src, dst))
-                check_linked(reader, shard, src, dst)
-                if linked is not None:
-                    linked(os.path.getsize(dst))
+            src = os.path.join(self.paths[number], fmt.shard_filename(shard, version))
+            dst = os.path.join(work, fmt.shard_filename(new))
+            ways.append(link_or_copy(src, dst))
+            check_linked(reader, shard, src, dst)
+            if linked is not None:
+                linked(os.path.getsize(dst))
         return ways
 
     def import_table(self, index: IndexWriter) -> None:
         """Every reused shard's records and descriptor into ``index``, renumbered."""
-        for number, reader in enumerate(self.readers):
-            base = self.base[number]
-            for shard in range(reader.config.shard_count):
-                for record in reader.iter_records(shard):
-                    record.shard = base + shard
-                    index.put_record(record)
-        for number, reader in enumerate(self.readers):
-            base = self.base[number]
-            for shard in range(reader.config.shard_count):
-                info = reader.shard_info(shard)
-                own = info.header_id == fmt.OWN_BUNDLE_ID
-                index.put_shard(
-                    base + shard,
-                    fmt.ShardInfo(
-                        info.file_size,
-                        info.uncompressed_size,
-                        info.record_count,
-                        info.codec,
-                        info.header_version,
-                        shard if info.header_index is None else info.header_index,
-                        reader.marker.bundle_id if own else info.header_id,
-                    ),
-                )
+        for reader, _number, shard, new in self._each():
+            for record in reader.iter_records(shard):
+                record.shard = new
+                index.put_record(record)
+        for reader, _number, shard, new in self._each():
+            info = reader.shard_info(shard)
+            own = info.header_id == fmt.OWN_BUNDLE_ID
+            index.put_shard(
+                new,
+                fmt.ShardInfo(
+                    info.file_size,
+                    info.uncompressed_size,
+                    info.record_count,
+                    info.codec,
+                    info.header_version,
+                    shard if info.header_index is None else info.header_index,
+                    reader.marker.bundle_id if own else info.header_id,
+                ),
+            )
 
 
 def check_linked(reader: IndexReader, shard: int, src: str, dst: str) -> None:

@@ -59,6 +59,7 @@ from bundlefs.read.paths import (
 )
 from bundlefs.read.stream import OnError, Shards
 from bundlefs.read.tree import TreeModel
+from bundlefs.storage.liveness import DEFAULT_MIN_LIVE, Liveness, shard_liveness
 from bundlefs.storage.location import Location, parse_location
 from bundlefs.storage.store import FailedRead
 
@@ -162,11 +163,16 @@ class Bundle(BundleMapping):
 
     # -- facts about the bundle --------------------------------------------------------------------
 
-    def info(self) -> BundleInfo:
-        """Facts about the bundle: counts, sizes, layout, compression, metadata (as `info`)."""
+    def info(self, *, dead: bool = False, min_live: float = DEFAULT_MIN_LIVE) -> BundleInfo:
+        """Facts about the bundle: counts, sizes, layout, compression, metadata (as `info`).
+
+        ``dead``: also how many stored bytes no file of this bundle uses, and how many shards are
+        less live than ``min_live`` (``info --dead``; one pass over the index, ~1.5 s per
+        million files, no shard read)."""
         if self._shard_bytes is None:
             self._shard_bytes = shard_bytes(self._index)
-        return BundleInfo.of(self._parts, self._shard_bytes)
+        liveness = Liveness.of(shard_liveness(self._index), min_live) if dead else None
+        return BundleInfo.of(self._parts, self._shard_bytes, liveness)
 
     def storage_stats(self) -> dict[str, object] | None:
         """A bundle at a URL: its store's counters (docs/storage.md); None for a local one."""

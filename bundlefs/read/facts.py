@@ -1,6 +1,6 @@
-"""Facts about an open bundle: what ``info`` prints (``BundleInfo``) and the shards whose
-size is not the shard table's (``ShardDamage``, found at open by ``shard_damage``, named by
-``verify``).
+"""Facts about an open bundle: what ``info`` prints (``BundleInfo``; with ``info --dead`` its
+live and dead bytes, ``storage.liveness``) and the shards whose size is not the shard table's
+(``ShardDamage``, found at open by ``shard_damage``, named by ``verify``).
 
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``,
 ``bundlefs.read.assemble``.
@@ -14,6 +14,7 @@ from bundlefs.core import format as fmt
 from bundlefs.errors import FormatError
 from bundlefs.read.assemble import BundleParts
 from bundlefs.storage.index import IndexReader
+from bundlefs.storage.liveness import Liveness
 from bundlefs.storage.store import LocalShardStore
 
 
@@ -59,9 +60,12 @@ class BundleInfo:
     # A bundle at a URL only: where it lives, and its store's counters (RemoteShardStore.stats)
     location: str | None = None
     storage: dict[str, object] | None = None
+    liveness: Liveness | None = None  # asked for (``Bundle.info(dead=True)``): O(files)
 
     @classmethod
-    def of(cls, parts: BundleParts, shard_bytes: int) -> BundleInfo:
+    def of(
+        cls, parts: BundleParts, shard_bytes: int, liveness: Liveness | None = None
+    ) -> BundleInfo:
         """The facts of an open bundle whose shard files add up to ``shard_bytes``."""
         marker = parts.index.marker
         return cls(
@@ -73,11 +77,13 @@ class BundleInfo:
             parts.tree.meta(),
             location=None if parts.location.is_local else parts.location.url,
             storage=parts.storage_stats(),
+            liveness=liveness,
         )
 
     def to_dict(self) -> dict[str, object]:
         """The facts ``bundlefs info --json`` prints, in its key order (docs/cli.md); a bundle at
-        a URL adds ``location`` and ``storage`` (docs/storage.md)."""
+        a URL adds ``location`` and ``storage`` (docs/storage.md), ``info --dead`` the live and
+        dead bytes after ``stored_bytes``."""
         c = self.config
         facts: dict[str, object] = {
             "path": self.path,
@@ -91,6 +97,7 @@ class BundleInfo:
             "entries": c.entry_count,
             "bytes": c.data_bytes,
             "stored_bytes": self.shard_bytes,
+            **(self.liveness.to_dict() if self.liveness is not None else {}),
             "ratio": round(c.data_bytes / self.shard_bytes, 4) if self.shard_bytes else 0.0,
             "shards": c.shard_count,
             "index_bytes": self.index_bytes,

@@ -284,6 +284,16 @@ class IndexReader:
         except lmdb.Error as e:
             raise FormatError(f"index is damaged listing entries: {e}") from None
 
+    def iter_values(self) -> Iterator[bytes]:
+        """Every entry's undecoded value in inode order, the keys unread: for scans of one field
+        of every entry (``storage.liveness``); about twice as fast as ``iter_raw``."""
+        try:
+            cursor = self._txn().cursor(db=self._dbs[fmt.DB_ENTRIES])
+            if cursor.first():
+                yield from cursor.iternext(keys=False, values=True)
+        except lmdb.Error as e:
+            raise FormatError(f"index is damaged listing entries: {e}") from None
+
     def iter_names(self, first: int, count: int) -> Iterator[tuple[int, bytes]]:
         """(inode, name) for inodes ``first … first+count−1``, nothing else decoded."""
         for ino, value in self.iter_raw(first, count):

@@ -63,6 +63,11 @@ class IndexWriter:
     def put_entry(self, entry: fmt.Entry) -> None:
         self._put(fmt.DB_ENTRIES, fmt.entry_key(entry.ino), fmt.encode_entry(entry), append=True)
 
+    def put_entry_value(self, ino: int, value: bytes) -> None:
+        """An entry already encoded in this version's layout (``compact`` copies a bundle's
+        entries, relocating only files' content)."""
+        self._put(fmt.DB_ENTRIES, fmt.entry_key(ino), value, append=True)
+
     def replace_entry(self, entry: fmt.Entry) -> None:
         """Rewrite an entry already written (the packer keeps the value's length, so LMDB
         overwrites it in place)."""

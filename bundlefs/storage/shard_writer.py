@@ -92,6 +92,18 @@ class ShardWriter:
         if self._pending:
             self._emit()
 
+    def write_stored(self, length: int, stored: bytes, flags: int, crc: int) -> None:
+        """Append one record already encoded: its ``stored`` bytes, ``flags`` and ``crc`` as
+        another shard holds them, for ``length`` bytes of stream (``compact`` moves records this
+        way, never decompressing them). It starts a record: what ``write`` left pending ends
+        first. The caller answers for the codec: this shard's (``config.compression``)."""
+        self.cut()
+        while self._encoding:  # records still compressing go first: stream order
+            self._store_oldest()
+        self._store(self.stream_size, length, (stored, flags, crc))
+        self.stream_size += length
+        self._pending_start = self.stream_size
+
     def _emit(self) -> None:
         data = bytes(self._pending)
         offset = self._pending_start

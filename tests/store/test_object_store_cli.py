@@ -213,6 +213,20 @@ def test_pack_uploads_a_bundle_that_opens_where_it_is_downloaded(
     assert diff_r(tree, tmp_path / "out").returncode == 0
 
 
+def test_compact_uploads_a_bundle_that_verifies_and_has_no_dead_bytes(
+    endpoint, bucket, tree, tmp_path
+):
+    local = tmp_path / "b.bundle"
+    assert run_cli("pack", "-q", "--shard-size", "64K", tree, local).returncode == 0
+    url = f"s3://{bucket}/compacted.bundle"
+    result = cli(endpoint, "compact", "--shard-size", "1M", "--staging", tmp_path, local, url)
+    assert result.returncode == 0, result.stderr
+    assert cli(endpoint, "verify", url).returncode == 0
+    facts = json.loads(cli(endpoint, "info", "--dead", "--json", url).stdout)
+    with Bundle(local) as b:
+        assert facts["dead_bytes"] == 0 and facts["shards"] < b.config.shard_count
+
+
 def test_pack_refuses_an_existing_url_without_force(endpoint, published, tree):
     before = objects(endpoint, published)
     line = assert_one_line_error(cli(endpoint, "pack", tree, published))

@@ -1300,3 +1300,37 @@ def test_a_version_4_config_counts_special_files_by_the_entries_no_field_counts(
     forged = dataclasses.replace(CONFIG, entry_count=1, file_count=5)
     with pytest.raises(FormatError, match="more entries by kind"):
         fmt.decode_config(fmt.encode_config(forged))
+
+
+# --- file locations without decoding (compaction) -------------------------------------------------
+
+
+@ENTRY_VERSIONS
+def test_file_extents_are_the_locations_of_the_files_holding_content(version: int) -> None:
+    entries = [ROOT, DIRECTORY, FILE, SYMLINK, LINK, SMALL_FILE]
+    values = [fmt.encode_entry(e, version) for e in entries]
+    assert list(fmt.file_extents(values, version)) == [
+        (FILE.shard, FILE.offset, FILE.size),
+        (SMALL_FILE.shard, SMALL_FILE.offset, SMALL_FILE.size),
+    ]
+
+
+@pytest.mark.parametrize("shard, offset", [(1, 10), (300, 2**40), (0, 0), (2, 2**32 - 1)])
+def test_relocating_a_file_changes_its_location_and_nothing_else(shard: int, offset: int) -> None:
+    tagged = dataclasses.replace(
+        FILE, flags=fmt.FLAG_NLINK, nlink=3, content_type=2, user_data=b"{}"
+    )
+    entries = [ROOT, DIRECTORY, tagged, SYMLINK, LINK, SMALL_FILE]
+    values = [fmt.encode_entry(e) for e in entries]
+    moved = list(fmt.relocate_files(values, lambda _s, _o, _n: (shard, offset)))
+    expected = [
+        dataclasses.replace(e, shard=shard, offset=offset) if e.is_file and not e.is_link else e
+        for e in entries
+    ]
+    assert moved == [fmt.encode_entry(e) for e in expected]
+
+
+def test_relocating_a_file_past_the_stream_limit_is_refused() -> None:
+    values = [fmt.encode_entry(FILE)]
+    with pytest.raises(FormatError):
+        list(fmt.relocate_files(values, lambda _s, _o, _n: (0, 2**48)))

@@ -21,6 +21,7 @@ May import: the standard library, ``bundlefs.errors``, ``bundlefs.core.format.*`
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Iterable, Iterator
 
 from bundlefs.core.format.bundle import (
     CONFIG_SIZE,
@@ -110,7 +111,12 @@ from bundlefs.core.format.entry import (
     makedev,
     validate_name,
 )
-from bundlefs.core.format.entry_v2 import _decode_entry_v2, _encode_entry_v2, _entry_name_v2
+from bundlefs.core.format.entry_v2 import (
+    _decode_entry_v2,
+    _encode_entry_v2,
+    _entry_name_v2,
+    _file_extent_v2,
+)
 from bundlefs.core.format.entry_v3 import (
     LAYOUT_MTIME_NS,
     LAYOUT_OWNER,
@@ -120,6 +126,8 @@ from bundlefs.core.format.entry_v3 import (
     _decode_entry_v3,
     _encode_entry_v3,
     _entry_name_v3,
+    _file_extents_v3,
+    _relocate_files_v3,
 )
 from bundlefs.core.format.keys import (
     check_version,
@@ -185,6 +193,37 @@ def decode_entry(ino: int, data: bytes, version: int = FORMAT_VERSION) -> Entry:
         return _decode_entry_v2(ino, data, version)
     except struct.error:
         raise FormatError(f"entry {ino} is truncated") from None
+
+
+def file_extents(
+    values: Iterable[bytes], version: int = FORMAT_VERSION
+) -> Iterator[tuple[int, int, int]]:
+    """(shard, offset, size) of each of the undecoded entry values ``values`` that is a regular
+    file holding its content (not a ``LINK``), the others skipped. Nothing else is decoded or
+    validated: for scans over every file's location (``storage.liveness``), which check the shard
+    themselves."""
+    try:
+        if version >= 3:
+            yield from _file_extents_v3(values)
+            return
+        for data in values:
+            extent = _file_extent_v2(data)
+            if extent is not None:
+                yield extent
+    except (struct.error, IndexError):
+        raise FormatError("an entry is truncated") from None
+
+
+def relocate_files(
+    values: Iterable[bytes], where: Callable[[int, int, int], tuple[int, int]]
+) -> Iterator[bytes]:
+    """Version 3 and 4 entry values, each as it is but a file holding content, whose (shard,
+    offset, size) ``where`` maps to its new (shard, offset): only its location changes (and the
+    layout bits of its widths). Values in order, one out per one in."""
+    try:
+        yield from _relocate_files_v3(values, where)
+    except (struct.error, IndexError):
+        raise FormatError("an entry is truncated") from None
 
 
 __all__ = [
@@ -287,6 +326,7 @@ __all__ = [
     "encode_config",
     "encode_content_type",
     "encode_entry",
+    "file_extents",
     "encode_marker",
     "encode_meta_value",
     "encode_owner",
@@ -301,6 +341,7 @@ __all__ = [
     "owner_key",
     "pad_to",
     "record_key",
+    "relocate_files",
     "shard_filename",
     "shard_key",
     "validate_layout",

@@ -109,3 +109,12 @@ def _decode_entry_v2(ino: int, data: bytes, version: int) -> Entry:
         fixed = _DIR.unpack_from(data, pos)
         pos += _DIR.size
     return _decode_rest(ino, data, pos, part, mode, flags, owner, mtime_ns, size, fixed)
+
+
+def _file_extent_v2(data: bytes) -> tuple[int, int, int] | None:
+    """(shard, offset, size) of a regular file's value that is not a ``LINK``; None otherwise."""
+    if len(data) < _HEADER.size or (data[0] << 8) & 0o170000 != KIND_FILE or data[2] & FLAG_LINK:
+        return None
+    size = _HEADER.unpack_from(data)[4]
+    location = _FILE.unpack_from(data, _HEADER.size)[0]
+    return location >> _LOCATION_SHIFT, location & _LOCATION_MASK, size
