@@ -84,7 +84,10 @@ bench: install
 	$(BIN)/python -m bench.workers
 	$(BIN)/python -m bench.codecs
 	$(BIN)/python -m bench.torch_epoch
+	$(BIN)/python -m bench.streaming
 	$(BIN)/python -m bench.object_store
+	$(BIN)/python -m bench.delta
+	$(BIN)/python -m bench.diff
 	$(BIN)/python -m bench.writer
 
 bench-quick: install

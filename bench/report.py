@@ -498,11 +498,15 @@ Caveats when reading the figures:
 
 
 # Sections other bench modules own (bench.torch_epoch, bench.codecs, bench.object_store,
-# bench.writer): each replaces its own, and a full `bench.run` rewrite of the page keeps them.
+# bench.streaming, bench.delta, bench.diff, bench.writer): each replaces its own, and a full
+# `bench.run` rewrite of the page keeps them.
 EXTRA_SECTIONS = (
     "## PyTorch: a cold epoch",
     "## Compression: lz4 and zstd",
     "## Object storage",
+    "## Streaming: samples and splits",
+    "## Versions: packing on a base",
+    "## Diff of two bundles",
     "## Writer: a bundle from Python",
 )
 

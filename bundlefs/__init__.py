@@ -1,7 +1,8 @@
 """bundlefs: millions of small files as one immutable, compressed, randomly seekable bundle.
 
 ``Bundle`` reads a bundle without FUSE; ``pack`` writes one from a tree, ``Writer`` from Python
-objects, ``compact`` rewrites one without the stored bytes no file uses. The FUSE mount lives in
+objects, ``compact`` rewrites one without the stored bytes no file uses; ``diff`` lists what
+changed between two, from their indexes. The FUSE mount lives in
 ``bundlefs.mount`` and is imported only when used; so is the packer, which a
 mount never needs (every millisecond of import is a millisecond before a mount is ready).
 
@@ -26,6 +27,7 @@ from bundlefs.errors import (
     UnsupportedVersionError,
 )
 from bundlefs.read.bundle import Bundle
+from bundlefs.read.diff import diff
 from bundlefs.read.fileobj import BundleFile
 from bundlefs.read.options import ReadOptions, RemoteOptions
 from bundlefs.read.paths import BundleStat
@@ -89,5 +91,6 @@ __all__ = [
     "Writer",
     "compact",
     "pack",
+    "diff",
     "__version__",
 ]

@@ -5,7 +5,8 @@ library call (``pack``, ``Bundle``, ``verify``, ``extract``, the mount daemon), 
 family — ``pack``, ``info``, ``browse`` (ls, cat), ``extract``, ``verify``, ``mount`` (mount,
 umount) — and they all write through ``output``. Policy, in one place (``main``):
 - every ``BundleError``, and every ``OSError`` on a user's path, becomes ONE sentence on stderr
-  (``bundlefs: error: …``) and exit status 1; usage errors exit 2 — argparse's, and every
+  (``bundlefs: error: …``) and exit status 1 (2 for ``diff``, whose 1 means "they differ");
+  usage errors exit 2 — argparse's, and every
   ``UsageError`` (a malformed size, number, choice, ``KEY=VALUE`` or time, an unknown ``-o``
   option, wherever it is given); Ctrl-C, SIGTERM and SIGHUP run the same clean-up, say in one
   line what it removed and exit 128 + the signal (130, 143, 129); never a traceback;
@@ -36,6 +37,7 @@ from bundlefs.cli import (
     browse,
     compact,
     completion,
+    diff,
     export,
     extract,
     gc,
@@ -71,6 +73,9 @@ class Command:
     options: tuple[str, ...] = ()
     # The mount daemon handles its signals itself (it unmounts on SIGTERM).
     own_signals: bool = False
+    # The exit status of a failure (a BundleError, an OSError): 1, but 2 for diff, whose 1 says
+    # that the bundles differ (as diff(1) and cmp(1) do).
+    failure_status: int = EXIT_FAILURE
 
 
 _READS = (STORAGE, DISK_CACHE)
@@ -128,6 +133,14 @@ COMMANDS: list[Command] = [
         extract.add_arguments,
         extract.run,
         _READS,
+    ),
+    Command(
+        "diff",
+        "list what changed between two bundles, from their indexes",
+        diff.add_arguments,
+        diff.run,
+        _READS,
+        failure_status=EXIT_USAGE,
     ),
     Command(
         "verify",
@@ -236,6 +249,7 @@ def _interrupted(e: KeyboardInterrupt) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status (the console script passes it to ``sys.exit``)."""
+    failure = EXIT_FAILURE
     try:
         own_command_line = argv is None
         argv = _mount_helper_form(sys.argv[1:] if argv is None else list(argv))
@@ -244,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         if own_command_line:  # credentials on it would stay in ps: re-executes without them
             scrub.reexec_without_storage_options(argv, args, parser)
         command: Command = args._command
+        failure = command.failure_status
         setup_logging()
         status.enabled = sys.stderr.isatty() and not getattr(args, "quiet", False)
         if command.own_signals:
@@ -262,9 +277,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except BundleError as e:
         error(str(e))
-        return EXIT_FAILURE
+        return failure
     except OSError as e:
         error(_os_error(e))
-        return EXIT_FAILURE
+        return failure
     finally:
         status.clear()

@@ -204,6 +204,8 @@ def _info_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("created", time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))))
     if facts.get("content_types"):
         rows.append(("content types", f"{facts['content_types']:,}"))
+    if facts.get("digests"):
+        rows.append(("digests", str(facts["digests"])))
     for key, value in facts.get("meta", {}).items():
         rows.append((f"meta {key}", value))
     if "replaced_on_disk_by" in facts:

@@ -43,6 +43,7 @@ FIELDS = (
     "stored_offset",
     "crc32c",
     "target",
+    "digest",
 )
 
 _TYPES = {
@@ -74,6 +75,7 @@ def listing_row(bundle: Bundle, entry: Entry, path: bytes) -> dict[str, object]:
         "stored_offset": None,
         "crc32c": None,
         "target": os.fsdecode(entry.symlink) if entry.is_symlink else None,
+        "digest": st.digest.hex() if st.digest else None,  # format version 5
     }
     if entry.is_file:
         row.update(shard=entry.shard, offset=entry.offset, crc32c=entry.crc32c)

@@ -15,18 +15,15 @@ from typing import TYPE_CHECKING
 
 from bundlefs.cli.options import storage_options
 from bundlefs.cli.output import (
-    EXIT_OK,
-    EXIT_PACKED_CHANGED,
-    EXIT_PACKED_SKIPPED,
     count,
     out,
     out_json,
     rate,
-    ratio,
     size,
     status,
     warn,
 )
+from bundlefs.cli.pack_report import exit_status, reuse_line, summary_line, upload_line
 from bundlefs.cli.pack_sources import SourceTotals, expand_sources, read_files_from
 from bundlefs.core import format as fmt
 from bundlefs.core.units import format_size
@@ -37,7 +34,6 @@ if TYPE_CHECKING:
 
     from bundlefs.packing.options import PackOptions, PackProgress, PackSummary
     from bundlefs.packing.user_data import UserDataFile
-    from bundlefs.storage.objectstore.upload_progress import UploadProgress
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -148,6 +144,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "-0", "--null", action="store_true", help="--files-from's paths end with NUL, not newline"
     )
     p.add_argument(
+        "--base",
+        metavar="OLD",
+        help="a local bundle of an earlier version of SRC: files unchanged since it are not read "
+        "or stored again, their entries point at OLD's bytes (OLD's shards are hard-linked, else "
+        "reflinked, else copied; OLD is never modified); docs/versions.md (default: no base, every "
+        "file read and stored)",
+    )
+    p.add_argument(
+        "--check",
+        choices=("stat", "content"),
+        default="stat",
+        help="with --base, how a file is known unchanged: stat (type, size and mtime to the "
+        "nanosecond, outside the racy window; the default) or content (every file of OLD's size "
+        "is read and compared with OLD's bytes)",
+    )
+    p.add_argument(
+        "--racy-seconds",
+        type=float,
+        default=2.0,
+        metavar="S",
+        help="with --base, a file whose mtime in OLD lies within S seconds before OLD was made "
+        "is compared by content, never trusted by its stat (default: 2)",
+    )
+    p.add_argument(
         "--dask",
         metavar="ADDRESS|local:N",
         help="pack in partitions on a Dask cluster: a running scheduler's address, or local:N "
@@ -251,6 +271,10 @@ def run(args: argparse.Namespace) -> int:
     sources = expand_sources(args.sources)
     source: str | list[str] = sources[0] if len(sources) == 1 else sources
     progress = None if args.quiet else _progress([] if args.files_from else source)
+    if args.base is not None and (args.dask is not None or args.files_from):
+        raise UsageError(
+            "--base packs one directory in one process: not with --dask or --files-from"
+        )
     if args.dask is not None and args.files_from:
         raise UsageError("--files-from packs in one process; it does not go with --dask")
     if args.dask is not None:
@@ -258,15 +282,17 @@ def run(args: argparse.Namespace) -> int:
     elif args.partitions is not None:
         raise UsageError("--partitions splits a pack for --dask; give --dask too")
     else:
-        summary = pack(source, args.dest, options, progress)
+        summary = pack(source, args.dest, options, progress, base=args.base)
     status.clear()
     if isinstance(options.user_data, UserDataFile):
         _warn_unused(options.user_data, args.user_data)
-    done = _exit_status(summary)
+    done = exit_status(summary)
     if args.json:  # --json always prints its object: -q quiets the human text only
         out_json(summary.to_dict())
     elif not args.quiet:
-        out(_summary_line(summary))
+        out(summary_line(summary))
+        if summary.reuse is not None:
+            out(reuse_line(summary.reuse))
     return done
 
 
@@ -296,6 +322,8 @@ def _options(args: argparse.Namespace) -> PackOptions:
         storage_options=storage_options(args) or None,
         staging=args.staging,
         files_from=read_files_from(args.files_from, args.null) if args.files_from else None,
+        check=args.check,
+        racy_seconds=args.racy_seconds,
     )
 
 
@@ -307,7 +335,7 @@ def _progress(source: str | list[str]) -> Callable[[PackProgress], None]:
 
     def progress(p: PackProgress) -> None:
         if p.upload is not None:
-            status.show(_upload_line(p.upload))
+            status.show(upload_line(p.upload))
             return
         elapsed = time.monotonic() - p.started
         line = (
@@ -332,57 +360,3 @@ def _warn_unused(user_data: UserDataFile, path: str) -> None:
             f"{'is not a file' if len(unused) == 1 else 'are not files'} of the bundle, e.g. "
             f"{unused[0]!r}"
         )
-
-
-def _summary_line(summary: PackSummary) -> str:
-    """``packed 3 files, 1 dir, … into … stored bytes (ratio 2.10) in 0.05 s (…): DEST``."""
-    from bundlefs.packing.sources.base import SourceErrors
-
-    c = summary.config
-    notes = []
-    if summary.skipped:
-        named = "" if len(summary.skipped) <= SourceErrors.NAMED else ", the first named"
-        notes.append(f"{len(summary.skipped):,} skipped{named}")
-    if summary.changed:
-        notes.append(f"{len(summary.changed):,} changed while packing")
-    note = f" ({', '.join(notes)}: see the warnings above)" if notes else ""
-    if summary.upload_seconds is not None and summary.build_seconds is not None:
-        # To a URL: the build's rate is the packer's, the upload's the link's; neither is the
-        # other's, and the whole pack took both.
-        timing = (
-            f"in {summary.seconds:.2f} s (built in {summary.build_seconds:.2f} s, "
-            f"{rate(c.data_bytes, summary.build_seconds)}; uploaded "
-            f"{format_size(summary.uploaded_bytes)} in {summary.upload_seconds:.2f} s, "
-            f"{rate(summary.uploaded_bytes, summary.upload_seconds)})"
-        )
-    else:
-        timing = f"in {summary.seconds:.2f} s ({rate(c.data_bytes, summary.seconds)})"
-    return (
-        f"packed {count(c.file_count, 'file')}, {count(c.dir_count, 'dir')}, "
-        f"{count(c.symlink_count, 'symlink')}, {count(c.hardlink_count, 'hard link')}, "
-        + (f"{count(c.special_count, 'special file')}, " if c.special_count else "")
-        + f"{count(c.data_bytes, 'byte')} into {count(summary.stored_bytes, 'stored byte')} "
-        f"(ratio {ratio(c.data_bytes, summary.stored_bytes)}) {timing}: {summary.dest}{note}"
-    )
-
-
-def _exit_status(summary: PackSummary) -> int:
-    """0 only when the bundle holds SRC as it was: entries left out (4) weigh more than files
-    that changed (3), whose bytes are in it, if not consistently. Either way it is published."""
-    if summary.skipped:
-        return EXIT_PACKED_SKIPPED
-    if summary.changed:
-        return EXIT_PACKED_CHANGED
-    return EXIT_OK
-
-
-def _upload_line(u: UploadProgress) -> str:
-    """``uploading: 120 MiB of 400 MiB (30%), 38.2 MB/s, 3 s, ETA 7 s``."""
-    elapsed = time.monotonic() - u.started
-    line = f"uploading: {format_size(u.bytes_done)} of {format_size(u.total_bytes)}"
-    if u.total_bytes:
-        line += f" ({100 * u.bytes_done // u.total_bytes}%)"
-    line += f", {rate(u.bytes_done, elapsed)}, {elapsed:.0f} s"
-    if u.bytes_done and u.bytes_done < u.total_bytes:
-        line += f", ETA {(u.total_bytes - u.bytes_done) * elapsed / u.bytes_done:.0f} s"
-    return line

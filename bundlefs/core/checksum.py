@@ -1,9 +1,12 @@
-"""CRC32C, the one checksum of the format: of records, files, the index and the marker.
+"""CRC32C, the checksum of the format: of records, files, the index and the marker; and the
+content digest of a file (format version 5: SHA-256 truncated to 16 bytes, ``fmt.DIGEST_NAME``).
 
 May import: the standard library, the ``crc32c`` binding.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import crc32c as _crc32c
 
@@ -13,6 +16,32 @@ _CHUNK = 4 * 1024 * 1024
 def crc32c(data: bytes | bytearray | memoryview, value: int = 0) -> int:
     """CRC32C of ``data``, continuing from ``value`` (the CRC of what came before)."""
     return _crc32c.crc32c(data, value)
+
+
+class ContentDigest:
+    """A file's content digest (format version 5, ``fmt.DIGEST_NAME``): the first 16 bytes of
+    SHA-256 of its content, fed as the content goes by.
+
+    Why SHA-256 and not BLAKE2b-128 (what the issue proposed), measured on this project's 2-core
+    Xeon under load (hashlib, 1 MiB buffers, CPU time): CRC32C ~10 GB/s, SHA-256 ~1.35 GB/s (the
+    CPU's SHA extensions, which OpenSSL uses; AMD since Zen, Intel since Ice Lake and ARMv8
+    crypto have them), BLAKE2b ~730 MB/s, BLAKE2s ~450 MB/s. A pack's CPU time (medians of 3):
+    1 GiB of large files 1.37 s without a digest, 2.20 s with SHA-256, 3.25 s with BLAKE2b;
+    100,000 files of ~2 KB 4.6 s, 5.8 s, 5.2 s (per-file setup dominates there, the two are
+    within the noise). Both cost more than 10 %; SHA-256 is the cheaper where the bytes are.
+    16 bytes keep the index small (2^-64 collision bound per pair).
+    """
+
+    __slots__ = ("_hash",)
+
+    def __init__(self, data: bytes = b"") -> None:
+        self._hash = hashlib.sha256(data)
+
+    def update(self, data: bytes | bytearray | memoryview) -> None:
+        self._hash.update(data)
+
+    def digest(self) -> bytes:
+        return self._hash.digest()[:16]
 
 
 def file_checksum(path: str) -> tuple[int, int]:

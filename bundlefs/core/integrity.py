@@ -10,6 +10,8 @@ May import: ``bundlefs.core.format``, ``bundlefs.errors``.
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from bundlefs.core import format as fmt
@@ -127,3 +129,67 @@ class TreeCounts:
             for name in ("files", "dirs", "symlinks", "hardlinks", "data_bytes", "specials")
             if getattr(claimed, name) != getattr(self, name)
         ]
+
+
+# -- directory totals (version 5) ------------------------------------------------------------------
+
+_ONE_ENTRY = fmt.TreeTotals(entries=1)
+
+
+def child_totals(child: fmt.Entry, below: fmt.TreeTotals | None = None) -> fmt.TreeTotals:
+    """What one child adds to its directory's totals: itself (a regular file without ``LINK``
+    counts as a file and its bytes, its first name holding the content; every entry counts as an
+    entry) and, for a directory, ``below``, its own totals."""
+    if child.is_dir:
+        mine = fmt.TreeTotals(dirs=1, entries=1)
+        return mine if below is None else mine + below
+    if child.is_file and not child.is_link:
+        return fmt.TreeTotals(files=1, bytes=child.size, entries=1)
+    return _ONE_ENTRY
+
+
+def directory_totals(directory: int, stored: fmt.TreeTotals, summed: fmt.TreeTotals) -> str | None:
+    """A directory's totals are the sum of what its children add (``child_totals``)."""
+    if stored != summed:
+        return f"directory {directory} has totals {stored}, its children add up to {summed}"
+    return None
+
+
+def root_totals(config: fmt.Config, root: fmt.TreeTotals) -> str | None:
+    """The root's totals are the config's counts: every file and byte, every directory and
+    entry but the root itself. Checked at open: one lookup, no scan."""
+    expected = fmt.TreeTotals(
+        config.file_count, config.dir_count - 1, config.data_bytes, config.entry_count - 1
+    )
+    if root != expected:
+        return f"the root's totals {root} are not the config's counts {expected}"
+    return None
+
+
+def totals_of(entries: Iterable[fmt.Entry]) -> list[tuple[int, fmt.TreeTotals]]:
+    """Every directory's totals, in inode order, from a tree's entries in inode order (numbered
+    breadth first: a directory's children are one range after it). For a bundle older than
+    version 5 rewritten in version 5 (``compact``); O(directories) memory."""
+    inos: list[int] = []
+    parents: list[int] = []
+    sums: list[list[int]] = []  # files, dirs, bytes, entries: what the direct children add
+    ranges: deque[tuple[int, int, int]] = deque()  # (first child, end, directory's position)
+    for entry in entries:
+        while ranges and entry.ino >= ranges[0][1]:
+            ranges.popleft()
+        holder = ranges[0][2] if ranges and ranges[0][0] <= entry.ino else None
+        if entry.is_dir:
+            position = len(inos)
+            inos.append(entry.ino)
+            parents.append(position if holder is None else holder)
+            sums.append([0, 0, 0, 0])
+            if entry.size:
+                ranges.append((entry.first_child, entry.first_child + entry.size, position))
+        if holder is not None:
+            mine = child_totals(entry)
+            for i, value in enumerate((mine.files, mine.dirs, mine.bytes, mine.entries)):
+                sums[holder][i] += value
+    for position in range(len(inos) - 1, 0, -1):  # a child directory after its parent
+        for i, value in enumerate(sums[position]):
+            sums[parents[position]][i] += value
+    return [(ino, fmt.TreeTotals(*sums[position])) for position, ino in enumerate(inos)]

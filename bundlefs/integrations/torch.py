@@ -5,16 +5,19 @@
 the same attributes (``classes``, ``class_to_idx``, ``samples``, ``targets``…) over a directory of
 a bundle; ``LocalitySampler`` (``bundlefs.integrations.torch_sampler``, importable from here too)
 visits the records that hold the files in random order and shuffles the files within a window,
-so a cold epoch reads each record about once instead of once per file.
+so a cold epoch reads each record about once instead of once per file. The streaming
+``BundleIterableDataset`` (``bundlefs.integrations.torch_iterable``) is importable from here too.
 
 Each dataset opens its ``Bundle`` again, lazily, in every process that reads from it (a forked or
 spawned data-loader worker), and pickles as the bundle's location (``Bundle.__reduce__``), so a
-``DataLoader`` works under ``fork``, ``spawn`` and ``forkserver``. With ``torch_sampler``, the only
-modules that import torch (the ``torch`` extra); importing ``bundlefs`` never does.
+``DataLoader`` works under ``fork``, ``spawn`` and ``forkserver``. With ``torch_sampler`` and
+``torch_iterable``, the only modules that import torch (the ``torch`` extra); importing
+``bundlefs`` never does.
 docs/pytorch.md is the user guide.
 
 May import: ``bundlefs`` (the public face), ``bundlefs.errors``, ``bundlefs.read``,
-``bundlefs.integrations.torch_sampler``; torch; PIL lazily (in ``pil_loader``).
+``bundlefs.integrations.torch_sampler``, ``bundlefs.integrations.torch_iterable``; torch; PIL
+lazily (in ``pil_loader``).
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ from torch.utils.data import Dataset
 from bundlefs import Bundle
 from bundlefs.errors import EntryNotFound, IsADirectory, NotARegularFile
 
-# The sampler is a module of its own; its names are this module's too (the user's one import).
+# The streaming dataset and the sampler are modules of their own; their names are this module's
+# too (the user's one import).
+from bundlefs.integrations.torch_iterable import BundleIterableDataset as BundleIterableDataset
 from bundlefs.integrations.torch_sampler import DEFAULT_WINDOW as DEFAULT_WINDOW
 from bundlefs.integrations.torch_sampler import HasLocations as HasLocations
 from bundlefs.integrations.torch_sampler import LocalitySampler as LocalitySampler

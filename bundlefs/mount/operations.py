@@ -359,6 +359,8 @@ class BundleOperations(ReadOnlyOperations):
         found: dict[bytes, bytes] = {}
         if entry.is_file:
             found[fmt.XATTR_CRC] = f"{entry.crc32c:08x}".encode()
+            if entry.digest:
+                found[fmt.XATTR_DIGEST] = entry.digest.hex().encode()
         if entry.user_data:
             found[fmt.XATTR_USER_DATA] = entry.user_data
         content_type = self.bundle.tree.content_type(entry)

@@ -10,7 +10,8 @@ Modules import one way, bottom first (a module imports only those on lines above
 4. ``content`` (file content into shards), then ``builder`` (entries into the index)
 5. ``sources.archive``, ``sources.objects``, ``sources.stored`` (layers of stored bundles),
    ``sources.added`` (what a ``Writer`` is given)
-6. ``destination`` (check DEST; build, seal and publish)
+6. ``destination`` (check DEST; build, seal and publish), then ``delta`` (a pack on a base
+   bundle: its unchanged files arrive stored at the base's bytes)
 7. ``packer`` (``pack``) | ``writer`` (``Writer``: a bundle built from Python, one entry at a time)
 8. ``reuse`` (another bundle's shards in a new one), then ``merge`` and ``compact`` (a bundle
    without its dead records)
@@ -18,10 +19,9 @@ Modules import one way, bottom first (a module imports only those on lines above
 
 As the layering test reads it (a sub-package is one child; ``sources`` orders its own inside):
 
-Order (bottom first): user_data | reuse, sources, options, content, builder, destination,
+Order (bottom first): user_data | reuse, sources, options, content, builder, destination, delta,
 packer | writer, merge | compact, distributed
 
 Where the next features go: a new archive format is one module in ``sources`` over ``synthetic``
-and ``streams``; a delta pack (a new bundle reusing a base's shards) is ``delta.py`` beside
-``merge``, over ``reuse`` and ``sources.stored``, published by ``destination``.
+and ``streams``; object-store bases of a delta pack go in ``delta`` (over ``reuse``).
 """

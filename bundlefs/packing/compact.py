@@ -32,18 +32,19 @@ import dataclasses
 import os
 import time
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from bundlefs.core import format as fmt
+from bundlefs.core import integrity
 from bundlefs.core.checksum import crc32c
 from bundlefs.errors import BundleError, PackError
 from bundlefs.packing.destination import check_places, publish_built
 from bundlefs.packing.options import DEFAULT_SHARD_SIZE
 from bundlefs.packing.reuse import ReusedShards, check_linked
 from bundlefs.storage import publish
-from bundlefs.storage.index import IndexReader
+from bundlefs.storage.index import IndexReader, iter_totals
 from bundlefs.storage.index_writer import IndexWriter
 from bundlefs.storage.liveness import DEFAULT_MIN_LIVE, Liveness, ShardLiveness, shard_liveness
 from bundlefs.storage.location import parse_location
@@ -228,6 +229,7 @@ class _Compactor:
         index = IndexWriter(os.path.join(work, fmt.INDEX_DIR))
         try:
             self._entries(index)
+            self._totals(index)
             self._tables(index)
             reused.import_table(index)
             for number, (info, records) in enumerate(copier.done, reused.count):
@@ -270,6 +272,16 @@ class _Compactor:
         values = (value for _ino, value in reader.iter_raw(fmt.ROOT_INO, count))
         for ino, value in enumerate(fmt.relocate_files(values, self._relocated), fmt.ROOT_INO):
             index.put_entry_value(ino, value)
+
+    def _totals(self, index: IndexWriter) -> None:
+        """The directory totals (format version 5): B's, or added up from B's entries when B
+        is older."""
+        reader, count = self.reader, self.reader.config.entry_count
+        found: Iterable[tuple[int, fmt.TreeTotals]] = iter_totals(reader)
+        if reader.marker.format_version < fmt.FIRST_V5_VERSION:
+            found = integrity.totals_of(reader.iter_entries(fmt.ROOT_INO, count))
+        for ino, totals in found:
+            index.put_totals(ino, totals)
 
     def _relocated(self, shard: int, offset: int, size: int) -> tuple[int, int]:
         """Where stream byte ``offset`` of B's ``shard`` is in NEW."""

@@ -1,9 +1,10 @@
 """Writing file content into the shard stream: where shards are cut, and the records they make.
 
 ``ContentWriter`` appends each file's bytes to the current shard's uncompressed stream and
-returns where they went, with their size and CRC32C as read: a file that changes while it is read
-is stored consistently and reported in ``changed``. It opens a new ``ShardWriter`` when the
-current one is full, and puts each shard's records into the index only when that shard closes.
+returns where they went, with their size, CRC32C and digest (format version 5) as read: a file
+that changes while it is read is stored consistently and reported in ``changed``. It opens a new
+``ShardWriter`` when the current one is full, and puts each shard's records into the index only
+when that shard closes.
 
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``,
 ``bundlefs.packing.options``, ``bundlefs.packing.sources.base``.
@@ -21,7 +22,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from bundlefs.core import format as fmt
-from bundlefs.core.checksum import crc32c
+from bundlefs.core.checksum import ContentDigest, crc32c
 from bundlefs.errors import PackError
 from bundlefs.packing.options import PackProgress
 from bundlefs.packing.sources.base import (
@@ -41,8 +42,10 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class _Written:
-    """What has gone into the stream of the file being stored: its size, CRC and first bytes."""
+    """What has gone into the stream of the file being stored: its size, CRC, digest and first
+    bytes."""
 
+    digest: ContentDigest  # core.checksum.ContentDigest(), fed as the bytes go in
     size: int = 0
     crc: int = 0
     head: bytes = b""
@@ -63,6 +66,7 @@ class ContentWriter:
         pool: Executor | None = None,
         tick: Callable[[], None] | None = None,
         level: int | None = None,
+        first_shard: int = 0,
     ) -> None:
         self.work = work
         self.config = config
@@ -73,6 +77,8 @@ class ContentWriter:
         self.pool = pool  # compresses records; shared with the source's readers
         self.level = level  # the compressor's level, where it has one (zstd)
         self._tick = tick
+        # The number of the first shard it writes: those before are a base's (packing/delta.py).
+        self.first_shard = first_shard
         self.shards: list[fmt.ShardInfo] = []  # the closed shards
         self.shard: ShardWriter | None = None  # the one being written
         self.changed: list[str] = []  # files that changed while being read
@@ -96,12 +102,14 @@ class ContentWriter:
         """
         shard = self._shard_for(st.st_size)
         offset = shard.stream_size
-        written = _Written()
+        written = _Written(ContentDigest())
         for chunk in chunks:
             self._append(shard, chunk, written)
-        if not sized:
-            return StoredContent(shard.index, offset, written.size, written.crc, st, written.head)
-        return self._stored(rel, shard, offset, written.size, written.crc, st, st, written.head)
+        if not sized:  # a guess, not compared with what was read
+            digest = written.digest.digest()
+            return StoredContent(shard.index, offset, written.size, written.crc, st, written.head,
+                                 digest=digest)  # fmt: skip
+        return self._stored(rel, shard, offset, written, st, st)
 
     def _append(self, shard: ShardWriter, chunk: bytes, written: _Written) -> None:
         """One chunk of a file's content into the shard stream, counted."""
@@ -109,6 +117,7 @@ class ContentWriter:
             written.head += chunk[: HEAD_SIZE - len(written.head)]
         shard.write(chunk)
         written.crc = crc32c(chunk, written.crc)
+        written.digest.update(chunk)
         written.size += len(chunk)
         self.progress.bytes_read += len(chunk)
         if self._tick is not None:
@@ -129,7 +138,7 @@ class ContentWriter:
                 return None
             shard = self._shard_for(before.st_size)
             offset = shard.stream_size
-            written = _Written()
+            written = _Written(ContentDigest())
             while True:
                 try:
                     chunk = content.read(READ_CHUNK)
@@ -144,9 +153,7 @@ class ContentWriter:
             after = content.stat()
         finally:
             content.close()
-        return self._stored(
-            rel, shard, offset, written.size, written.crc, before, after, written.head
-        )
+        return self._stored(rel, shard, offset, written, before, after)
 
     def _store_bytes(self, rel: bytes, data: bytes, before: Stat, after: Stat) -> StoredContent:
         """Store content the source already read whole (same result as _store_content)."""
@@ -156,17 +163,20 @@ class ContentWriter:
         self.progress.bytes_read += len(data)
         if self._tick is not None:
             self._tick()
-        return self._stored(
-            rel, shard, offset, len(data), crc32c(data), before, after, data[:HEAD_SIZE]
-        )
+        written = _Written(ContentDigest(data), len(data), crc32c(data), data[:HEAD_SIZE])
+        return self._stored(rel, shard, offset, written, before, after)
 
     def _stored(
-        self, rel, shard: ShardWriter, offset, size, crc, before, after, head: bytes
+        self, rel: bytes, shard: ShardWriter, offset: int, written: _Written, before, after
     ) -> StoredContent:
+        size = written.size
         if size != before.st_size or after.st_mtime_ns != before.st_mtime_ns:
             log.warning("%s changed while it was packed; stored the bytes read", os.fsdecode(rel))
             self.changed.append(os.fsdecode(rel))
-        return StoredContent(shard.index, offset, size, crc, before, head)
+        return StoredContent(
+            shard.index, offset, size, written.crc, before, written.head,
+            digest=written.digest.digest(),
+        )  # fmt: skip
 
     # -- shards and records ------------------------------------------------------------------------
 
@@ -185,7 +195,7 @@ class ContentWriter:
             self._close_shard()
             shard = None
         if shard is None:
-            index = len(self.shards)
+            index = self.first_shard + len(self.shards)
             if index >= fmt.MAX_SHARDS:
                 raise PackError("the bundle would need more than 65,536 shards")
             path = os.path.join(self.work, fmt.shard_filename(index))
@@ -215,11 +225,11 @@ class ContentWriter:
 
     def finish(self) -> list[fmt.ShardInfo]:
         """Close the last shard and put every shard's descriptor into the index."""
-        if self.shard is None and not self.shards:
+        if self.shard is None and not self.shards and not self.first_shard:
             self._shard_for(0)  # an empty tree still gets one shard: every bundle has one
         self._close_shard()
         for i, info in enumerate(self.shards):
-            self.index.put_shard(i, info)
+            self.index.put_shard(self.first_shard + i, info)
         return self.shards
 
     def abort(self) -> None:

@@ -25,6 +25,7 @@ from bundlefs.storage.codec import zstd_module
 from bundlefs.storage.objectstore.upload_progress import UploadProgress
 
 DEFAULT_SHARD_SIZE = 4 * 1024**3
+CHECKS = ("stat", "content")  # how a pack on a base knows a file unchanged (PackOptions.check)
 ZSTD_LEVELS = (-7, 22)  # the levels zstd:LEVEL accepts (zstd's fast levels to its slowest)
 
 # Called with (relative path bytes, lstat result); returns bytes to attach to the entry or None.
@@ -69,6 +70,11 @@ class PackOptions:
     # Pack only these paths of the directory SRC (relative to it), storing content in this order
     # (``pack --files-from``; sources/listed.py); None: the whole tree.
     files_from: Sequence[str | bytes] | None = None
+    # A pack on a base bundle (``pack(..., base=OLD)``, packing/delta.py): how a file is known
+    # unchanged since OLD ("stat": type, size and mtime; "content": its bytes), and how many
+    # seconds before OLD's creation a file's mtime must lie for its stat to be trusted at all.
+    check: str = "stat"
+    racy_seconds: float = 2.0
 
 
 def parse_compression(spec: str) -> tuple[str, int | None]:
@@ -119,6 +125,25 @@ class PackProgress:
 
 
 @dataclass
+class BaseReuse:
+    """What a pack on a base bundle took from it and what it stored anew."""
+
+    base: str
+    reused_files: int = 0  # unchanged by stat: their entries point at the base's bytes
+    reused_bytes: int = 0
+    same_files: int = 0  # read and found equal to the base's (a touch): nothing stored
+    same_bytes: int = 0
+    stored_files: int = 0  # new or changed: stored in the new bundle's own shards
+    stored_bytes: int = 0
+    shards_linked: int = 0  # the base's shards the new bundle holds (ways: link, reflink, copy)
+    shards_left: int = 0  # the base's shards no file needs any more: not linked
+    ways: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
 class PackSummary:
     dest: str
     config: fmt.Config
@@ -133,6 +158,7 @@ class PackSummary:
     build_seconds: float | None = None
     upload_seconds: float | None = None
     uploaded_bytes: int = 0
+    reuse: BaseReuse | None = None  # a pack on a base bundle: what it reused
 
     def to_dict(self) -> dict[str, object]:
         """The summary as JSON-ready facts (the counts of ``bundlefs pack``'s summary line)."""
@@ -154,6 +180,8 @@ class PackSummary:
         }
         if self.phases:
             facts["phases"] = {name: round(s, 3) for name, s in self.phases.items()}
+        if self.reuse is not None:
+            facts["reuse"] = self.reuse.to_dict()
         if self.upload_seconds is not None and self.build_seconds is not None:
             facts["build_seconds"] = round(self.build_seconds, 3)
             facts["upload_seconds"] = round(self.upload_seconds, 3)
@@ -165,6 +193,10 @@ def check_options(options: PackOptions) -> PackOptions:
     """``options`` checked as ``pack`` checks them before reading anything, with the creation
     time fixed (``creation_time``); ``PackError`` naming the first bad one."""
     compression, _level = parse_compression(options.compression)
+    if options.check not in CHECKS:
+        raise PackError(f"unknown check {options.check!r} (choose {' or '.join(CHECKS)})")
+    if not 0 <= options.racy_seconds < 2**32:
+        raise PackError(f"racy_seconds {options.racy_seconds}: a number of seconds from 0")
     # Fixed now, before anything is read: a bad SOURCE_DATE_EPOCH fails at once, not at the end.
     options = dataclasses.replace(options, created_ns=creation_time(options.created_ns))
     if compression == "zstd":

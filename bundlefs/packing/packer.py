@@ -26,6 +26,7 @@ from bundlefs.core.content_types import ContentTypeRules
 from bundlefs.errors import IndexWriteError, PackError
 from bundlefs.packing.builder import EntryBuilder
 from bundlefs.packing.content import ContentWriter
+from bundlefs.packing.delta import Base, DeltaSource
 from bundlefs.packing.destination import (
     check_destination,
     object_prefix,
@@ -53,6 +54,8 @@ from bundlefs.packing.sources.objects import ObjectSource
 from bundlefs.packing.sources.streams import STDIN
 from bundlefs.storage import publish
 from bundlefs.storage.index_writer import IndexWriter
+from bundlefs.storage.location import Location
+from bundlefs.storage.objectstore.upload import RemotePublisher
 from bundlefs.storage.objectstore.upload_progress import UploadProgress
 
 
@@ -68,6 +71,8 @@ def pack(
     dest: str,
     options: PackOptions = PackOptions(),  # noqa: B008 - frozen, safe as a default
     progress: Callable[[PackProgress], None] | None = None,
+    *,
+    base: str | os.PathLike[str] | None = None,
 ) -> PackSummary:
     """Pack the tree at ``source`` into a new bundle at ``dest``: a directory, or a URL
     (``s3://bucket/x.bundle``: built locally, then uploaded,
@@ -83,27 +88,25 @@ def pack(
     ``skip_errors``), a DEST that overlaps the source or (with ``force``) is not a bundle, a full
     disk, a store that refuses the upload. Nothing is left behind then, and an existing DEST is
     untouched (but a URL replaced with ``force`` no longer opens: its old marker goes first).
+
+    With ``base`` (a local bundle, OLD), the new bundle reuses OLD's stored bytes for every file
+    of the directory ``source`` that did not change since OLD (``options.check`` says how that is
+    known) and stores only the others: ``delta`` says how, docs/versions.md when to.
     """
     started = time.monotonic()
     options = check_options(options)
     paths = source_paths(source)
     location, remote = check_destination(paths, dest, options)
-    uploading = None
-    if progress is not None:
-        report = progress
-
-        def uploading(upload: UploadProgress) -> None:
-            report(PackProgress(started=upload.started, upload=upload))
-
-    summary, where = publish_built(
-        location,
-        remote,
-        lambda work, work_id: _Packer(source, work, work_id, options, progress).run(),
-        force=options.force,
-        staging=options.staging,
-        what=f"cannot pack {_describe(source)}",
-        upload_progress=uploading,
-    )
+    opened = None
+    if base is not None:
+        if remote is not None:
+            raise PackError("a pack on a base (--base) writes a local bundle for now, not a URL")
+        opened = _open_base(os.fspath(base), paths, dest, options)
+    try:
+        summary, where = _publish(source, location, remote, options, progress, opened)
+    finally:
+        if opened is not None:
+            opened.close()
     summary.dest = where
     if remote is not None and remote.uploaded is not None:
         # The packer timed the build; the upload after it is the larger part on a slow link.
@@ -114,11 +117,51 @@ def pack(
     return summary
 
 
+def _open_base(base: str, paths: list[str] | None, dest: str, options: PackOptions) -> Base:
+    """The base of a pack, opened; ``PackError`` if the source is not one directory."""
+    if paths is None or len(paths) != 1 or not os.path.isdir(paths[0]) or options.files_from:
+        raise PackError("a pack on a base (--base) needs one directory SRC, without --files-from")
+    return Base(base, dest, options)
+
+
+def _publish(
+    source: PackSource,
+    location: Location,
+    remote: RemotePublisher | None,
+    options: PackOptions,
+    progress: Callable[[PackProgress], None] | None,
+    base: Base | None,
+) -> tuple[PackSummary, str]:
+    """Build the bundle and publish it (``destination.publish_built``)."""
+    uploading = None
+    if progress is not None:
+        report = progress
+
+        def uploading(upload: UploadProgress) -> None:
+            report(PackProgress(started=upload.started, upload=upload))
+
+    return publish_built(
+        location,
+        remote,
+        lambda work, work_id: _Packer(source, work, work_id, options, progress, base).run(),
+        force=options.force,
+        staging=options.staging,
+        what=f"cannot pack {_describe(source)}",
+        upload_progress=uploading,
+    )
+
+
 class _Packer:
     """One pack into ``work``: the source, the builder and the content writer, wired together."""
 
     def __init__(
-        self, source: PackSource, work, work_id: tuple[int, int], options: PackOptions, progress
+        self,
+        source: PackSource,
+        work,
+        work_id: tuple[int, int],
+        options: PackOptions,
+        progress,
+        base: Base | None = None,
     ):
         self.source = source
         self.work = work
@@ -136,6 +179,10 @@ class _Packer:
             compression=fmt.COMPRESSION_NAMES[compression],
             created_ns=creation_time(options.created_ns),
         )
+        self.base = base
+        if base is not None:
+            given = options.block_size != fmt.DEFAULT_BLOCK_SIZE
+            self.config = base.writer_config(self.config, given)
 
     def run(self) -> PackSummary:
         started = time.monotonic()
@@ -155,8 +202,9 @@ class _Packer:
                 level=self.level,
                 pool=pool,
                 tick=self._tick if self.report is not None else None,
+                first_shard=0 if self.base is None else self.base.count,
             )
-            shard_count = self._build(index, content, errors, pool)
+            shard_count, own = self._build(index, content, errors, pool)
             closing, index = index, None  # a close that fails is not followed by an abort
             closing.close()
         except BaseException:
@@ -170,7 +218,7 @@ class _Packer:
         finally:
             if pool is not None:
                 pool.shutdown(cancel_futures=True)
-        marker = publish.seal(self.work, shard_count)
+        marker = publish.seal(self.work, shard_count, own)
         return PackSummary(
             "",
             self.config,
@@ -179,6 +227,7 @@ class _Packer:
             time.monotonic() - started,
             errors.skipped,
             content.changed,
+            reuse=None if self.base is None else self.base.reuse,
         )
 
     def _build(
@@ -187,10 +236,14 @@ class _Packer:
         content: ContentWriter,
         errors: SourceErrors,
         pool: Executor | None,
-    ) -> int:
-        """Every entry and file of the source into ``index`` and the shards; the shard count."""
+    ) -> tuple[int, list[int] | None]:
+        """Every entry and file of the source into ``index`` and the shards; the shard count and
+        the shards the bundle wrote (None: all)."""
         options = self.options
         source = self._entry_source(errors, pool)
+        if self.base is not None:
+            assert isinstance(source, DirectorySource)  # _open_base checked
+            source = DeltaSource(source, self.base)
         if isinstance(source, StreamingSource):
             source.load(content)  # an archive: read once, its content stored in its order
         rules = (
@@ -209,10 +262,18 @@ class _Packer:
         )
         builder.build()
         index.put_meta(dict(options.meta))
-        shards = content.finish()
-        self.config = builder.config(self.config, len(shards))
+        if self.base is None:
+            shards = content.finish()
+            self.config = builder.config(self.config, len(shards))
+            index.put_config(self.config)
+            return len(shards), None
+        # The base's shards are numbered before the pack's own, whose table follows theirs.
+        own = self.base.finish(self.work, index, self.config)
+        first, shards = self.base.count, content.finish()
+        own += range(first, first + len(shards))
+        self.config = builder.config(self.base.final_config(self.config), first + len(shards))
         index.put_config(self.config)
-        return len(shards)
+        return self.config.shard_count, own
 
     def _errors(self) -> SourceErrors:
         # A source made by the caller reports to its own SourceErrors: the pack shares it, so

@@ -34,7 +34,9 @@ class ReusedShards:
     ``first`` … of a new bundle: bundle ``n``'s shard ``s`` becomes shard ``base[n] + s``.
 
     ``select`` (one sequence per bundle) takes only those shards of each, in that order:
-    bundle ``n``'s ``select[n][i]`` becomes shard ``base[n] + i`` (``compact`` keeps some)."""
+    bundle ``n``'s ``select[n][i]`` becomes shard ``base[n] + i`` (``compact`` keeps some), or
+    with ``keep_numbers`` shard ``base[n] + select[n][i]``, the others' numbers left for the
+    caller to fill (a delta pack, whose entries point at its base's shard numbers)."""
 
     def __init__(
         self,
@@ -42,6 +44,8 @@ class ReusedShards:
         paths: Sequence[str],
         first: int = 0,
         select: Sequence[Sequence[int]] | None = None,
+        *,
+        keep_numbers: bool = False,
     ):
         self.readers = list(readers)
         self.paths = list(paths)
@@ -49,7 +53,12 @@ class ReusedShards:
             list(range(r.config.shard_count)) if select is None else list(select[n])
             for n, r in enumerate(self.readers)
         ]
-        self.base = list(itertools.accumulate([first, *(len(t) for t in self.taken)]))
+        self.keep_numbers = keep_numbers
+        sizes = [
+            r.config.shard_count if keep_numbers else len(t)
+            for r, t in zip(self.readers, self.taken, strict=True)
+        ]
+        self.base = list(itertools.accumulate([first, *sizes]))
 
     @property
     def count(self) -> int:
@@ -60,7 +69,12 @@ class ReusedShards:
         """(reader, its bundle's number, the shard there, its number in the new bundle)."""
         for number, reader in enumerate(self.readers):
             for position, shard in enumerate(self.taken[number]):
-                yield reader, number, shard, self.base[number] + position
+                yield (
+                    reader,
+                    number,
+                    shard,
+                    self.base[number] + (shard if self.keep_numbers else position),
+                )
 
     def codecs(self) -> set[int]:
         """The record codecs of every reused shard."""
@@ -81,18 +95,20 @@ class ReusedShards:
                 linked(os.path.getsize(dst))
         return ways
 
-    def import_table(self, index: IndexWriter) -> None:
-        """Every reused shard's records and descriptor into ``index``, renumbered."""
+    def import_table(self, index: IndexWriter, *, append: bool = True) -> None:
+        """Every reused shard's records and descriptor into ``index``, renumbered; not
+        ``append``: records of later shards are written already (a delta pack's own)."""
         for reader, _number, shard, new in self._each():
             for record in reader.iter_records(shard):
                 record.shard = new
-                index.put_record(record)
+                index.put_record(record, append=append)
         for reader, _number, shard, new in self._each():
             info = reader.shard_info(shard)
             own = info.header_id == fmt.OWN_BUNDLE_ID
             index.put_shard(
                 new,
-                fmt.ShardInfo(
+                append=append,
+                info=fmt.ShardInfo(
                     info.file_size,
                     info.uncompressed_size,
                     info.record_count,

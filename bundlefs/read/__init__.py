@@ -11,15 +11,18 @@ Modules import one way, bottom first (a module imports only those on lines above
    damaged file's good bytes and lost ranges)
 5. ``stream`` (whole-bundle traversals; a file's stat comes from ``paths``)
 6. ``assemble`` (``BundleParts``: the one place a bundle's storage is opened, local or remote),
-   ``mapping`` (``BundleMapping``: the files as a ``Mapping``, which ``Bundle`` inherits)
-7. ``facts`` (``BundleInfo``, ``ShardDamage``)
+   ``mapping`` (``BundleMapping``: the files as a ``Mapping``, which ``Bundle`` inherits),
+   ``samples`` (``iter_samples``: files grouped into samples; ``Bundle`` inherits its streaming
+   methods)
+7. ``facts`` (``BundleInfo``, ``ShardDamage``), ``diff`` (two bundles compared from their
+   indexes alone)
 8. ``bundle`` (``Bundle``), ``verify`` (a package: its ``__init__`` orders its inside)
 9. ``extract``, ``export`` (over ``Bundle``)
 
 As the layering test reads it:
 
 Order (bottom first): options, cache | tree, content, paths | fileobj | salvage, stream,
-assemble | mapping, facts, bundle | verify, extract | export
+assemble | mapping | samples, facts | diff, bundle | verify, extract | export
 
 Where the next features go: a record cache shared by several readers, or a store that resolves
 shards across bundles (delta bundles that reference a base), plug in at ``assemble``.

@@ -8,7 +8,8 @@ FUSE adapter, ``extract`` and ``verify`` use ``tree`` and ``content`` by inode.
 
 It is also a read-only mapping of the regular files' paths to their bytes (``b[path]``, ``in``,
 ``len``, ``items()`` in stored order: read/mapping.py), lists every path (``paths``), streams
-every file in stored order (``iter_files``, read/stream.py), and pickles to its location, so
+every file in stored order (``iter_files``, read/stream.py) or every sample (``iter_samples``,
+read/samples.py), and pickles to its location, so
 spawned workers reopen it (docs/python.md).
 
 A bundle at a URL (``s3://bucket/x.bundle``; storage/location.py) opens the same way: its index
@@ -57,7 +58,7 @@ from bundlefs.read.paths import (
     entry_stat,
     shown,
 )
-from bundlefs.read.stream import OnError, Shards
+from bundlefs.read.samples import StreamMethods
 from bundlefs.read.tree import TreeModel
 from bundlefs.storage.liveness import DEFAULT_MIN_LIVE, Liveness, shard_liveness
 from bundlefs.storage.location import Location, parse_location
@@ -91,7 +92,7 @@ def _reopen(location: str, bundle_id: bytes, options: ReadOptions) -> Bundle:
     return bundle
 
 
-class Bundle(BundleMapping):
+class Bundle(BundleMapping, StreamMethods):
     """An open bundle. Use as a context manager, or call ``close()``.
 
     ``path`` is a directory or a URL (``s3://bucket/x.bundle``). The options are the fields of
@@ -225,6 +226,12 @@ class Bundle(BundleMapping):
         """Like ``os.lstat``: ``stat`` without following a final symlink."""
         return self.stat(path, follow_symlinks=False)
 
+    def du(self, path: Path = "", *, follow_symlinks: bool = False) -> fmt.TreeTotals:
+        """What lies below ``path``: files (each inode once), directories (itself excluded),
+        the files' bytes, entries of every kind; a file is one file of its size. Stored in a
+        version 5 bundle (one lookup); added up by a walk of the subtree in older ones."""
+        return self._tree.totals(self.resolve(path, follow_symlinks=follow_symlinks))
+
     def _found(self, path: Path, follow_symlinks: bool = True) -> fmt.Entry | None:
         """The entry at ``path``, or None where there is none (as ``os.path``'s tests take it)."""
         try:
@@ -312,20 +319,6 @@ class Bundle(BundleMapping):
     def lexists(self, path: Path) -> bool:
         """Like ``os.path.lexists``: whether ``path`` names an entry, a dangling symlink too."""
         return self._found(path, False) is not None
-
-    @overload
-    def iter_files(
-        self, *, shards: Shards = None, with_stat: Literal[False] = False, on_error: OnError = ...
-    ) -> Iterator[tuple[str, bytes]]: ...
-    @overload
-    def iter_files(
-        self, *, shards: Shards = None, with_stat: Literal[True], on_error: OnError = ...
-    ) -> Iterator[tuple[str, BundleStat, bytes]]: ...
-    def iter_files(
-        self, *, shards: Shards = None, with_stat: bool = False, on_error: Any = "raise"
-    ):
-        """Each regular file's (path, bytes) or (path, stat, bytes), in stored order (stream.py)."""
-        return stream.iter_files(self._tree, self._content, shards, with_stat, on_error)
 
     def glob(self, pattern: str) -> list[str]:
         """Paths matching a shell pattern; ``*`` does not cross ``/``; ``**`` matches any depth."""

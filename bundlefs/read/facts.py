@@ -107,6 +107,8 @@ class BundleInfo:
             "compression": c.compression_name,
             "created_ns": c.created_ns,
             "content_types": c.content_type_count,
+            # What every file's digest is (format version 5), or None: the bundle has none.
+            "digests": fmt.DIGEST_NAME if c.format_version >= fmt.FIRST_V5_VERSION else None,
             "meta": dict(self.meta or {}),
         }
         if self.location is not None:

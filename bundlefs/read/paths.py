@@ -53,6 +53,8 @@ class BundleStat:
     content_type: str | None = None
     user_data: bytes | None = None
     st_rdev: int = 0  # a character or block device's number (format version 4); else 0
+    # A regular file's content digest, SHA-256's first 16 bytes (format version 5), or None.
+    digest: bytes | None = None
 
     @property
     def st_mtime(self) -> float:
@@ -75,6 +77,7 @@ def entry_stat(tree: TreeModel, entry: fmt.Entry) -> BundleStat:
         tree.content_type(entry),
         entry.user_data or None,  # the format stores none rather than an empty one
         entry.rdev,
+        entry.digest or None,
     )
 
 

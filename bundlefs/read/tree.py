@@ -21,7 +21,7 @@ from bundlefs.core import format as fmt
 from bundlefs.core import integrity
 from bundlefs.errors import EntryNotFound, FormatError, NotADirectory, SymlinkLoop
 from bundlefs.read.options import DEFAULT_NAME_CACHE
-from bundlefs.storage.index import IndexReader
+from bundlefs.storage.index import IndexReader, tree_totals
 
 MAX_SYMLINK_HOPS = 40
 _DIRECTORY_CACHE = 4096  # decoded directory entries held (~0.3 KB each)
@@ -83,6 +83,16 @@ class TreeModel:
         """Up to ``count`` stored entries from inode ``first``, in inode order."""
         return self._index.iter_entries(first, count)
 
+    def raw_entries(self) -> Iterator[tuple[int, bytes]]:
+        """(inode, undecoded value) of every entry, in inode order (one cursor scan), for scans
+        that decode only what they need (read/stream.py)."""
+        return self._index.iter_raw(fmt.ROOT_INO, self._index.config.entry_count)
+
+    @property
+    def format_version(self) -> int:
+        """The bundle's format version (what undecoded values are read with)."""
+        return self._index.marker.format_version
+
     def owner(self, entry: fmt.Entry) -> tuple[int, int]:
         """(uid, gid) of an entry."""
         return self._index.owners[entry.owner]
@@ -94,6 +104,14 @@ class TreeModel:
     def meta(self) -> dict[str, str]:
         """The bundle's own metadata (``pack --meta``); empty for version 1."""
         return self._index.meta()
+
+    def stored_totals(self, ino: int) -> fmt.TreeTotals | None:
+        """Directory ``ino``'s totals as stored (version 5), or None before version 5."""
+        return tree_totals(self._index, ino)
+
+    def totals(self, entry: fmt.Entry) -> fmt.TreeTotals:
+        """What lies below an entry: ``_totals_below``."""
+        return _totals_below(self._index, entry)
 
     def lookup(self, parent: fmt.Entry, name: bytes) -> fmt.Entry | None:
         """The child ``name`` of directory ``parent`` (links resolved), or None."""
@@ -312,3 +330,27 @@ class TreeModel:
                 return self._resolve(target, follow_last, hops + 1)
             stack.append(child)
         return stack[-1]
+
+
+def _totals_below(index: IndexReader, entry: fmt.Entry) -> fmt.TreeTotals:
+    """What lies below an entry (``integrity.child_totals`` added up): a directory's stored
+    totals (version 5: one lookup), else a walk of its subtree that gives the same answer in
+    O(subtree); a regular file is one file of its size, anything else nothing."""
+    if not entry.is_dir:
+        mine = integrity.child_totals(entry)
+        return fmt.TreeTotals(files=mine.files, bytes=mine.bytes)
+    stored = tree_totals(index, entry.ino)
+    return _walked_totals(index, entry) if stored is None else stored
+
+
+def _walked_totals(index: IndexReader, directory: fmt.Entry) -> fmt.TreeTotals:
+    """A directory's totals added up by walking its subtree (bundles before version 5)."""
+    found = fmt.TreeTotals()
+    pending = [directory]
+    while pending:
+        below = pending.pop()
+        for child in index.iter_entries(below.first_child, below.size):
+            found += integrity.child_totals(child)
+            if child.is_dir:
+                pending.append(child)
+    return found

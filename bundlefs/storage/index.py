@@ -7,11 +7,12 @@ end here: callers see ``FormatError``. The environment per process and the at-fo
 storage/lmdb_env.py's; the write half is ``IndexWriter`` (storage/index_writer.py).
 
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.marker``,
-``bundlefs.storage.lmdb_env``.
+``bundlefs.storage.lmdb_env``, ``bundlefs.storage.entry_scan``.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -29,6 +30,7 @@ from bundlefs.errors import (
     NotABundleError,
 )
 from bundlefs.storage import lmdb_env
+from bundlefs.storage.entry_scan import value_chunks
 from bundlefs.storage.marker import read_marker
 
 log = logging.getLogger(__name__)
@@ -89,6 +91,7 @@ class IndexReader:
             self.owners = self._load_owners()
             self.content_types = self._load_content_types()
             self.meta()  # checked once at open: at most 1,024 items, so a bad one fails here
+            _check_totals(self)
         except BaseException:
             self.close()  # else the shared environment would stay open for the process's life
             raise
@@ -254,6 +257,10 @@ class IndexReader:
             )
         return entry
 
+    def decode(self, ino: int, value: bytes) -> fmt.Entry:
+        """Entry ``ino`` from its value as ``iter_raw`` gave it, checked as ``entry`` checks."""
+        return self._decode(ino, value)
+
     def entry_name(self, ino: int) -> bytes:
         """Just the name of an entry, for binary search: ~4× cheaper than ``entry``."""
         value = self._get(self._dbs[fmt.DB_ENTRIES], fmt.entry_key(ino), "entry")
@@ -265,24 +272,13 @@ class IndexReader:
             yield self._decode(ino, value)
 
     def iter_raw(self, first: int, count: int) -> Iterator[tuple[int, bytes]]:
-        """(inode, undecoded value) for inodes ``first … first+count−1``: one cursor scan."""
+        """(inode, undecoded value) for inodes ``first … first+count−1``: one cursor scan in
+        checked chunks (``entry_scan``)."""
         if count <= 0:
-            return
-        try:
-            cursor = self._txn().cursor(db=self._dbs[fmt.DB_ENTRIES])
-            if not cursor.set_key(fmt.entry_key(first)):
-                raise FormatError(f"index has no entry {first}")
-            ino, end = first, first + count
-            for key, value in cursor:
-                if key != fmt.entry_key(ino):
-                    raise FormatError(f"index is missing entry {ino}")
-                yield ino, value
-                ino += 1
-                if ino == end:
-                    return
-            raise FormatError(f"index is missing entry {ino}")
-        except lmdb.Error as e:
-            raise FormatError(f"index is damaged listing entries: {e}") from None
+            return iter(())
+        cursor = self._txn().cursor(db=self._dbs[fmt.DB_ENTRIES])
+        values = itertools.chain.from_iterable(value_chunks(cursor, first, count))
+        return zip(itertools.count(first), values)
 
     def iter_values(self) -> Iterator[bytes]:
         """Every entry's undecoded value in inode order, the keys unread: for scans of one field
@@ -354,3 +350,44 @@ class IndexReader:
         if codec is None:
             codec = self._codecs[shard] = self.shard_info(shard).codec
         return codec
+
+
+# -- directory totals (version 5): the reader's, outside its class (at its size budget) -----------
+
+
+def tree_totals(index: IndexReader, ino: int) -> fmt.TreeTotals | None:
+    """What lies below directory ``ino`` (its key in ``totals``); None before version 5. A
+    directory without totals in a version-5 index is a ``FormatError``."""
+    db = index._dbs.get(fmt.DB_TOTALS)
+    key, what = fmt.totals_key(ino), f"totals of directory {ino}"
+    return None if db is None else fmt.decode_totals(ino, index._get(db, key, what))
+
+
+def iter_totals(index: IndexReader) -> Iterator[tuple[int, fmt.TreeTotals]]:
+    """(directory, totals) of every key in ``totals``, in inode order; nothing before version 5
+    (``compact`` copies them)."""
+    db = index._dbs.get(fmt.DB_TOTALS)
+    if db is None:
+        return
+    try:
+        for key, value in index._txn().cursor(db=db):
+            ino = fmt.decode_entry_key(key)
+            yield ino, fmt.decode_totals(ino, value)
+    except lmdb.Error as e:
+        raise FormatError(f"index is damaged listing directory totals: {e}") from None
+
+
+def _check_totals(index: IndexReader) -> None:
+    """Version 5, at open: one totals key per directory, and the root's totals are the config's
+    counts (an LMDB count and one lookup: no scan)."""
+    db = index._dbs.get(fmt.DB_TOTALS)
+    if db is None:
+        return
+    held = index._txn().stat(db)["entries"]
+    if held != index.config.dir_count:
+        raise FormatError(
+            f"index holds totals of {held} directories, the config counts {index.config.dir_count}"
+        )
+    root = tree_totals(index, fmt.ROOT_INO)
+    assert root is not None
+    integrity.enforce(integrity.root_totals(index.config, root))

@@ -73,13 +73,19 @@ class IndexWriter:
         overwrites it in place)."""
         self._put(fmt.DB_ENTRIES, fmt.entry_key(entry.ino), fmt.encode_entry(entry), append=False)
 
-    def put_record(self, record: fmt.Record) -> None:
-        key = fmt.record_key(record.shard, record.offset)
-        self._put(fmt.DB_RECORDS, key, fmt.encode_record(record), append=True)
+    def put_totals(self, ino: int, totals: fmt.TreeTotals) -> None:
+        """A directory's totals (version 5), in inode order."""
+        self._put(fmt.DB_TOTALS, fmt.totals_key(ino), fmt.encode_totals(totals), append=True)
 
-    def put_shard(self, index: int, info: fmt.ShardInfo) -> None:
+    def put_record(self, record: fmt.Record, *, append: bool = True) -> None:
+        """A record; not ``append``: one that sorts before records already written (a delta
+        pack's base shards, imported after its own were written)."""
+        key = fmt.record_key(record.shard, record.offset)
+        self._put(fmt.DB_RECORDS, key, fmt.encode_record(record), append=append)
+
+    def put_shard(self, index: int, info: fmt.ShardInfo, *, append: bool = True) -> None:
         value = fmt.encode_shard_info(info, fmt.FORMAT_VERSION, index)
-        self._put(fmt.DB_SHARDS, fmt.shard_key(index), value, append=True)
+        self._put(fmt.DB_SHARDS, fmt.shard_key(index), value, append=append)
 
     def put_owner(self, index: int, uid: int, gid: int) -> None:
         self._put(fmt.DB_OWNERS, fmt.owner_key(index), fmt.encode_owner(uid, gid), append=True)

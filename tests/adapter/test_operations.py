@@ -9,6 +9,7 @@ real-mount tests (test_mount.py, test_open_modes.py, test_tree_contract.py) cove
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import logging
 import os
@@ -924,6 +925,15 @@ async def test_a_files_crc_xattr_is_the_crc32c_of_its_content(ops):
 
 
 @pytest.mark.trio
+async def test_a_files_digest_xattr_is_the_hex_of_its_content_digest(ops):
+    for name in ("hello.txt", "big.bin", "empty"):
+        ino = await ino_of(ops, name)
+        assert fmt.XATTR_DIGEST in await ops.listxattr(ino, None)
+        value = await ops.getxattr(ino, fmt.XATTR_DIGEST, None)
+        assert value == hashlib.sha256(SAMPLE_FILES[name]).hexdigest()[:32].encode()
+
+
+@pytest.mark.trio
 async def test_a_files_content_type_is_an_xattr_where_it_has_one(ops):
     hello, empty = await ino_of(ops, "hello.txt"), await ino_of(ops, "empty")
     assert await ops.getxattr(hello, fmt.XATTR_CONTENT_TYPE, None) == b"text/plain"
@@ -956,11 +966,11 @@ async def test_user_data_attached_at_pack_time_is_an_xattr(make_ops, pack_tree):
     ops = make_ops(bundle)
     a_txt = await ino_of(ops, "a.txt")
     assert sorted(await ops.listxattr(a_txt, None)) == sorted(
-        [fmt.XATTR_CRC, fmt.XATTR_USER_DATA, fmt.XATTR_CONTENT_TYPE]
+        [fmt.XATTR_CRC, fmt.XATTR_DIGEST, fmt.XATTR_USER_DATA, fmt.XATTR_CONTENT_TYPE]
     )
     assert await ops.getxattr(a_txt, fmt.XATTR_USER_DATA, None) == b"label:a.txt"
     b_bin = await ino_of(ops, "b.bin")
-    assert await ops.listxattr(b_bin, None) == [fmt.XATTR_CRC]
+    assert await ops.listxattr(b_bin, None) == [fmt.XATTR_CRC, fmt.XATTR_DIGEST]
 
 
 @pytest.mark.trio

@@ -1,9 +1,10 @@
-"""Format versions: bundles of versions 1, 2 and 3 keep working, and shards are named in decimal.
+"""Format versions: bundles of versions 1 to 4 keep working, and shards are named in decimal.
 
 The committed bundles are tests/data/v1-twelve-shards.bundle (packed by the last version-1 writer;
 shards ``shard-00000000`` … ``shard-0000000b``) and tests/data/v2-twelve-shards.bundle (the same
 tree packed by the last version-2 writer, zstd; ``shard-00000000`` … ``shard-00000011``) and
-tests/data/v3-twelve-shards.bundle (the same tree packed by the last version-3 writer). Every way
+tests/data/v3-twelve-shards.bundle and tests/data/v4-twelve-shards.bundle (the same tree packed by
+the last version-3 and version-4 writers). Every way
 a user reads a bundle — the library, ``verify``, ``extract``, ``cat``, ``info``, a real FUSE mount —
 must serve them unchanged, and a bundle of today's version holding their shards (as a merge links
 them in).
@@ -31,6 +32,7 @@ from tests.support.legacy_trees import (
     V2_BUNDLE,
     V2_PACK_OPTIONS,
     V3_BUNDLE,
+    V4_BUNDLE,
     build_v1_tree,
 )
 from tests.support.trees import diff_r, run_cli
@@ -59,7 +61,7 @@ class Legacy:
     meta: dict[str, str] = field(default_factory=dict)
 
 
-@pytest.fixture(params=["v1", "v2", "v3", "grafted"])
+@pytest.fixture(params=["v1", "v2", "v3", "v4", "grafted"])
 def legacy(request: pytest.FixtureRequest) -> Legacy:
     """Each committed bundle, and the bundle of today's version whose shards 0-3 are the
     version-1 bundle's and 4-7 the version-2 bundle's (conftest ``grafted_bundle_path``)."""
@@ -69,6 +71,8 @@ def legacy(request: pytest.FixtureRequest) -> Legacy:
         return Legacy(V2_BUNDLE, 2, {"made-by": "bundlefs 22d101b, format version 2"})
     if request.param == "v3":
         return Legacy(V3_BUNDLE, 3, {"made-by": "bundlefs 6acabea, format version 3"})
+    if request.param == "v4":
+        return Legacy(V4_BUNDLE, 4, {"made-by": "bundlefs 9791af2, format version 4"})
     return Legacy(request.getfixturevalue("grafted_bundle_path"), fmt.FORMAT_VERSION)
 
 
@@ -146,7 +150,7 @@ def test_a_20_mb_tree_packed_in_1_mib_shards_has_decimal_names_past_ten(
     assert names == [f"shard-{i:08d}" for i in range(len(names))]
     assert not any(set(n[6:]) - set("0123456789") for n in names)  # no hex digit anywhere
     with Bundle(bundle) as b:
-        assert b.config.format_version == fmt.FORMAT_VERSION == 4
+        assert b.config.format_version == fmt.FORMAT_VERSION == 5
         assert b.read("f10") == spec["f10"]
     assert verify(bundle).ok
 
@@ -161,8 +165,13 @@ def _pack_today(tree: Path, dest: Path, options: dict, monkeypatch: pytest.Monke
 
 @pytest.mark.parametrize(
     "committed, options",
-    [(V1_BUNDLE, V1_PACK_OPTIONS), (V2_BUNDLE, V2_PACK_OPTIONS), (V3_BUNDLE, V1_PACK_OPTIONS)],
-    ids=["v1", "v2", "v3"],
+    [
+        (V1_BUNDLE, V1_PACK_OPTIONS),
+        (V2_BUNDLE, V2_PACK_OPTIONS),
+        (V3_BUNDLE, V1_PACK_OPTIONS),
+        (V4_BUNDLE, V1_PACK_OPTIONS),
+    ],
+    ids=["v1", "v2", "v3", "v4"],
 )
 def test_the_v1_tree_packed_today_reads_the_same_as_the_committed_bundle(
     tmp_path: Path,
@@ -171,9 +180,9 @@ def test_the_v1_tree_packed_today_reads_the_same_as_the_committed_bundle(
     committed: Path,
     options: dict,
 ) -> None:
-    dest = _pack_today(v1_tree, tmp_path / "v4.bundle", options, monkeypatch)
+    dest = _pack_today(v1_tree, tmp_path / "v5.bundle", options, monkeypatch)
     with Bundle(committed) as old, Bundle(dest) as new:
-        assert new.config.format_version == 4
+        assert new.config.format_version == 5
         assert new.config.shard_count == old.config.shard_count == 12
         assert new.config.compression == old.config.compression
         assert sorted(old) == sorted(new)
@@ -185,8 +194,13 @@ def test_the_v1_tree_packed_today_reads_the_same_as_the_committed_bundle(
 
 @pytest.mark.parametrize(
     "committed, options",
-    [(V1_BUNDLE, V1_PACK_OPTIONS), (V2_BUNDLE, V2_PACK_OPTIONS), (V3_BUNDLE, V1_PACK_OPTIONS)],
-    ids=["v1", "v2", "v3"],
+    [
+        (V1_BUNDLE, V1_PACK_OPTIONS),
+        (V2_BUNDLE, V2_PACK_OPTIONS),
+        (V3_BUNDLE, V1_PACK_OPTIONS),
+        (V4_BUNDLE, V1_PACK_OPTIONS),
+    ],
+    ids=["v1", "v2", "v3", "v4"],
 )
 def test_the_v1_tree_packed_today_has_the_committed_bundles_shard_streams_and_records(
     tmp_path: Path,
@@ -197,8 +211,8 @@ def test_the_v1_tree_packed_today_has_the_committed_bundles_shard_streams_and_re
 ) -> None:
     # What legacy_trees.graft_legacy_shards relies on: a bundle of this tree packed today can take
     # the committed bundles' shard files in place of its own, entries unchanged.
-    dest = _pack_today(v1_tree, tmp_path / "v4.bundle", options, monkeypatch)
-    version = {V1_BUNDLE: 1, V2_BUNDLE: 2, V3_BUNDLE: 3}[committed]
+    dest = _pack_today(v1_tree, tmp_path / "v5.bundle", options, monkeypatch)
+    version = {V1_BUNDLE: 1, V2_BUNDLE: 2, V3_BUNDLE: 3, V4_BUNDLE: 4}[committed]
     for i in range(12):
         old = (committed / fmt.shard_filename(i, version)).read_bytes()
         new = (dest / fmt.shard_filename(i)).read_bytes()

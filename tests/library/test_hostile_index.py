@@ -208,6 +208,16 @@ def _extra_record(b: Path) -> tuple[dict, list]:
     return _f({(fmt.DB_RECORDS, key): fmt.encode_record(r)})
 
 
+def _totals(name: bytes | None, edit: Callable[[bytes], bytes]) -> Forgery:
+    """The totals of directory ``name`` (None: the root) rewritten by ``edit`` (version 5)."""
+
+    def forgery(b: Path) -> tuple[dict, list]:
+        key = fmt.totals_key(fmt.ROOT_INO if name is None else by_name(b, name).ino)
+        return _f({(fmt.DB_TOTALS, key): edit(read_values(b, fmt.DB_TOTALS)[key])})
+
+    return forgery
+
+
 def _delete(db: bytes, key: Callable[[Path], bytes]) -> Forgery:
     return lambda b: _f(deletes=[(db, key(b))])
 
@@ -271,6 +281,29 @@ CASES: dict[str, tuple[Forgery, str, str]] = {
     "entry truncated to 10 bytes": (_raw(b"hello.txt", lambda v: v[:10]), "invalid", "whole"),
     "entry value empty": (_raw(b"hello.txt", lambda v: b""), "invalid", "whole"),
     "mtime at the i64 extremes": (_file(mtime_ns=-(2**63)), "valid", "whole"),
+    # digests and directory totals (version 5, §3.3 and §3.8)
+    "file whose digest is not its content's": (_file(digest=bytes(16)), "invalid", "whole"),
+    "digest flag on a directory": (
+        _optional_parts(b"dir", fmt.FLAG_DIGEST, bytes(16)),
+        "invalid",
+        "whole",
+    ),
+    "directory totals one byte off": (
+        _totals(b"dir", lambda v: v[:23] + bytes([v[23] ^ 1]) + v[24:]),
+        "invalid",
+        "whole",
+    ),
+    "directory totals of 31 bytes": (_totals(b"dir", lambda v: v[:31]), "invalid", "whole"),
+    "root totals counting one file more": (
+        _totals(None, lambda v: (int.from_bytes(v[:8], "big") + 1).to_bytes(8, "big") + v[8:]),
+        "invalid",
+        "whole",
+    ),
+    "root totals missing": (
+        _delete(fmt.DB_TOTALS, lambda b: fmt.totals_key(fmt.ROOT_INO)),
+        "invalid",
+        "whole",
+    ),
     # special files (version 4, §3.3.2)
     # (Not into a FIFO: opening one blocks until a writer comes, on a mount as anywhere.)
     "file turned into a socket": (
@@ -502,10 +535,11 @@ CASES: dict[str, tuple[Forgery, str, str]] = {
     ),
     # config and owners
     "config with the wrong magic": (_config_raw(0, b"NOTMAGIC"), "invalid", "whole"),
-    "config version 5": (_config_raw(8, b"\0\x05"), "invalid", "whole"),
-    "config version 1 in a version-4 bundle": (_config_raw(8, b"\0\x01"), "invalid", "whole"),
-    "config version 2 in a version-4 bundle": (_config_raw(8, b"\0\x02"), "invalid", "whole"),
-    "config version 3 in a version-4 bundle": (_config_raw(8, b"\0\x03"), "invalid", "whole"),
+    "config version 6": (_config_raw(8, b"\0\x06"), "invalid", "whole"),
+    "config version 1 in a version-5 bundle": (_config_raw(8, b"\0\x01"), "invalid", "whole"),
+    "config version 2 in a version-5 bundle": (_config_raw(8, b"\0\x02"), "invalid", "whole"),
+    "config version 3 in a version-5 bundle": (_config_raw(8, b"\0\x03"), "invalid", "whole"),
+    "config version 4 in a version-5 bundle": (_config_raw(8, b"\0\x04"), "invalid", "whole"),
     "config with an unknown incompatible feature": (
         _config_raw(12, U32.pack(1)),
         "invalid",

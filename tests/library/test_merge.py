@@ -204,22 +204,26 @@ def test_shards_on_another_file_system_are_copied_and_said_so(pack_tree, tmp_pat
 # --- format versions and codecs ------------------------------------------------------------------
 
 
-def test_a_bundle_can_hold_shards_of_versions_1_2_and_3_and_of_lz4_and_zstd(tmp_path) -> None:
+def test_a_bundle_can_hold_shards_of_versions_1_to_5_and_of_lz4_and_zstd(tmp_path) -> None:
     tree = build_v1_tree(tmp_path / "src")
-    today = tmp_path / "v4.bundle"
+    today = tmp_path / "v5.bundle"
     pack(str(tree), str(today), PackOptions(block_size=512, record_size=4096, shard_size=4000))
     out = tmp_path / "all.bundle"
-    inputs = [DATA / f"v{v}-twelve-shards.bundle" for v in (1, 2, 3)] + [today]
-    merge(inputs, str(out), MergeOptions(at=("v1", "v2", "v3", "v4")))
+    inputs = [DATA / f"v{v}-twelve-shards.bundle" for v in (1, 2, 3, 4)] + [today]
+    prefixes = ("v1", "v2", "v3", "v4", "v5")
+    merge(inputs, str(out), MergeOptions(at=prefixes))
     with Bundle(out) as m:
         assert m.config.format_version == fmt.FORMAT_VERSION
         codecs = {m.content.shard_info(i).codec for i in range(m.config.shard_count)}
         assert codecs == {fmt.COMPRESSION_LZ4, fmt.COMPRESSION_ZSTD}
         versions = {m.content.shard_info(i).header_version for i in range(m.config.shard_count)}
-        assert versions == {1, 2, 3, 4}
-        for prefix in ("v1", "v2", "v3", "v4"):
+        assert versions == {1, 2, 3, 4, 5}
+        for prefix in prefixes:
             for rel, _size, _compressible in V1_FILES:
                 assert m.read(f"{prefix}/{rel}") == (tree / rel).read_bytes(), (prefix, rel)
+                # A merge copies digests: only the version-5 input's files have one.
+                assert (m.stat(f"{prefix}/{rel}").digest is not None) == (prefix == "v5")
+            assert m.du(prefix) == m.du("v5")
     assert verify(out).ok
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from bundlefs import Bundle, PackOptions, pack
+from bundlefs.read.stream import StoredFiles
 from tests.conftest import HardLink, build_tree, pseudo_random_bytes
 
 FILES = {f"d{i % 3}/f{i:02}.txt": pseudo_random_bytes(3000, seed=i) for i in range(40)}
@@ -58,3 +59,25 @@ def test_with_stat_gives_each_file_its_stat_and_content_type(sharded_bundle) -> 
         assert {s.content_type for _p, s, _d in got if s.st_nlink == 1} == {"text/plain"}
         names = dict((p, s) for p, s, _d in got)
         assert names["link"].st_ino == names["d0/f00.txt"].st_ino and names["link"].st_nlink == 2
+
+
+def _scanned(b: Bundle, fast: bool, shards=None) -> tuple:
+    stored = StoredFiles.__new__(StoredFiles)
+    stored.shards = shards
+    if fast:
+        assert stored._scan_raw(b.tree)
+    else:
+        stored._scan_tree(b.tree)
+    return (stored.keys, stored.files, stored.names, stored.dirs, stored.dir_paths)
+
+
+@pytest.mark.parametrize("which", ["sample", "grafted", "split"])
+def test_the_fast_index_scan_finds_what_the_directory_walk_finds(
+    which, sample_bundle_path, grafted_bundle_path, sharded_bundle
+) -> None:
+    # The sample tree has hard links, symlinks, empty and nested directories; the grafted bundle
+    # names shards of older bundles; the split one has many shards and a link at the top.
+    path = {"sample": sample_bundle_path, "grafted": grafted_bundle_path, "split": sharded_bundle}
+    with Bundle(path[which]) as b:
+        assert _scanned(b, True) == _scanned(b, False)
+        assert _scanned(b, True, range(1, 2)) == _scanned(b, False, range(1, 2))

@@ -11,6 +11,7 @@ refused when it is added, in one sentence, and the Writer goes on.
 from __future__ import annotations
 
 import errno
+import hashlib
 import io
 import os
 import random
@@ -74,6 +75,8 @@ def test_what_was_added_reads_back(tmp_path: Path) -> None:
         assert (implied.st_mode, implied.st_mtime_ns) == (stat.S_IFDIR | 0o755, CREATED)
         assert (implied.st_uid, implied.st_gid) == (os.getuid(), os.getgid())
         assert b.info().meta in (None, {})
+        for path in ("b/deep/z.bin", "b/stream.bin"):  # bytes, and a stream of unknown size
+            assert b.stat(path).digest == hashlib.sha256(b[path]).digest()[:16]
 
 
 def test_content_is_stored_in_add_order_and_entries_in_the_trees_order(tmp_path: Path) -> None:

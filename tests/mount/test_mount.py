@@ -206,6 +206,16 @@ def test_xattrs_expose_the_stored_checksum(sample_mount):
     assert e.value.errno == errno.ENODATA
 
 
+def test_a_files_digest_is_an_xattr_in_hex(sample_mount):
+    import hashlib
+
+    path = sample_mount.mountpoint / "hello.txt"
+    assert "user.bundlefs.digest" in os.listxattr(path)
+    value = os.getxattr(path, "user.bundlefs.digest")
+    assert value == hashlib.sha256(SAMPLE_FILES["hello.txt"]).hexdigest()[:32].encode()
+    assert "user.bundlefs.digest" not in os.listxattr(sample_mount.mountpoint)
+
+
 def test_root_xattr_reports_daemon_statistics(sample_mount):
     import json
 

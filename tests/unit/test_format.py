@@ -128,16 +128,16 @@ def _reseal(body: bytes) -> bytes:
     return body[:48] + struct.pack(">I", crc32c(body[:48]))
 
 
-def test_marker_is_written_in_version_4() -> None:
+def test_marker_is_written_in_version_5() -> None:
     data = fmt.encode_marker(MARKER, crc32c)
-    assert data[8:12] == struct.pack(">I", 4) == struct.pack(">I", fmt.FORMAT_VERSION)
+    assert data[8:12] == struct.pack(">I", 5) == struct.pack(">I", fmt.FORMAT_VERSION)
 
 
-@pytest.mark.parametrize("version", [0, 5, 2**32 - 1])
+@pytest.mark.parametrize("version", [0, 6, 2**32 - 1])
 def test_marker_of_an_unknown_version_is_unsupported(version: int) -> None:
     data = fmt.encode_marker(MARKER, crc32c)
     data = _reseal(data[:8] + struct.pack(">I", version) + data[12:])
-    with pytest.raises(UnsupportedVersionError, match="reads versions 1 to 4"):
+    with pytest.raises(UnsupportedVersionError, match="reads versions 1 to 5"):
         fmt.decode_marker(data, crc32c)
 
 
@@ -254,13 +254,13 @@ def test_config_with_the_wrong_magic_is_refused() -> None:
         fmt.decode_config(b"BUNDLEFZ" + fmt.encode_config(CONFIG)[8:])
 
 
-def test_config_is_written_in_version_4() -> None:
-    assert fmt.encode_config(CONFIG)[8:10] == b"\x00\x04"
+def test_config_is_written_in_version_5() -> None:
+    assert fmt.encode_config(CONFIG)[8:10] == b"\x00\x05"
 
 
-@pytest.mark.parametrize("version", [0, 5, 0xFFFF])
+@pytest.mark.parametrize("version", [0, 6, 0xFFFF])
 def test_config_of_an_unknown_version_is_unsupported(version: int) -> None:
-    with pytest.raises(UnsupportedVersionError, match="reads versions 1 to 4"):
+    with pytest.raises(UnsupportedVersionError, match="reads versions 1 to 5"):
         fmt.decode_config(_config_with(8, ">H", version))
 
 
@@ -1122,7 +1122,7 @@ def test_own_shard_descriptor_must_carry_its_own_index_and_the_bundles_version(
 # --- shard headers (§4) ---------------------------------------------------------------------------
 
 BUNDLE_ID = bytes(range(100, 116))
-OWN = _shard(header_version=4)  # shard 4, written by this (version 4) bundle
+OWN = _shard(header_version=5)  # shard 4, written by this (version 5) bundle
 FOREIGN = _shard(
     header_version=1, codec=fmt.COMPRESSION_LZ4, header_index=9, header_id=OTHER_BUNDLE
 )
@@ -1131,7 +1131,7 @@ FOREIGN = _shard(
 def test_shard_header_is_32_bytes_and_checks() -> None:
     header = fmt.encode_shard_header(4, BUNDLE_ID)
     assert len(header) == fmt.SHARD_HEADER_SIZE == 32
-    assert header == b"BNDLSHRD" + struct.pack(">II", 4, 4) + BUNDLE_ID
+    assert header == b"BNDLSHRD" + struct.pack(">II", 5, 4) + BUNDLE_ID
     fmt.check_shard_header(header + bytes(100), 4, BUNDLE_ID, OWN)
 
 
@@ -1143,7 +1143,7 @@ def test_shard_header_is_32_bytes_and_checks() -> None:
         (fmt.encode_shard_header(5, BUNDLE_ID), FormatError),
         (fmt.encode_shard_header(4, bytes(16)), FormatError),
         (fmt.encode_shard_header(4, OTHER_BUNDLE), FormatError),
-        (fmt.encode_shard_header(4, BUNDLE_ID, 5), UnsupportedVersionError),
+        (fmt.encode_shard_header(4, BUNDLE_ID, 6), UnsupportedVersionError),
         (fmt.encode_shard_header(4, BUNDLE_ID, 2), UnsupportedVersionError),
         (fmt.encode_shard_header(4, BUNDLE_ID, 1), UnsupportedVersionError),
     ],
@@ -1334,3 +1334,16 @@ def test_relocating_a_file_past_the_stream_limit_is_refused() -> None:
     values = [fmt.encode_entry(FILE)]
     with pytest.raises(FormatError):
         list(fmt.relocate_files(values, lambda _s, _o, _n: (0, 2**48)))
+
+
+@pytest.mark.parametrize("version", [3, 4])
+def test_file_location_is_a_plain_files_shard_and_offset_and_none_for_the_rest(version) -> None:
+    wide = dataclasses.replace(FILE, shard=300, user_data=b"{}", content_type=2)  # owner, wide
+    entries = [ROOT, DIRECTORY, FILE, SMALL_FILE, wide, SYMLINK, LINK]
+    got = [fmt.file_location(fmt.encode_entry(e, version), version) for e in entries]
+    assert got == [None, None, (3, 2**40 + 7), (0, 4096), (300, 2**40 + 7), None, None]
+    assert fmt.file_location(fmt.encode_entry(FILE, version)[:5], version) is None  # truncated
+
+
+def test_file_location_leaves_versions_before_3_to_a_full_decode() -> None:
+    assert fmt.file_location(fmt.encode_entry(FILE, 2), 2) is None

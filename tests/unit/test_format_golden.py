@@ -1,10 +1,11 @@
 """The worked example of docs/format.md §8: bundles decoded from the document alone.
 
-The reader below reads every version the document defines: the worked example in version 4, the
+The reader below reads every version the document defines: the worked example in version 5, the
 committed version-1 bundle (twelve hex-named shards), version-2 bundle (twelve decimal-named zstd
 shards) and version-3 bundle, the same tree packed today, bundles whose shard tables name shards
 of those bundles (one ``bundlefs merge`` made, one made from the document alone), and the special
-files of version 4 (a FIFO, a socket and, as root, two devices: §3.3.2).
+files of version 4 (a FIFO, a socket and, as root, two devices: §3.3.2), and version 5's file
+digests and directory totals (§3.3, §3.8).
 
 Nothing here imports bundlefs except ``pack`` and ``merge`` (to write the bundles under test): the
 reader below
@@ -43,6 +44,7 @@ from tests.support.legacy_trees import V1_FILES, V1_PACK_OPTIONS, V2_PACK_OPTION
 V1_BUNDLE = Path(__file__).resolve().parents[1] / "data" / "v1-twelve-shards.bundle"
 V2_BUNDLE = Path(__file__).resolve().parents[1] / "data" / "v2-twelve-shards.bundle"
 V3_BUNDLE = Path(__file__).resolve().parents[1] / "data" / "v3-twelve-shards.bundle"
+V4_BUNDLE = Path(__file__).resolve().parents[1] / "data" / "v4-twelve-shards.bundle"
 
 CONTENT = b"hello, bundle\n"
 MTIME_NS = 1_700_000_000_123_456_789  # 0x17979cfe3d85cd15
@@ -62,7 +64,7 @@ def read_marker(bundle: Path) -> dict:
     data = (bundle / "COMPLETE").read_bytes()
     assert len(data) == 52
     magic, version, reserved, bundle_id, index_size, index_crc, shard_count = u("8sII16sQII", data)
-    assert magic == b"BNDLDONE" and version in (1, 2, 3, 4) and reserved == 0
+    assert magic == b"BNDLDONE" and version in (1, 2, 3, 4, 5) and reserved == 0
     (marker_crc,) = u("I", data, 48)
     assert marker_crc == crc32c.crc32c(data[:48])
     return dict(
@@ -99,11 +101,14 @@ class DocReader:
         self.marker = read_marker(bundle)
         check_index_file(bundle, self.marker)
         self.version = self.marker["version"]
-        # §3: subdirectory mode, no lock file, five named databases (seven from version 2).
-        self.env = lmdb.open(str(bundle / "index"), readonly=True, lock=False, max_dbs=7)
+        # §3: subdirectory mode, no lock file, five named databases (seven from version 2, eight
+        # from version 5).
+        self.env = lmdb.open(str(bundle / "index"), readonly=True, lock=False, max_dbs=8)
         names = [b"config", b"entries", b"records", b"shards", b"owners"]
         if self.version >= 2:
             names += [b"types", b"meta"]
+        if self.version >= 5:
+            names += [b"totals"]
         self.dbs = {name: self.env.open_db(name, create=False) for name in names}
         self.txn = self.env.begin()
         self.config = self.decode_config(self.raw(b"config", b"config"))
@@ -135,7 +140,7 @@ class DocReader:
             "created_ns",
         ]  # fmt: skip
         config = dict(zip(names, u("8sHHIIIIB3xIIQQQQQQq", v), strict=True))
-        assert config["magic"] == b"BUNDLEFS" and config["version"] in (1, 2, 3, 4)
+        assert config["magic"] == b"BUNDLEFS" and config["version"] in (1, 2, 3, 4, 5)
         assert config["incompatible"] == 0
         if config["version"] == 1:
             config["content_type_count"] = 0  # reserved in version 1
@@ -160,7 +165,7 @@ class DocReader:
         v = self.raw(b"entries", struct.pack(">I", ino))
         e, pos = self.compact_fixed(ino, v) if self.version >= 3 else self.fixed(ino, v)
         flags = e["flags"]
-        assert flags & ~(0x07 if self.version == 1 else 0x0F) == 0
+        assert flags & ~{1: 0x07, 5: 0x1F}.get(self.version, 0x0F) == 0
         if e["mode"] & 0o170000 == 0o100000 and not flags & 0x01:  # a file that is not a LINK
             e["nlink"] = 1
             if flags & 0x04:  # NLINK
@@ -173,8 +178,47 @@ class DocReader:
             (n,) = u("H", v, pos)
             e["user_data"] = v[pos + 2 : pos + 2 + n]
             pos += 2 + n
+        if flags & 0x10:  # DIGEST (from version 5; files only): 16 bytes right before the name
+            assert e["mode"] & 0o170000 == 0o100000 and not flags & 0x01
+            e["digest"] = v[pos : pos + 16]
+            pos += 16
         e["name"] = v[pos:]
         return e
+
+    def totals(self, ino: int) -> tuple[int, ...]:
+        """§3.8 (from version 5): files, dirs, bytes, entries below a directory."""
+        v = self.raw(b"totals", struct.pack(">I", ino))
+        assert len(v) == 32
+        return u("QQQQ", v)
+
+    def check_totals(self) -> None:
+        """§3.8's rules over the whole tree: every directory's totals are what its children add
+        (a directory: itself and its totals; a file without LINK: itself and its size; anything
+        else: itself), the root's are the config's counts, and only directories have a key."""
+        dirs = []
+        for key, _v in self.items(b"entries"):
+            e = self.entry(u("I", key)[0])
+            if e["mode"] & 0o170000 == 0o040000:
+                dirs.append(e)
+        assert [k for k, _v in self.items(b"totals")] == [struct.pack(">I", d["ino"]) for d in dirs]
+        for d in dirs:
+            files = subdirs = size = entries = 0
+            for c in self.children(d):
+                entries += 1
+                if c["mode"] & 0o170000 == 0o040000:
+                    f, s, b, n = self.totals(c["ino"])
+                    files, subdirs, size, entries = (
+                        files + f,
+                        subdirs + s + 1,
+                        size + b,
+                        entries + n,
+                    )
+                elif c["mode"] & 0o170000 == 0o100000 and not c["flags"] & 0x01:
+                    files, size = files + 1, size + c["size"]
+            assert self.totals(d["ino"]) == (files, subdirs, size, entries), d["ino"]
+        c = self.config
+        root = (c["file_count"], c["dir_count"] - 1, c["data_bytes"], c["entry_count"] - 1)
+        assert self.totals(1) == root
 
     def fixed(self, ino: int, v: bytes) -> tuple[dict, int]:
         """§3.3, versions 1 and 2: the 22-byte header, then the kind's fixed part."""
@@ -376,6 +420,8 @@ class DocReader:
             out += data[pos - r["offset"] : pos - r["offset"] + take]
             pos += take
         assert crc32c.crc32c(out) == e["crc32c"]
+        if "digest" in e:  # §3.3 (version 5): SHA-256 of the content, its first 16 bytes
+            assert e["digest"] == hashlib.sha256(out).digest()[:16]
         return out
 
 
@@ -433,7 +479,7 @@ def test_golden_marker(tiny: Path, reader: DocReader) -> None:
     index = (tiny / "index" / "data.mdb").read_bytes()
     body = (
         b"BNDLDONE"  # 0: magic
-        + h("00 00 00 04")  # 8: format_version 4
+        + h("00 00 00 05")  # 8: format_version 5
         + h("00 00 00 00")  # 12: reserved
         + hashlib.blake2b(index).digest()[:16]  # 16: bundle_id
         + len(index).to_bytes(8, "big")  # 32: index_size
@@ -446,7 +492,7 @@ def test_golden_marker(tiny: Path, reader: DocReader) -> None:
 def test_golden_config(reader: DocReader) -> None:
     assert reader.raw(b"config", b"config") == (
         b"BUNDLEFS"  # 0: magic
-        + h("00 04")  # 8: format_version
+        + h("00 05")  # 8: format_version
         + h("00 01")  # 10: content_type_count: text/plain
         + h("00 00 00 00")  # 12: incompatible_features: none
         + h("00 00 10 00")  # 16: block_size 4096
@@ -489,7 +535,7 @@ def test_golden_file_entry(reader: DocReader) -> None:
         reader.raw(b"entries", h("00 00 00 02"))
         == h(
             "81 a4"  # 0: mode S_IFREG | 0644
-            " 08"  # 2: flags CONTENT_TYPE
+            " 18"  # 2: flags CONTENT_TYPE | DIGEST
             " 04"  # 3: layout: size u8, MTIME_NS; owner 0, shard u8, offset u32 (0x10, 0x20 clear)
             " 0e"  # 4: size 14
             f" {MTIME}"  # 5: mtime_ns
@@ -497,9 +543,27 @@ def test_golden_file_entry(reader: DocReader) -> None:
             " 00 00 00 00"  # 14: offset 0 in the shard's uncompressed stream
             " b4 71 21 97"  # 18: CRC32C("hello, bundle\n")
             " 00 00"  # 22: content type 0 (CONTENT_TYPE)
+            " 2b d4 fe 6b 35 5a b1 cf 50 d3 ff 7e 73 c0 87 cc"  # 24: SHA-256, 16 bytes (DIGEST)
         )
         + b"hello.txt"
-    )  # 24: the name, to the end of the value (36 in version 2)
+    )  # 40: the name, to the end of the value (24 in versions 3 and 4, 36 in version 2)
+
+
+def test_golden_directory_totals(reader: DocReader) -> None:
+    # §3.8: one key per directory (just the root here): 1 file, no directory below it, 14 bytes,
+    # 2 entries (the file and the symlink).
+    assert reader.items(b"totals") == [
+        (
+            h("00 00 00 01"),
+            h(
+                "00 00 00 00 00 00 00 01"  # 0: files
+                " 00 00 00 00 00 00 00 00"  # 8: dirs
+                " 00 00 00 00 00 00 00 0e"  # 16: bytes
+                " 00 00 00 00 00 00 00 02"  # 24: entries
+            ),
+        )
+    ]
+    reader.check_totals()
 
 
 def test_golden_content_types(reader: DocReader) -> None:
@@ -554,7 +618,7 @@ def test_golden_shard_descriptor(reader: DocReader) -> None:
                 " 00 00 00 00 00 00 00 0e"  # 8: uncompressed_size 14
                 " 00 00 00 01"  # 16: record_count
                 " 01"  # 20: compression lz4 (the packer's; this shard's one record is RAW)
-                " 04"  # 21: header_version: this bundle's
+                " 05"  # 21: header_version: this bundle's
                 " 00 00"  # 22: reserved
                 " 00 00 00 00"  # 24: header_index: this shard's
                 " 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00"  # 28: header_bundle_id: zeros,
@@ -566,7 +630,7 @@ def test_golden_shard_descriptor(reader: DocReader) -> None:
 def test_golden_shard_file(tiny: Path, reader: DocReader) -> None:
     header = (
         b"BNDLSHRD"  # 0: magic
-        + h("00 00 00 04")  # 8: format_version: the shard table's header_version
+        + h("00 00 00 05")  # 8: format_version: the shard table's header_version
         + h("00 00 00 00")  # 12: shard_index: the shard table's header_index
         + reader.marker["bundle_id"]  # 16: as in COMPLETE (the shard table's id is zeros)
     )
@@ -665,25 +729,39 @@ def test_doc_reader_reads_the_version_3_bundle_with_its_compact_entries(v1_tree:
         r.close()
 
 
+def test_doc_reader_reads_the_version_4_bundle_without_digests_or_totals(v1_tree: Path) -> None:
+    r = DocReader(V4_BUNDLE)
+    try:
+        assert r.version == 4 and r.marker["shard_count"] == 12
+        assert all(v[21] == 4 for _k, v in r.items(b"shards"))  # every shard its own, version 4
+        assert b"totals" not in r.dbs and "digest" not in r.lookup("d0/f00.bin")
+        assert_reads_the_v1_tree(r, v1_tree)
+        assert r.meta() == {"made-by": "bundlefs 9791af2, format version 4"}
+    finally:
+        r.close()
+
+
 @pytest.mark.parametrize(
     "options, codec", [(V1_PACK_OPTIONS, 1), (V2_PACK_OPTIONS, 2)], ids=["lz4", "zstd"]
 )
-def test_the_same_tree_packed_today_is_version_4_with_decimal_shard_names(
+def test_the_same_tree_packed_today_is_version_5_with_decimal_shard_names(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, v1_tree: Path, options: dict, codec: int
 ) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", str(V1_EPOCH))
-    dest = tmp_path / "v4.bundle"
+    dest = tmp_path / "v5.bundle"
     pack(str(v1_tree), str(dest), PackOptions(**options))
     r = DocReader(dest)
     try:
-        assert r.version == 4 and r.marker["shard_count"] == 12
+        assert r.version == 5 and r.marker["shard_count"] == 12
         names = sorted(p.name for p in dest.glob("shard-*"))
         assert names == [f"shard-{i:08d}" for i in range(12)]
         assert "shard-00000010" in names and "shard-00000011" in names
-        # Every shard is the bundle's own: its codec, version 4, its own index, zeros for the id.
+        # Every shard is the bundle's own: its codec, version 5, its own index, zeros for the id.
         for key, value in r.items(b"shards"):
-            assert value[20:] == bytes([codec, 4, 0, 0]) + key + bytes(16)
+            assert value[20:] == bytes([codec, 5, 0, 0]) + key + bytes(16)
         assert_reads_the_v1_tree(r, v1_tree)
+        assert "digest" in r.lookup("d0/f00.bin") and "digest" in r.lookup("d1/f01.bin")
+        r.check_totals()
     finally:
         r.close()
 
@@ -695,12 +773,12 @@ def test_doc_reader_reads_a_bundle_holding_shards_of_version_1_2_and_3_bundles(
     # the bundle's own: each one's header and codec come from the shard table (§3.5).
     r = DocReader(grafted_bundle_path)
     try:
-        assert r.version == 4 and r.config["compression"] == 1
+        assert r.version == 5 and r.config["compression"] == 1
         v1_id = read_marker(V1_BUNDLE)["bundle_id"]
         v2_id = read_marker(V2_BUNDLE)["bundle_id"]
         table = [value for _key, value in r.items(b"shards")]
         assert [v[20] for v in table] == [1] * 4 + [2] * 4 + [1] * 4  # compression
-        assert [v[21] for v in table] == [1] * 4 + [2] * 4 + [4] * 4  # header_version
+        assert [v[21] for v in table] == [1] * 4 + [2] * 4 + [5] * 4  # header_version
         assert [v[24:28] for v in table] == [struct.pack(">I", i) for i in range(12)]
         assert [v[28:] for v in table] == [v1_id] * 4 + [v2_id] * 4 + [bytes(16)] * 4
         assert (grafted_bundle_path / "shard-00000000").read_bytes()[8:32] == (
@@ -714,32 +792,34 @@ def test_doc_reader_reads_a_bundle_holding_shards_of_version_1_2_and_3_bundles(
 def test_doc_reader_reads_a_merged_bundle_of_version_1_2_and_3_bundles(
     tmp_path: Path, v1_tree: Path
 ) -> None:
-    # §8: the committed bundles and the tree packed today (version 4), merged at four prefixes. A
+    # §8: the committed bundles and the tree packed today (version 5), merged at four prefixes. A
     # merge links the inputs' shard files in unchanged, so every shard of the result is another
-    # bundle's.
+    # bundle's. It copies digests: the files of today's bundle have theirs, the others none.
     from bundlefs.packing.merge import MergeOptions, merge
 
     today = tmp_path / "today.bundle"
     pack(str(v1_tree), str(today), PackOptions(**V1_PACK_OPTIONS))
     dest = tmp_path / "merged.bundle"
     inputs = [V1_BUNDLE, V2_BUNDLE, V3_BUNDLE, today]
-    merge(inputs, str(dest), MergeOptions(at=("v1", "v2", "v3", "v4")))
+    merge(inputs, str(dest), MergeOptions(at=("v1", "v2", "v3", "v5")))
     r = DocReader(dest)
     try:
-        assert r.version == 4 and r.marker["shard_count"] == 48
+        assert r.version == 5 and r.marker["shard_count"] == 48
         ids = [read_marker(b)["bundle_id"] for b in inputs]
         for key, value in r.items(b"shards"):
             (shard,) = u("I", key)
-            version, index = shard // 12 + 1, shard % 12
+            version, index = (1, 2, 3, 5)[shard // 12], shard % 12
             codec = 2 if version == 2 else 1
             assert (
                 value[20:]
-                == bytes([codec, version, 0, 0]) + struct.pack(">I", index) + ids[version - 1]
+                == bytes([codec, version, 0, 0]) + struct.pack(">I", index) + ids[shard // 12]
             )
-        for prefix in ("v1", "v2", "v3", "v4"):
+        r.check_totals()
+        for prefix in ("v1", "v2", "v3", "v5"):
             for path in v1_tree.rglob("*"):
                 if path.is_file() and not path.is_symlink():
                     rel = f"{prefix}/{path.relative_to(v1_tree)}"
+                    assert ("digest" in r.lookup(rel)) == (prefix == "v5"), rel
                     assert r.read(rel) == path.read_bytes(), rel
             assert r.lookup(f"{prefix}/link-to-first")["symlink"] == b"d0/f00.bin"
     finally:
@@ -789,7 +869,7 @@ def specials(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_golden_special_file_entries(specials: Path) -> None:
     r = DocReader(specials)
     try:
-        assert r.version == 4
+        assert r.version == 5
         # Names sort bytewise: blk, chr, fifo, sock (inodes 2 to 5 as root, else fifo 2, sock 3).
         names = [b"blk", b"chr", b"fifo", b"sock"] if os.geteuid() == 0 else [b"fifo", b"sock"]
         # Layout 0x00, size u8 0, mtime u32 seconds 1_700_000_000; owner index 0 (the only owner

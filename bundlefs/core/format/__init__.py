@@ -1,4 +1,4 @@
-"""The bundlefs on-disk format, version 4 (versions 1 to 3 still read): layouts and keys.
+"""The bundlefs on-disk format, version 5 (versions 1 to 4 still read): layouts and keys.
 
 This package is docs/format.md in code. It is pure: it does no I/O and imports neither lmdb nor
 lz4. Every decoder validates what it decodes and raises ``FormatError`` for anything the document
@@ -8,9 +8,10 @@ and dispatches an entry to its version's layout.
 
 One room per job, each importing only the rooms before it in this order (bottom first):
 ``constants`` (versions, names, limits, codes, flags) → ``keys`` (LMDB keys, shard file names, the
-version check, metadata and content types) → ``bundle`` (marker, LMDB meta probe, config, owners)
+version check, metadata, content types, directory totals) → ``bundle`` (marker, LMDB meta probe,
+config, owners)
 → ``entry`` (``Entry`` and the validation every layout shares) → ``entry_v2`` (the layout of
-versions 1 and 2) and ``entry_v3`` (the compact layout of versions 3 and 4) → ``records``
+versions 1 and 2) and ``entry_v3`` (the compact layout of versions 3 to 5) → ``records``
 (records, the shard table, the shard header) → this module.
 
 Order (bottom first): constants, keys, bundle, entry, entry_v2 | entry_v3, records
@@ -52,13 +53,18 @@ from bundlefs.core.format.constants import (
     DB_OWNERS,
     DB_RECORDS,
     DB_SHARDS,
+    DB_TOTALS,
     DB_TYPES,
     DEFAULT_BLOCK_SIZE,
     DEFAULT_LARGE_FILE_THRESHOLD,
     DEFAULT_RECORD_SIZE,
     DEVICE_KINDS,
+    DIGEST_NAME,
+    DIGEST_SIZE,
     FIRST_SPECIAL_VERSION,
+    FIRST_V5_VERSION,
     FLAG_CONTENT_TYPE,
+    FLAG_DIGEST,
     FLAG_LINK,
     FLAG_NLINK,
     FLAG_USER_DATA,
@@ -99,9 +105,11 @@ from bundlefs.core.format.constants import (
     SPECIAL_KINDS,
     SUPPORTED_VERSIONS,
     V1_DBS,
+    V2_DBS,
     XATTR_BUNDLE,
     XATTR_CONTENT_TYPE,
     XATTR_CRC,
+    XATTR_DIGEST,
     XATTR_STATS,
     XATTR_USER_DATA,
     databases,
@@ -116,6 +124,7 @@ from bundlefs.core.format.entry_v2 import (
     _encode_entry_v2,
     _entry_name_v2,
     _file_extent_v2,
+    _location_span_v2,
 )
 from bundlefs.core.format.entry_v3 import (
     LAYOUT_MTIME_NS,
@@ -127,23 +136,30 @@ from bundlefs.core.format.entry_v3 import (
     _encode_entry_v3,
     _entry_name_v3,
     _file_extents_v3,
+    _file_location_v3,
+    _location_span_v3,
     _relocate_files_v3,
 )
 from bundlefs.core.format.keys import (
+    TOTALS_SIZE,
+    TreeTotals,
     check_version,
     content_type_key,
     decode_content_type,
     decode_entry_key,
     decode_meta,
     decode_record_key,
+    decode_totals,
     encode_content_type,
     encode_meta_value,
+    encode_totals,
     entry_key,
     meta_key,
     owner_key,
     record_key,
     shard_filename,
     shard_key,
+    totals_key,
 )
 from bundlefs.core.format.records import (
     OWN_BUNDLE_ID,
@@ -174,6 +190,13 @@ def is_directory_value(data: bytes) -> bool:
     return len(data) >= 2 and (data[0] << 8) & 0o170000 == KIND_DIR
 
 
+def file_location(data: bytes, version: int = FORMAT_VERSION) -> tuple[int, int] | None:
+    """(shard, offset) of a plain file's (undecoded) entry value, for scans that need where each
+    file is stored and nothing else (read/stream.py); None for another kind of entry, a LINK
+    entry, a value it cannot read, or a version before 3: decode those in full."""
+    return _file_location_v3(data) if version >= 3 else None
+
+
 def entry_name(data: bytes, version: int = FORMAT_VERSION) -> bytes:
     """Just the name of an entry value, without decoding or validating the rest.
 
@@ -182,6 +205,18 @@ def entry_name(data: bytes, version: int = FORMAT_VERSION) -> bytes:
     if version >= 3:
         return _entry_name_v3(data)
     return _entry_name_v2(data)
+
+
+def location_span(version: int = FORMAT_VERSION) -> Callable[[bytes], tuple[int, int] | None]:
+    """For ``version``'s layout, a function giving where a regular file's location (shard and
+    offset) lies in its entry value, ``(start, end)``, from the value's first bytes alone
+    (unvalidated), or None for any other entry (a ``LINK`` too).
+
+    Two values of one layout family (versions 1–2, or 3 and later) equal outside that span name
+    files with the same name, mode, owner index, mtime, size, CRC32C, flags and optional parts,
+    wherever their bytes are stored: what ``bundlefs diff`` compares before decoding anything.
+    """
+    return _location_span_v3 if version >= 3 else _location_span_v2
 
 
 def decode_entry(ino: int, data: bytes, version: int = FORMAT_VERSION) -> Entry:
@@ -227,6 +262,18 @@ def relocate_files(
 
 
 __all__ = [
+    "totals_key",
+    "encode_totals",
+    "decode_totals",
+    "TreeTotals",
+    "TOTALS_SIZE",
+    "XATTR_DIGEST",
+    "V2_DBS",
+    "FLAG_DIGEST",
+    "FIRST_V5_VERSION",
+    "DIGEST_SIZE",
+    "DIGEST_NAME",
+    "DB_TOTALS",
     "ALL_DBS",
     "COMPRESSION_LZ4",
     "COMPRESSION_NAMES",
@@ -335,6 +382,8 @@ __all__ = [
     "encode_shard_info",
     "entry_key",
     "entry_name",
+    "file_location",
+    "location_span",
     "is_directory_value",
     "makedev",
     "meta_key",

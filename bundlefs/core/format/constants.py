@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import stat as statmod
 
-FORMAT_VERSION = 4  # what the packer writes
-SUPPORTED_VERSIONS = (1, 2, 3, 4)  # what readers read (docs/format.md §7 lists what each one added)
+FORMAT_VERSION = 5  # what the packer writes
+SUPPORTED_VERSIONS = (1, 2, 3, 4, 5)  # what readers read (docs/format.md §7: what each added)
 
 MARKER_NAME = "COMPLETE"
 
@@ -20,6 +20,7 @@ XATTR_USER_DATA = b"user.bundlefs.user_data"
 XATTR_STATS = b"user.bundlefs.stats"  # on the root only: the daemon's counters as JSON
 XATTR_BUNDLE = b"user.bundlefs.bundle"  # on the root only: the served bundle (info --json)
 XATTR_CONTENT_TYPE = b"user.bundlefs.content_type"  # files with a content type (version 2)
+XATTR_DIGEST = b"user.bundlefs.digest"  # files with a digest (version 5): hex
 INDEX_DIR = "index"
 INDEX_FILE = "data.mdb"
 SHARD_PREFIX = "shard-"
@@ -35,13 +36,18 @@ DB_SHARDS = b"shards"
 DB_OWNERS = b"owners"
 DB_TYPES = b"types"  # version 2
 DB_META = b"meta"  # version 2
+DB_TOTALS = b"totals"  # version 5
 V1_DBS = (DB_CONFIG, DB_ENTRIES, DB_RECORDS, DB_SHARDS, DB_OWNERS)
-ALL_DBS = (*V1_DBS, DB_TYPES, DB_META)
+V2_DBS = (*V1_DBS, DB_TYPES, DB_META)
+ALL_DBS = (*V2_DBS, DB_TOTALS)
+FIRST_V5_VERSION = 5  # the first format version with directory totals and file digests
 
 
 def databases(version: int) -> tuple[bytes, ...]:
     """The named databases a bundle of ``version`` has."""
-    return V1_DBS if version == 1 else ALL_DBS
+    if version == 1:
+        return V1_DBS
+    return ALL_DBS if version >= FIRST_V5_VERSION else V2_DBS
 
 
 CONFIG_KEY = b"config"
@@ -63,6 +69,7 @@ _COMPRESSIONS_OF_VERSION = {
     2: tuple(COMPRESSION_NAMES.values()),
     3: tuple(COMPRESSION_NAMES.values()),
     4: tuple(COMPRESSION_NAMES.values()),
+    5: tuple(COMPRESSION_NAMES.values()),
 }
 _COMPRESSION_BY_CODE = {code: name for name, code in COMPRESSION_NAMES.items()}
 
@@ -84,7 +91,10 @@ FLAG_LINK = 0x01
 FLAG_USER_DATA = 0x02
 FLAG_NLINK = 0x04
 FLAG_CONTENT_TYPE = 0x08  # version 2
-_KNOWN_ENTRY_FLAGS = FLAG_LINK | FLAG_USER_DATA | FLAG_NLINK | FLAG_CONTENT_TYPE
+FLAG_DIGEST = 0x10  # version 5: the content's digest (DIGEST_NAME), DIGEST_SIZE bytes
+_KNOWN_ENTRY_FLAGS = FLAG_LINK | FLAG_USER_DATA | FLAG_NLINK | FLAG_CONTENT_TYPE | FLAG_DIGEST
+DIGEST_SIZE = 16
+DIGEST_NAME = "sha256-128"  # hashlib.sha256(content).digest()[:16]: docs/format.md §3.3
 NO_CONTENT_TYPE = -1
 
 # Record flags.

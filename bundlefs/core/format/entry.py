@@ -1,6 +1,7 @@
 """The entry every version decodes to: ``Entry``, the name rule, and the validation all entry
 layouts share (docs/format.md §3.3). The layouts themselves live in ``entry_v2`` (versions 1 and
-2) and ``entry_v3`` (versions 3 and 4; version 4 adds the special files of §3.3.2).
+2) and ``entry_v3`` (versions 3 to 5; version 4 adds the special files of §3.3.2, version 5 the
+``DIGEST`` part, which follows the name-less optional parts here in every layout that has it).
 
 May import: the standard library, ``bundlefs.errors``, ``bundlefs.core.format.constants``,
 ``bundlefs.core.format.keys``.
@@ -14,8 +15,11 @@ from dataclasses import dataclass
 from bundlefs.core.format.constants import (
     _KNOWN_ENTRY_FLAGS,
     DEVICE_KINDS,
+    DIGEST_SIZE,
     FIRST_SPECIAL_VERSION,
+    FIRST_V5_VERSION,
     FLAG_CONTENT_TYPE,
+    FLAG_DIGEST,
     FLAG_LINK,
     FLAG_NLINK,
     FLAG_USER_DATA,
@@ -67,6 +71,7 @@ class Entry:
     user_data: bytes = b""
     content_type: int = NO_CONTENT_TYPE  # file: index into ``types`` (version 2)
     rdev: int = 0  # character or block device: its number, as os.makedev makes it (version 4)
+    digest: bytes = b""  # file: DIGEST_NAME of its content, DIGEST_SIZE bytes (version 5), or b""
 
     @property
     def kind(self) -> int:
@@ -141,6 +146,20 @@ def _file_tail(e: Entry) -> tuple[int, bytes]:
     return flags, tail
 
 
+def _digest_part(e: Entry, version: int) -> tuple[int, bytes]:
+    """The ``DIGEST`` flag and part of an entry (they follow its user data, before the name)."""
+    if not e.digest:
+        return 0, b""
+    if version < FIRST_V5_VERSION or not e.is_file or e.is_link:
+        raise FormatError(
+            f"{e.name.decode(errors='replace')!r}: only a regular file (not a LINK) of format "
+            f"version {FIRST_V5_VERSION} or later has a digest"
+        )
+    if len(e.digest) != DIGEST_SIZE:
+        raise FormatError(f"a digest of {len(e.digest)} bytes, not {DIGEST_SIZE}")
+    return FLAG_DIGEST, e.digest
+
+
 def _device_numbers(e: Entry) -> tuple[int, ...]:
     """A device's (major, minor), each stored as a u32; nothing for a FIFO or a socket, whose
     rdev must be 0."""
@@ -175,10 +194,12 @@ _PART_NAMES = ("file", "LINK entry", "directory", "symlink", "special file", "de
 
 
 def _part(ino: int, mode: int, flags: int, version: int) -> int:
-    if flags & ~_KNOWN_ENTRY_FLAGS:
+    if flags & ~_KNOWN_ENTRY_FLAGS or (flags & FLAG_DIGEST and version < FIRST_V5_VERSION):
         raise FormatError(f"entry {ino} has unknown flags 0x{flags:x}")
     kind = mode & 0o170000
     if kind == KIND_FILE:
+        if flags & FLAG_LINK and flags & FLAG_DIGEST:
+            raise FormatError(f"entry {ino}: a LINK entry cannot carry a digest")
         return _PART_LINK if flags & FLAG_LINK else _PART_FILE
     if kind == KIND_DIR:
         part = _PART_DIR
@@ -188,7 +209,7 @@ def _part(ino: int, mode: int, flags: int, version: int) -> int:
         part = _PART_DEVICE if kind in DEVICE_KINDS else _PART_SPECIAL
     else:
         raise FormatError(f"entry {ino} has unsupported file type 0o{kind:o}")
-    if flags & (FLAG_LINK | FLAG_NLINK):
+    if flags & (FLAG_LINK | FLAG_NLINK | FLAG_DIGEST):
         raise FormatError(f"entry {ino}: {_PART_NAMES[part]} with file-only flags")
     return part
 
@@ -206,10 +227,10 @@ def _decode_rest(
     fixed: tuple[int, ...],
 ) -> Entry:
     """Validate the kind-specific ``fixed`` fields, then read the optional parts and the name
-    (the same in every version)."""
+    (the same in every version; ``_part`` refused flags the version or kind does not have)."""
     shard = offset = crc = target = parent = first_child = 0
     nlink = 1
-    symlink = user_data = b""
+    symlink = user_data = digest = b""
     content_type = NO_CONTENT_TYPE
     if flags & FLAG_CONTENT_TYPE and part != _PART_FILE:
         raise FormatError(f"entry {ino}: only a regular file (not a LINK) has a content type")
@@ -240,6 +261,8 @@ def _decode_rest(
     if flags & FLAG_USER_DATA:
         user_data = _user_data(ino, data, pos)
         pos += 2 + len(user_data)
+    if flags & FLAG_DIGEST:
+        digest, pos = _digest(ino, data, pos), pos + DIGEST_SIZE
     name = data[pos:]
     if ino == ROOT_INO:
         if name or part != _PART_DIR:
@@ -249,7 +272,7 @@ def _decode_rest(
     rdev = makedev(*fixed) if part == _PART_DEVICE else 0
     return Entry(
         ino, mode, owner, mtime_ns, size, name, flags, shard, offset, crc, nlink, target,
-        parent, first_child, symlink, user_data, content_type, rdev,
+        parent, first_child, symlink, user_data, content_type, rdev, digest,
     )  # fmt: skip
 
 
@@ -270,6 +293,13 @@ def _symlink_target(ino: int, data: bytes, pos: int, size: int) -> bytes:
     if b"\0" in symlink:
         raise FormatError(f"symlink entry {ino}: target contains NUL")
     return symlink
+
+
+def _digest(ino: int, data: bytes, pos: int) -> bytes:
+    """The digest at ``pos`` (version 5): DIGEST_SIZE bytes, a name after them."""
+    if pos + DIGEST_SIZE > len(data):
+        raise FormatError(f"entry {ino}: its digest is truncated")
+    return data[pos : pos + DIGEST_SIZE]
 
 
 def _user_data(ino: int, data: bytes, pos: int) -> bytes:

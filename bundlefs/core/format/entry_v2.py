@@ -61,6 +61,8 @@ def _encode_entry_v2(e: Entry) -> bytes:
     if e.user_data:
         flags |= FLAG_USER_DATA
         middle += _U16.pack(len(e.user_data)) + e.user_data
+    if e.digest:
+        raise FormatError("versions 1 and 2 store no digest")
     _check_mtime(e)
     return _HEADER.pack(e.mode, flags, e.owner, e.mtime_ns, e.size) + middle + e.name
 
@@ -109,6 +111,15 @@ def _decode_entry_v2(ino: int, data: bytes, version: int) -> Entry:
         fixed = _DIR.unpack_from(data, pos)
         pos += _DIR.size
     return _decode_rest(ino, data, pos, part, mode, flags, owner, mtime_ns, size, fixed)
+
+
+_LOCATION_SPAN = (_HEADER.size, _HEADER.size + 8)  # a file's u64 location follows the header
+
+
+def _location_span_v2(data: bytes) -> tuple[int, int] | None:
+    if len(data) < _HEADER.size or data[0] & 0xF0 != KIND_FILE >> 8 or data[2] & FLAG_LINK:
+        return None
+    return _LOCATION_SPAN
 
 
 def _file_extent_v2(data: bytes) -> tuple[int, int, int] | None:

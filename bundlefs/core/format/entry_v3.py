@@ -1,7 +1,8 @@
-"""The compact entry layout of versions 3 and 4 (docs/format.md §3.3.1): mode, flags and a layout
+"""The compact entry layout of versions 3 to 5 (docs/format.md §3.3.1): mode, flags and a layout
 byte, then each field only as wide as its value needs. A small file's entry is 19 bytes before its
 name, not the 34 of versions 1 and 2 (index bytes per file: docs/scale.md). Version 4 adds the
-special files (§3.3.2) and changes nothing else.
+special files (§3.3.2), version 5 the 16-byte ``DIGEST`` part of a regular file (§3.3: 35 bytes
+before the name); nothing else changed.
 
 May import: the standard library, ``bundlefs.errors``, ``bundlefs.core.format.constants``,
 ``bundlefs.core.format.keys``, ``bundlefs.core.format.entry``.
@@ -15,8 +16,10 @@ from collections.abc import Callable, Iterable, Iterator
 from bundlefs.core.format.constants import (
     _KNOWN_ENTRY_FLAGS,
     DEVICE_KINDS,
+    DIGEST_SIZE,
     FIRST_SPECIAL_VERSION,
     FLAG_CONTENT_TYPE,
+    FLAG_DIGEST,
     FLAG_LINK,
     FLAG_NLINK,
     FLAG_USER_DATA,
@@ -39,6 +42,7 @@ from bundlefs.core.format.entry import (
     _check_mtime,
     _decode_rest,
     _device_numbers,
+    _digest_part,
     _file_tail,
     _part,
 )
@@ -123,10 +127,13 @@ def _encode_entry_v3(e: Entry, version: int) -> bytes:
     if e.user_data:
         flags |= FLAG_USER_DATA
         tail += _U16.pack(len(e.user_data)) + e.user_data
+    digest_flag, digest = _digest_part(e, version)
+    flags |= digest_flag
     return (
         _V3_PREFIX.pack(e.mode, flags, layout)
         + _v3_fixed(part, layout).pack(*fields)
         + tail
+        + digest
         + e.name
     )
 
@@ -150,12 +157,28 @@ def _decode_entry_v3(ino: int, data: bytes, version: int) -> Entry:
 # Where the name starts, by (file type, flags, layout), for values whose name offset those fix
 # (neither a symlink nor user data): a binary search reads ~17 names per lookup in a
 # 100,000-entry directory, and the table takes entry_name from ~1.2 µs to ~0.4 µs (measured).
-# Only valid flag and layout bits are kept, so it holds at most 7 x 16 x 64 items.
+# Only valid flag and layout bits are kept, so it holds at most 7 x 32 x 64 items.
 _NAME_AT: dict[int, int] = {}
 _PART_OF_KIND = {
     KIND_DIR: _PART_DIR,
     **{kind: _PART_DEVICE if kind in DEVICE_KINDS else _PART_SPECIAL for kind in SPECIAL_KINDS},
 }
+
+
+def _file_location_v3(data: bytes) -> tuple[int, int] | None:
+    """(shard, offset) of a plain file's value, nothing else decoded or checked; None for any
+    other entry (a LINK entry too) or a value this cannot read: decode those in full."""
+    if len(data) < _V3_PREFIX.size:
+        return None
+    mode, flags, layout = _V3_PREFIX.unpack_from(data)
+    if mode & 0o170000 != KIND_FILE or flags & FLAG_LINK or layout & ~_KNOWN_LAYOUT:
+        return None
+    fixed = _v3_fixed(_PART_FILE, layout)
+    if len(data) < _V3_PREFIX.size + fixed.size:
+        return None
+    values = fixed.unpack_from(data, _V3_PREFIX.size)
+    at = 3 if layout & LAYOUT_OWNER else 2  # after size, mtime and the owner
+    return values[at], values[at + 1]
 
 
 def _entry_name_v3(data: bytes) -> bytes:
@@ -182,14 +205,38 @@ def _entry_name_v3(data: bytes) -> bytes:
             raise FormatError("entry is truncated") from None
     if flags & FLAG_USER_DATA:
         pos += 2 + int.from_bytes(data[pos : pos + 2], "big")
-    elif (
-        part != _PART_SYMLINK
+    if flags & FLAG_DIGEST:  # after the user data, right before the name
+        pos += DIGEST_SIZE
+    if (
+        not flags & FLAG_USER_DATA
+        and part != _PART_SYMLINK
         and not flags & ~_KNOWN_ENTRY_FLAGS
         and not layout & ~_KNOWN_LAYOUT
         and (kind in (KIND_FILE, KIND_DIR) or kind in SPECIAL_KINDS)
     ):
         _NAME_AT[key] = pos
     return data[pos:]
+
+
+# Where a file's location (shard, offset) lies, by layout: (start, end), after the prefix, size,
+# mtime and owner. At most 64 layouts.
+_LOCATION_AT: dict[int, tuple[int, int]] = {}
+
+
+def _location_span_v3(data: bytes) -> tuple[int, int] | None:
+    if len(data) < _V3_PREFIX.size or data[0] & 0xF0 != KIND_FILE >> 8 or data[2] & FLAG_LINK:
+        return None
+    layout = data[3]
+    span = _LOCATION_AT.get(layout)
+    if span is None:
+        if layout & ~_KNOWN_LAYOUT:
+            return None
+        start = _V3_PREFIX.size + (1, 2, 4, 8)[layout & LAYOUT_SIZE_WIDTH]
+        start += (8 if layout & LAYOUT_MTIME_NS else 4) + (2 if layout & LAYOUT_OWNER else 0)
+        end = start + (2 if layout & LAYOUT_WIDE_SHARD else 1)
+        end += 8 if layout & LAYOUT_WIDE_OFFSET else 4
+        span = _LOCATION_AT[layout] = (start, end)
+    return span
 
 
 def _file_extents_v3(values: Iterable[bytes]) -> Iterator[tuple[int, int, int]]:

@@ -1,5 +1,5 @@
 """Keys and small values: the LMDB keys of every database, shard file names, the version check,
-metadata items and content types (docs/format.md §3).
+metadata items, content types and directory totals (docs/format.md §3).
 
 May import: the standard library, ``bundlefs.errors``, ``bundlefs.core.format.constants``.
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import struct
+from dataclasses import dataclass
 
 from bundlefs.core.format.constants import (
     FORMAT_VERSION,
@@ -22,6 +23,8 @@ from bundlefs.errors import FormatError, UnsupportedVersionError
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _RECORD_KEY = struct.Struct(">IQ")
+_TOTALS = struct.Struct(">QQQQ")  # files, dirs, bytes, entries
+TOTALS_SIZE = _TOTALS.size
 
 
 def entry_key(ino: int) -> bytes:
@@ -131,3 +134,51 @@ _MEDIA_TYPE = re.compile(
 def _check_content_type(data: bytes) -> None:
     if not 3 <= len(data) <= MAX_CONTENT_TYPE or not _MEDIA_TYPE.fullmatch(data):
         raise FormatError(f"content type {data[:40]!r} is not a media type")
+
+
+# -- directory totals (version 5, docs/format.md §3.8) ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TreeTotals:
+    """What lies below a directory: regular files (each inode once: ``LINK`` entries are not
+    files), directories (itself excluded), the files' bytes, and entries of every kind."""
+
+    files: int = 0
+    dirs: int = 0
+    bytes: int = 0
+    entries: int = 0
+
+    def __add__(self, other: TreeTotals) -> TreeTotals:
+        return TreeTotals(
+            self.files + other.files,
+            self.dirs + other.dirs,
+            self.bytes + other.bytes,
+            self.entries + other.entries,
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "files": self.files,
+            "dirs": self.dirs,
+            "bytes": self.bytes,
+            "entries": self.entries,
+        }
+
+
+def totals_key(ino: int) -> bytes:
+    """A directory's key in ``totals``: its inode number, as in ``entries``."""
+    return _U32.pack(ino)
+
+
+def encode_totals(t: TreeTotals) -> bytes:
+    try:
+        return _TOTALS.pack(t.files, t.dirs, t.bytes, t.entries)
+    except struct.error:
+        raise FormatError(f"directory totals out of range: {t}") from None
+
+
+def decode_totals(ino: int, data: bytes) -> TreeTotals:
+    if len(data) != TOTALS_SIZE:
+        raise FormatError(f"the totals of directory {ino} are {len(data)} bytes, not {TOTALS_SIZE}")
+    return TreeTotals(*_TOTALS.unpack(data))

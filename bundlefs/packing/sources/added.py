@@ -2,10 +2,10 @@
 temporary SQLite table until the builder walks them breadth first (``bundlefs.packing.writer``).
 
 A Writer stores each file's content as it is added (in add order, through the content writer), so
-what the tree keeps of a file is where that content went (the shard, offset, size and CRC of its
-``StoredContent``, and its content type) with its attributes. The table is keyed by (the parent
-directory's number, name): a directory's children are one range scan in bytewise name order, the
-order the builder numbers them in, and a path added twice is found by one look-up.
+what the tree keeps of a file is where that content went (the shard, offset, size, CRC and
+digest of its ``StoredContent``, and its content type) with its attributes. The table is keyed by
+(the parent directory's number, name): a directory's children are one range scan in bytewise name
+order, the order the builder numbers them in, and a path added twice is found by one look-up.
 
 Rules:
 
@@ -55,20 +55,21 @@ CREATE TABLE entry (
     mode INTEGER NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL, mtime INTEGER NOT NULL,
     dir INTEGER,                 -- a directory's own number; NULL for anything else
     explicit INTEGER NOT NULL,   -- 0: a directory only implied by the paths below it
-    shard INTEGER, pos INTEGER, size INTEGER, crc INTEGER, ctype TEXT,  -- a file's content
+    shard INTEGER, pos INTEGER, size INTEGER, crc INTEGER,  -- a file's content: where it went,
+    ctype TEXT, digest BLOB,                                -- its media type and digest
     target BLOB,                 -- a symlink's
     udata BLOB,
     PRIMARY KEY (parent, name)
 ) WITHOUT ROWID
 """
 _FIND = "SELECT dir, explicit FROM entry WHERE parent = ? AND name = ?"
-_INSERT = "INSERT INTO entry VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERT = "INSERT INTO entry VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _REDESCRIBE = (
     "UPDATE entry SET mode = ?, uid = ?, gid = ?, mtime = ?, explicit = 1, udata = ? "
     "WHERE parent = ? AND name = ?"
 )
 _LIST = (
-    "SELECT name, mode, uid, gid, mtime, dir, shard, pos, size, crc, ctype, target, udata "
+    "SELECT name, mode, uid, gid, mtime, dir, shard, pos, size, crc, ctype, digest, target, udata "
     "FROM entry WHERE parent = ? ORDER BY name"
 )
 
@@ -262,9 +263,8 @@ class AddedTree:
     def put_file(
         self, slot: Slot, st: AddedStat, stored: StoredContent, content_type: str | None
     ) -> None:
-        self._insert(
-            slot, st, None, stored.shard, stored.offset, stored.size, stored.crc32c, content_type
-        )
+        content = (stored.shard, stored.offset, stored.size, stored.crc32c, content_type)
+        self._insert(slot, st, None, *content, stored.digest)
 
     def put_symlink(self, slot: Slot, st: AddedStat) -> None:
         self._insert(slot, st, None)
@@ -280,11 +280,11 @@ class AddedTree:
         self._insert(slot, st, self._new_number())
 
     def _insert(self, slot: Slot, st: AddedStat, number: int | None, *content: object) -> None:
-        shard, offset, size, crc, content_type = content or (None,) * 5
+        shard, offset, size, crc, content_type, digest = content or (None,) * 6
         self._run(
             _INSERT,
             (slot.parent, slot.name, st.st_mode, st.st_uid, st.st_gid, st.st_mtime_ns, number)
-            + (int(number is not None), shard, offset, size, crc, content_type, st.target)
+            + (int(number is not None), shard, offset, size, crc, content_type, digest, st.target)
             + (st.user_data,),
         )
 
@@ -305,7 +305,7 @@ class AddedTree:
             if found is None:  # implied: mode 0755, the root's owner and mtime
                 child, root = self._new_number(), self._root
                 owner_mtime = (root.st_uid, root.st_gid, root.st_mtime_ns)
-                self._run(_INSERT, (number, name, DIR_MODE, *owner_mtime, child, 0) + (None,) * 7)
+                self._run(_INSERT, (number, name, DIR_MODE, *owner_mtime, child, 0) + (None,) * 8)
                 number = child
             elif found[0] is None:
                 through = os.fsdecode(b"/".join(parts[: i + 1]))
@@ -332,14 +332,14 @@ class AddedTree:
         try:
             for row in rows:
                 name, mode, uid, gid, mtime, directory, shard, offset, size, crc = row[:10]
-                content_type, target, user_data = row[10:]
+                content_type, digest, target, user_data = row[10:]
                 child = prefix + name
                 st = AddedStat(mode, uid, gid, mtime, size or 0, user_data, target)
                 if directory is not None:
                     self._unlisted[child] = directory
                     yield SourceItem(child, name, st)
                 elif shard is not None:
-                    stored = StoredContent(shard, offset, size, crc, st, b"", content_type)
+                    stored = StoredContent(shard, offset, size, crc, st, b"", content_type, digest)
                     yield SourceItem(child, name, st, stored=stored)
                 else:
                     yield SourceItem(child, name, st)

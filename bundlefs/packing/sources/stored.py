@@ -239,6 +239,7 @@ class StoredSource:
                 st=st,
                 head=b"",
                 content_type=reader.content_type(entry),
+                digest=entry.digest,  # kept, never recomputed: none from a version < 5 input
             )
         return SourceItem(rel, name, st, stored=stored)
 

@@ -1,4 +1,5 @@
-"""``verify``'s file phase: every regular file read whole, its CRC32C checked.
+"""``verify``'s file phase: every regular file read whole, its CRC32C checked and (format version
+5) its digest recomputed from the same bytes.
 
 A file is damaged when its own bytes fail (CRC, decompression, a missing shard) or when it shares
 a record the shard phase found damaged; a damaged file's every name (its hard links) is named.
@@ -9,6 +10,7 @@ May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.read``.
 from __future__ import annotations
 
 from bundlefs.core import format as fmt
+from bundlefs.core.checksum import ContentDigest
 from bundlefs.errors import BundleError, CorruptDataError, FormatError
 from bundlefs.read.content import ContentReader
 from bundlefs.read.tree import TreeModel
@@ -57,9 +59,14 @@ def _file_problem(
     if entry.offset + entry.size > stream_size:
         return f"extends past the end of shard {entry.shard}'s stream"
     message = None
+    digest = ContentDigest() if entry.digest else None
     try:
-        for _piece in content.iter_content(entry, path):
-            pass  # its CRC is checked as it is read; the records' bytes are counted above
+        for piece in content.iter_content(entry, path):
+            # Its CRC is checked as it is read; the records' bytes are counted above.
+            if digest is not None:
+                digest.update(piece)
+        if digest is not None and digest.digest() != entry.digest:
+            message = f"its content does not match its {fmt.DIGEST_NAME} digest"
     except CorruptDataError as e:
         message = e.detail + (f" (shard {e.shard})" if e.shard is not None else "")
         if e.record is not None:

@@ -18,7 +18,8 @@ class UnknownShard(ValueError):
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing found wrong; ``kind`` is marker, index, config, shard, record, entry or file."""
+    """One thing found wrong; ``kind`` is marker, index, config, shard, record, entry, totals
+    (version 5) or file."""
 
     kind: str
     message: str

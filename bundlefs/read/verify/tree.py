@@ -1,4 +1,5 @@
-"""``verify``'s entry phase: every entry, the directory tree they form, and the hard links.
+"""``verify``'s entry phase: every entry, the directory tree they form, the hard links and (format
+version 5) the directory totals.
 
 Every entry is read once into ``InodeTable``, one byte per inode (its kind, and whether its name
 sorts after the previous inode's), so millions of entries fit; the tree's rules (core/integrity.py,
@@ -41,6 +42,10 @@ class InodeTable:
         self.dirs[entry.ino] = (entry.parent, entry.nlink)
         if entry.size:
             self._children[entry.ino] = (entry.first_child, entry.size)
+
+    def children_of(self, directory: int) -> tuple[int, int]:
+        """(first_child, count) of a directory read in the scan; (0, 0) when it has none."""
+        return self._children.get(directory, (0, 0))
 
     def sort(self) -> None:
         self.ranges = sorted((f, c, d) for d, (f, c) in self._children.items())
@@ -161,6 +166,8 @@ class TreeCheck:
             self.findings.problem("config", message)
         self._check_tree(tree)
         self._check_links(tree, links, nlinks)
+        if config.format_version >= fmt.FIRST_V5_VERSION:
+            self._check_totals(tree)
         return tree
 
     def _check_tree(self, tree: InodeTable) -> None:
@@ -216,3 +223,32 @@ class TreeCheck:
             message = integrity.link_count(nlinks.get(ino, 1), names.get(ino, 1))
             if message is not None:
                 self.findings.problem("entry", f"{tree.path(ino)}: {message}", path=tree.path(ino))
+
+    def _check_totals(self, tree: InodeTable) -> None:
+        """Each directory's stored totals against what its children add up to, from the last
+        directory back (a child directory's inode is above its parent's), each parent adding what
+        its children's entries add up to, not their stored totals (so one wrong value is named
+        once). A second read of the entries, one cursor scan per directory; O(directories) held."""
+        summed: dict[int, fmt.TreeTotals | None] = {}  # None: unknown (an unreadable entry)
+        for directory in sorted(tree.dirs, reverse=True):
+            total: fmt.TreeTotals | None = fmt.TreeTotals()
+            try:
+                for child in self.tree_model.stored_entries(*tree.children_of(directory)):
+                    below = summed.pop(child.ino, None) if child.is_dir else fmt.TreeTotals()
+                    if total is None or below is None:
+                        total = None
+                    else:
+                        total += integrity.child_totals(child, below)
+            except FormatError:
+                total = None  # the entry scan reported it
+            summed[directory] = total
+            try:
+                stored = self.tree_model.stored_totals(directory)
+            except FormatError as e:
+                self.findings.problem("totals", f"{tree.path(directory)}: {e}")
+                continue
+            message = None
+            if stored is not None and total is not None:
+                message = integrity.directory_totals(directory, stored, total)
+            if message is not None:
+                self.findings.problem("totals", f"{tree.path(directory)}: {message}")

@@ -1,0 +1,361 @@
+"""Packing a tree on a base bundle: a new, complete bundle that reuses the base's stored bytes
+for every file that did not change (``pack(SRC, NEW, base=OLD)``): ``Base`` and ``DeltaSource``.
+
+``DeltaSource`` walks SRC as a pack does (a ``DirectorySource``) beside OLD's index, one
+directory at a time (a directory's children are one inode range in OLD, so the walk reads OLD's
+index in order, never looking a path up). A regular file whose path names a regular file in OLD
+of the same size is then either
+
+- unchanged by its stat (``check="stat"``): its mtime equals OLD's to the nanosecond and OLD's
+  mtime lies more than ``racy_seconds`` before OLD's creation time. It is not read: its item
+  arrives ``stored`` at OLD's place and CRC (``StoredContent``), its metadata SRC's;
+- or read and compared with OLD's bytes (``check="content"``, a stat that differs, the racy
+  window): equal content is reused all the same, with nothing written; different content, and
+  every new or resized file, goes to the ``ContentWriter`` as in any pack.
+
+The racy window: a file written within ``racy_seconds`` before OLD was made (``created_ns``, the
+pack's start) may have been changed again within the same mtime tick after OLD read it, so its
+stat proves nothing and it is compared by content. The rule needs no record in OLD beyond its
+creation time, and it holds down a chain: NEW's own creation time guards NEW's entries.
+
+Comparing: OLD's bytes are read through its ``ShardSet`` (records CRC-checked, decompressed) and
+compared as SRC is read, a chunk at a time, stopping at the first difference; a small file
+(read ahead whole) is compared by CRC32C first. Only a changed file of unchanged size larger than
+the read-ahead limit is read twice (compared, then stored): streaming it into a shard and rolling
+back on a match would need a shard writer that can take bytes back.
+
+``Base.finish`` links OLD's shards that some entry uses (``reuse.ReusedShards``: hard link,
+else reflink, else copy; OLD is never written) at their own numbers, and puts an empty shard of
+the new bundle's in place of each that no entry uses, so the files of deleted trees are not kept
+alive; the new bundle's own shards follow OLD's. Empty files need no shard: they point at
+shard 0, offset 0. Memory: the entries of the OLD directory being walked.
+
+May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``, ``bundlefs.packing``
+below it (``options``, ``sources``, ``reuse``).
+"""
+
+from __future__ import annotations
+
+import os
+import stat as statmod
+from collections.abc import Iterator
+
+from bundlefs.core import format as fmt
+from bundlefs.core.checksum import ContentDigest, crc32c
+from bundlefs.errors import BundleError, PackError
+from bundlefs.packing.options import BaseReuse, PackOptions
+from bundlefs.packing.reuse import ReusedShards
+from bundlefs.packing.sources.base import (
+    READ_CHUNK,
+    Content,
+    DirectorySource,
+    SourceItem,
+    Stat,
+    StoredContent,
+)
+from bundlefs.storage.codec import zstd_module
+from bundlefs.storage.index import IndexReader
+from bundlefs.storage.index_writer import IndexWriter
+from bundlefs.storage.location import parse_location
+from bundlefs.storage.shard_writer import ShardWriter
+from bundlefs.storage.shards import ShardSet
+from bundlefs.storage.store import LocalShardStore
+
+_EMPTY_DIGEST = ContentDigest().digest()  # an empty file needs no shard, but has a digest
+
+
+def _inside(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+class Base:
+    """The base bundle of a pack, opened: its index, its shards (to compare content), and what
+    the pack took from it (``used`` shards, the ``reuse`` counts)."""
+
+    def __init__(self, path: str, dest: str, options: PackOptions) -> None:
+        try:
+            location = parse_location(path)
+        except BundleError as e:
+            raise PackError(str(e)) from None
+        if not location.is_local:
+            raise PackError(
+                f"{path}: a base must be a local bundle for now (object-store bases are not "
+                "supported yet)"
+            )
+        self.path = location.path
+        if not os.path.isdir(self.path):
+            raise PackError(f"the base {path} is not a bundle (no such directory)")
+        here, there = os.path.realpath(self.path), os.path.realpath(os.path.abspath(dest))
+        if _inside(here, there) or _inside(there, here):
+            raise PackError(f"{dest} overlaps the base {path}, which a pack never modifies")
+        try:
+            self.reader = IndexReader(self.path)
+        except BundleError as e:
+            raise PackError(f"the base {path} is not a bundle that can be read: {e}") from None
+        self.shards = ShardSet(
+            LocalShardStore(self.path), self.reader.marker, self.reader.shard_info
+        )
+        config = self.reader.config
+        self.count = config.shard_count
+        self.check = options.check
+        # An mtime at or after this is too close to OLD's creation to be trusted by stat.
+        self.racy_limit = config.created_ns - int(options.racy_seconds * 10**9)
+        self.used: set[int] = set()
+        self.reuse = BaseReuse(base=path)
+
+    def close(self) -> None:
+        self.shards.close()
+        self.reader.close()
+
+    def writer_config(self, config: fmt.Config, block_size_given: bool) -> fmt.Config:
+        """The new bundle's layout: OLD's block size (its records sit on its block boundaries)."""
+        old = self.reader.config
+        if config.block_size != old.block_size and block_size_given:
+            raise PackError(
+                f"the base has a block size of {old.block_size} and a pack on it keeps it "
+                f"(not {config.block_size})"
+            )
+        return fmt.Config(
+            block_size=old.block_size,
+            record_size=config.record_size,
+            compression=config.compression,
+            created_ns=config.created_ns,
+        )
+
+    def final_config(self, config: fmt.Config) -> fmt.Config:
+        """``config`` widened to hold OLD's shards: its record size, and zstd if any shard
+        linked is zstd (a reader needs it)."""
+        old = self.reader.config
+        codecs = {self.reader.shard_info(s).codec for s in self.used}
+        compression = config.compression
+        if fmt.COMPRESSION_ZSTD in codecs:
+            compression = fmt.COMPRESSION_ZSTD
+        return fmt.Config(
+            block_size=config.block_size,
+            record_size=max(config.record_size, old.record_size),
+            large_file_threshold=config.large_file_threshold,
+            compression=compression,
+            created_ns=config.created_ns,
+        )
+
+    def finish(self, work: str, index: IndexWriter, config: fmt.Config) -> list[int]:
+        """OLD's used shards linked into ``work`` and their table imported; an empty shard of
+        the new bundle in place of each unused one. Returns those (the new bundle's own)."""
+        if fmt.COMPRESSION_ZSTD in {self.reader.shard_info(s).codec for s in self.used}:
+            try:
+                zstd_module()  # what the new bundle's config will say it needs
+            except BundleError as e:
+                raise PackError(str(e)) from None
+        reused = ReusedShards(
+            [self.reader], [self.path], select=[sorted(self.used)], keep_numbers=True
+        )
+        ways = reused.link(work)
+        reused.import_table(index, append=False)  # the new bundle's own records are in
+        empty = [s for s in range(self.count) if s not in self.used]
+        for shard in empty:
+            path = os.path.join(work, fmt.shard_filename(shard))
+            index.put_shard(shard, ShardWriter(path, shard, config).finish(), append=False)
+        self.reuse.shards_linked = len(ways)
+        self.reuse.shards_left = len(empty)
+        self.reuse.ways = {way: ways.count(way) for way in sorted(set(ways))}
+        return empty
+
+    # -- content -----------------------------------------------------------------------------------
+
+    def stored_chunks(self, entry: fmt.Entry) -> Iterator[bytes]:
+        """OLD's bytes of the file ``entry``, record by record (each record CRC-checked)."""
+        offset, end = entry.offset, entry.offset + entry.size
+        while offset < end:
+            record = self.reader.record_at(entry.shard, offset)
+            data = self.shards.load(record)
+            yield data[offset - record.offset : min(end, record.end) - record.offset]
+            offset = record.end
+
+    def same_bytes(self, entry: fmt.Entry, data: bytes) -> bool:
+        """Whether ``data`` (read whole) is OLD's content of ``entry``."""
+        if len(data) != entry.size or crc32c(data) != entry.crc32c:
+            return False
+        return _Comparer(self.stored_chunks(entry)).matches(data)
+
+    def same_stream(self, entry: fmt.Entry, content: Content, before: Stat) -> bool:
+        """Whether the open file ``content`` holds OLD's content of ``entry`` (read to its end,
+        or to the first difference) and did not change while it was read."""
+        if before.st_size != entry.size:
+            return False
+        comparer = _Comparer(self.stored_chunks(entry))
+        crc = size = 0
+        while chunk := content.read(READ_CHUNK):
+            if not comparer.matches(chunk):
+                return False
+            crc = crc32c(chunk, crc)
+            size += len(chunk)
+        after = content.stat()
+        unchanged = (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+        return unchanged and size == entry.size and crc == entry.crc32c and comparer.done()
+
+    def trusted(self, entry: fmt.Entry | None, st: Stat) -> bool:
+        """Whether the file with status ``st`` is OLD's ``entry`` unchanged, by its stat."""
+        return (
+            entry is not None
+            and self.check == "stat"
+            and entry.is_file
+            and st.st_size == entry.size
+            and st.st_mtime_ns == entry.mtime_ns
+            and entry.mtime_ns < self.racy_limit
+        )
+
+    def reused(self, entry: fmt.Entry, st: Stat) -> StoredContent:
+        """The item's content as OLD stored it; ``st`` is SRC's (what the entry records)."""
+        self.used.add(entry.shard)
+        return StoredContent(
+            entry.shard,
+            entry.offset,
+            entry.size,
+            entry.crc32c,
+            st,
+            b"",
+            self.reader.content_type(entry),
+            digest=entry.digest,  # copied, as a merge does: none from a base older than version 5
+        )
+
+
+class _Comparer:
+    """Compares a stream, chunk by chunk, with OLD's chunks of the same bytes."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._pending = memoryview(b"")
+
+    def matches(self, chunk: bytes) -> bool:
+        want = len(chunk)
+        pos = 0
+        while pos < want:
+            if not self._pending:
+                nxt = next(self._chunks, None)
+                if nxt is None:
+                    return False  # SRC is longer
+                self._pending = memoryview(nxt)
+            take = min(want - pos, len(self._pending))
+            if self._pending[:take] != chunk[pos : pos + take]:
+                return False
+            self._pending = self._pending[take:]
+            pos += take
+        return True
+
+    def done(self) -> bool:
+        return not self._pending and next(self._chunks, None) is None
+
+
+class DeltaSource:
+    """SRC (a ``DirectorySource``) beside ``base``: files unchanged since the base arrive
+    ``stored`` at its bytes, every other item as SRC delivers it."""
+
+    def __init__(self, inner: DirectorySource, base: Base) -> None:
+        self.inner = inner
+        self.base = base
+        self._pending: dict[bytes, int] = {}  # directory rel -> OLD's directory inode
+        self._linked: set[tuple[int, int]] = set()  # hard-linked files met, as the builder
+
+    def root(self) -> SourceItem:
+        self._pending[b""] = fmt.ROOT_INO
+        return self.inner.root()
+
+    def children(self, rel: bytes) -> Iterator[SourceItem]:
+        old = self._old_children(self._pending.pop(rel, None))
+        base = self.base
+
+        def read_if(name: bytes, st: Stat) -> bool:
+            return not base.trusted(old.get(name), st)
+
+        names = self.inner.names(rel)
+        for item in self.inner.named_children(rel, names, read_if if old else None):
+            entry = old.get(item.name)
+            kind = statmod.S_IFMT(item.st.st_mode)
+            if entry is not None and kind == statmod.S_IFDIR and entry.is_dir:
+                self._pending[item.rel] = entry.ino
+            elif kind == statmod.S_IFREG and not self._later_name(item.st):
+                self._file(item, entry)
+            yield item
+
+    def readlink(self, item: SourceItem) -> bytes:
+        return self.inner.readlink(item)
+
+    def open(self, item: SourceItem) -> Content:
+        return self.inner.open(item)
+
+    def _later_name(self, st: Stat) -> bool:
+        """Whether ``st`` is a hard-linked file met before (the builder links to its first)."""
+        if st.st_nlink < 2:
+            return False
+        key = (st.st_dev, st.st_ino)
+        seen = key in self._linked
+        self._linked.add(key)
+        return seen
+
+    def _old_children(self, ino: int | None) -> dict[bytes, fmt.Entry]:
+        """OLD's entries in directory ``ino`` by name, a hard link's later names resolved."""
+        if ino is None:
+            return {}
+        reader = self.base.reader
+        directory = reader.entry(ino)
+        out = {}
+        for entry in reader.iter_entries(directory.first_child, directory.size):
+            # A later name of a hard-linked file: the file it names holds the content.
+            out[entry.name] = reader.entry(entry.target) if entry.is_link else entry
+        return out
+
+    def _file(self, item: SourceItem, entry: fmt.Entry | None) -> None:
+        """Set ``item.stored`` when its content is OLD's; counts either way."""
+        base, counts = self.base, self.base.reuse
+        size = item.st.st_size
+        if not size and not item.data:  # empty: needs no shard, and no sniffing of OLD's type
+            st = item.before if item.before is not None else item.st
+            item.stored = StoredContent(0, 0, 0, 0, st, b"", digest=_EMPTY_DIGEST)
+            item.data = None
+            counts.stored_files += entry is None
+        elif entry is not None and base.trusted(entry, item.st):
+            item.stored = base.reused(entry, item.st)
+            counts.reused_files += 1
+            counts.reused_bytes += size
+        elif entry is not None and entry.is_file and size == entry.size and self._same(item, entry):
+            st = item.before if item.before is not None else item.st
+            item.stored = base.reused(entry, st)
+            item.data = None
+            counts.same_files += 1
+            counts.same_bytes += size
+        else:
+            counts.stored_files += 1
+            counts.stored_bytes += size
+
+    def _same(self, item: SourceItem, entry: fmt.Entry) -> bool:
+        """Whether SRC's file holds OLD's bytes (read now unless read ahead). OLD's bytes
+        damaged: not the same (SRC's are stored anew; ``verify`` of OLD reports the damage)."""
+        try:
+            return self._compare(item, entry)
+        except BundleError:
+            return False
+
+    def _compare(self, item: SourceItem, entry: fmt.Entry) -> bool:
+        if item.data is not None:
+            assert item.before is not None and item.after is not None
+            steady = (item.before.st_mtime_ns, item.before.st_size) == (
+                item.after.st_mtime_ns,
+                item.after.st_size,
+            )
+            return steady and self.base.same_bytes(entry, item.data)
+        try:
+            content = self.inner.open(item)
+        except OSError:
+            return False  # the store that follows reports it, by the pack's rules
+        try:
+            before = content.stat()
+            if not statmod.S_ISREG(before.st_mode):
+                return False
+            if self.base.same_stream(entry, content, before):
+                item.before = before
+                return True
+            return False
+        except OSError:
+            return False
+        finally:
+            content.close()

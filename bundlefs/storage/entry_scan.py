@@ -1,0 +1,39 @@
+"""Checked scans of consecutive entries: the values of inodes ``first … first+count−1`` read with
+one LMDB cursor, values only, a chunk at a time, each chunk proved to be exactly its inodes before
+any of it is handed on. ``IndexReader.iter_raw`` (listings, ``bundlefs diff``) reads through here.
+
+May import: ``bundlefs.core``, ``bundlefs.errors``, lmdb.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import lmdb
+
+from bundlefs.core import format as fmt
+from bundlefs.errors import FormatError
+
+FIRST_CHUNK, LAST_CHUNK = 64, 4096  # small first: a reader that stops early reads little ahead
+
+
+def value_chunks(cursor: lmdb.Cursor, first: int, count: int) -> Iterator[list[bytes]]:
+    """The values of inodes ``first … first+count−1`` in lists (64 values, doubling to 4,096).
+    A chunk is exactly its inodes when its first and last keys are: LMDB's keys are unique and
+    sorted. ``FormatError`` for a missing entry or a damaged index."""
+    try:
+        if not cursor.set_key(fmt.entry_key(first)):
+            raise FormatError(f"index has no entry {first}")
+        values = cursor.iternext(keys=False, values=True)
+        done, chunk = 0, FIRST_CHUNK
+        while done < count:
+            n = min(chunk, count - done)
+            got = list(itertools.islice(values, n))
+            last = first + done + n - 1
+            if len(got) != n or cursor.key() != fmt.entry_key(last):
+                raise FormatError(f"index is missing an entry of {first + done}…{last}")
+            yield got
+            done, chunk = done + n, min(chunk * 2, LAST_CHUNK)
+    except lmdb.Error as e:
+        raise FormatError(f"index is damaged listing entries: {e}") from None

@@ -1,0 +1,123 @@
+"""``bundlefs pack SRC NEW --base OLD`` as a user meets it: the reuse line, ``--json``, one-sentence
+errors, and a pack killed at any point, which leaves OLD untouched and nothing that opens as NEW."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from bundlefs import Bundle
+from bundlefs.core import format as fmt
+from bundlefs.errors import NotABundleError
+from bundlefs.read.verify import verify
+from tests.conftest import bundle_file_bytes
+from tests.support.trees import MTIME_NS, assert_one_line_error, run_cli, set_mtimes
+
+FILES = 1600
+
+
+@pytest.fixture(scope="module")
+def versions(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A tree packed as OLD, then changed: half its files rewritten, one added."""
+    root = tmp_path_factory.mktemp("delta")
+    src = root / "src"
+    rng = random.Random(7)
+    for i in range(FILES):
+        path = src / f"d{i % 20:02d}" / f"f{i:05d}.bin"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(rng.randbytes(12 * 1024))
+    set_mtimes(src, MTIME_NS)
+    result = run_cli("pack", "-q", "--shard-size", "4M", src, root / "old.bundle")
+    assert result.returncode == 0, result.stderr
+    for i in range(0, FILES, 2):
+        (src / f"d{i % 20:02d}" / f"f{i:05d}.bin").write_bytes(rng.randbytes(12 * 1024))
+    (src / "added.txt").write_bytes(b"new\n")
+    return src, root / "old.bundle"
+
+
+def test_pack_on_a_base_says_what_it_reused_and_what_it_stored(versions, tmp_path):
+    src, old = versions
+    result = run_cli("pack", src, tmp_path / "new.bundle", "--base", old)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.decode().splitlines()
+    assert lines[0].startswith("packed 1,601 files")
+    assert lines[1].startswith(f"reused 800 files (9.4 MiB) from {old}, stored 801 (")
+    assert lines[1].endswith("shards")
+
+
+def test_pack_json_on_a_base_has_the_reuse_counts(versions, tmp_path):
+    src, old = versions
+    result = run_cli("pack", "--json", src, tmp_path / "new.bundle", "--base", old)
+    reuse = json.loads(result.stdout)["reuse"]
+    assert (reuse["reused_files"], reuse["stored_files"], reuse["same_files"]) == (800, 801, 0)
+    assert reuse["ways"] == {"link": reuse["shards_linked"]}
+
+
+def test_a_missing_base_is_a_one_line_error(versions, tmp_path):
+    src, _old = versions
+    result = run_cli("pack", src, tmp_path / "new.bundle", "--base", tmp_path / "nope")
+    assert "is not a bundle (no such directory)" in assert_one_line_error(result)
+
+
+def test_base_with_dask_is_a_usage_error(versions, tmp_path):
+    src, old = versions
+    result = run_cli("pack", src, tmp_path / "n.bundle", "--base", old, "--dask", "local:1")
+    assert "--base packs one directory in one process" in assert_one_line_error(result, 2)
+
+
+def test_an_unknown_check_is_a_usage_error(versions, tmp_path):
+    src, old = versions
+    result = run_cli("pack", src, tmp_path / "n.bundle", "--base", old, "--check", "strict")
+    assert result.returncode == 2 and b"invalid choice: 'strict'" in result.stderr
+
+
+def _partial(dest: Path) -> list[Path]:
+    return [p for p in dest.parent.iterdir() if p.name.startswith(f".{dest.name}.partial-")]
+
+
+# What the partial directory holds when the kill comes.
+KILL_POINTS: dict[str, Callable[[Path], bool]] = {
+    "partial directory created": lambda p: p.is_dir(),
+    "own shard opened": lambda p: any(p.glob("shard-*")),
+    "base shard linked": lambda p: (p / fmt.shard_filename(0)).exists(),
+    "completion marker written": lambda p: (p / fmt.MARKER_NAME).exists(),
+}
+
+
+@pytest.mark.parametrize("point", list(KILL_POINTS))
+def test_a_pack_on_a_base_killed_leaves_the_base_untouched_and_no_new_bundle(
+    versions, tmp_path, point
+):
+    src, old = versions
+    before = bundle_file_bytes(old)
+    dest = tmp_path / "new.bundle"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bundlefs", "pack", "-q", str(src), str(dest), "--base", str(old)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    killed = False
+    while process.poll() is None and time.monotonic() < deadline and not killed:
+        partial = [p for p in _partial(dest) if KILL_POINTS[point](p)]
+        if partial:
+            process.send_signal(signal.SIGKILL)
+            killed = True
+        time.sleep(0.0005)
+    process.wait()
+    assert killed or point == "completion marker written", f"finished before {point!r}"
+    assert bundle_file_bytes(old) == before
+    assert verify(old).ok
+    if killed and not dest.exists():
+        with pytest.raises(NotABundleError):
+            Bundle(dest)
+    else:  # finished (or renamed into place) before the kill: then whole
+        assert verify(dest).ok
