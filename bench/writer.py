@@ -20,6 +20,7 @@ import argparse
 import datetime as dt
 import functools
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -115,6 +116,7 @@ def _peak_rss_mb() -> float:
 def run_child(kind: str, count: int, source: Path, dest: Path) -> dict[str, float]:
     """(seconds, files/s, peak RSS in MB) of one child run."""
     shutil.rmtree(dest, ignore_errors=True)
+    os.sync()  # the last run's output written back now, not during this one
     cmd = [sys.executable, "-m", "bench.writer", "--child", kind, "--files", str(count)]
     proc = subprocess.Popen(
         [*cmd, "--source", str(source), "--dest", str(dest)],

@@ -123,6 +123,7 @@ class Writer:
         )
         # What an entry gets when the add does not say: this process's owner, the creation time.
         self._defaults = AddedStat(DIR_MODE, os.getuid(), os.getgid(), created)
+        self._plain: dict[tuple[int, int], AddedStat] = {}  # (kind, mode) -> stat of defaults
         o = self.options
         self._rules = (
             ContentTypeRules(o.content_types, detect=o.detect_content_types)
@@ -188,7 +189,7 @@ class Writer:
         (``sources.added.Attributes``). A bad path or value raises ``InvalidEntryError``, a path
         added before ``DuplicatePathError``, before anything is stored."""
         rel, parts = split_path(path)
-        st = entry_stat(statmod.S_IFREG, mode, attributes, self._defaults)
+        st = self._stat(statmod.S_IFREG, mode, attributes)
         check_data(data)
         if content_type:
             try:
@@ -234,7 +235,7 @@ class Writer:
         """A directory at ``path`` (an empty one stays in the bundle); one implied by paths
         added before takes these attributes instead of the defaults (mode 0755)."""
         rel, parts = split_path(path)
-        st = entry_stat(statmod.S_IFDIR, mode, attributes, self._defaults)
+        st = self._stat(statmod.S_IFDIR, mode, attributes)
         with self._adding() as tree:
             tree.put_dir(tree.slot(rel, parts, directory=True), st)
 
@@ -247,9 +248,19 @@ class Writer:
                 f"cannot add {os.fsdecode(rel)!r}: a symlink target is 1 to "
                 f"{fmt.MAX_SYMLINK_TARGET} bytes without a NUL"
             )
-        st = entry_stat(statmod.S_IFLNK, 0o777, attributes, self._defaults)
+        st = self._stat(statmod.S_IFLNK, 0o777, attributes)
         with self._adding() as tree:
             tree.put_symlink(tree.slot(rel, parts), dataclasses.replace(st, target=link))
+
+    def _stat(self, kind: int, mode: int, attributes: Attributes) -> AddedStat:
+        """``entry_stat`` with the Writer's defaults; one made of defaults only is kept and
+        reused (most adds give a mode at most)."""
+        if attributes:
+            return entry_stat(kind, mode, attributes, self._defaults)
+        st = self._plain.get((kind, mode))
+        if st is None:
+            st = self._plain[(kind, mode)] = entry_stat(kind, mode, attributes, self._defaults)
+        return st
 
     @contextlib.contextmanager
     def _adding(self) -> Iterator[AddedTree]:
