@@ -38,6 +38,7 @@ from bundlefs.cli import (
     compact,
     completion,
     diff,
+    du,
     export,
     extract,
     gc,
@@ -120,6 +121,13 @@ COMMANDS: list[Command] = [
     Command("export", "write a bundle's tree as a tar", export.add_arguments, export.run, _READS),
     Command("info", "show what a bundle holds", info.add_arguments, info.run, _READS),
     Command("ls", "list directories in a bundle", browse.add_ls_arguments, browse.run_ls, _READS),
+    Command(
+        "du",
+        "show the files and bytes below directories of a bundle",
+        du.add_arguments,
+        du.run,
+        _READS,
+    ),
     Command(
         "cat",
         "write files from a bundle to stdout",

@@ -188,6 +188,27 @@ class BundleFileSystem(AbstractFileSystem):
             out["user_data"] = _user_data(st.user_data)
         return out
 
+    def du(
+        self,
+        path: str,
+        total: bool = True,
+        maxdepth: int | None = None,
+        withdirs: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        """The bytes of the files below ``path``, as fsspec adds them up (every name of a
+        hard-linked file counted, a symlink as what ``info`` says of it). In a bundle without
+        hard links or symlinks, where the two agree, the total of a whole subtree is
+        ``Bundle.du``: one lookup of its stored totals in a version-5 bundle."""
+        config = self.bundle.config
+        if not total or maxdepth is not None or config.hardlink_count or config.symlink_count:
+            return super().du(path, total=total, maxdepth=maxdepth, withdirs=withdirs, **kwargs)
+        path = self._strip_protocol(path)
+        try:
+            return self.bundle.du(path).bytes
+        except (EntryNotFound, NotADirectory):
+            raise FileNotFoundError(errno.ENOENT, "no such file in the bundle", path) from None
+
     def exists(self, path: str, **kwargs: Any) -> bool:
         # Without the base class's catch-all, which would also hide a damaged bundle. A dangling
         # symlink exists (as info describes it), as os.path.lexists says.

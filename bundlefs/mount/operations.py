@@ -361,6 +361,10 @@ class BundleOperations(ReadOnlyOperations):
             found[fmt.XATTR_CRC] = f"{entry.crc32c:08x}".encode()
             if entry.digest:
                 found[fmt.XATTR_DIGEST] = entry.digest.hex().encode()
+        elif entry.is_dir and (totals := self.bundle.tree.stored_totals(entry.ino)) is not None:
+            # Only stored totals (version 5): a walk of an older bundle's subtree would make one
+            # getxattr as slow as ``du`` of the whole tree.
+            found[fmt.XATTR_TREE] = json.dumps(totals.to_dict(), sort_keys=True).encode()
         if entry.user_data:
             found[fmt.XATTR_USER_DATA] = entry.user_data
         content_type = self.bundle.tree.content_type(entry)

@@ -111,6 +111,7 @@ from bundlefs.core.format.constants import (
     XATTR_CRC,
     XATTR_DIGEST,
     XATTR_STATS,
+    XATTR_TREE,
     XATTR_USER_DATA,
     databases,
 )
@@ -354,6 +355,7 @@ __all__ = [
     "XATTR_CONTENT_TYPE",
     "XATTR_CRC",
     "XATTR_STATS",
+    "XATTR_TREE",
     "XATTR_USER_DATA",
     "check_lmdb_meta",
     "check_shard_header",

@@ -21,6 +21,7 @@ XATTR_STATS = b"user.bundlefs.stats"  # on the root only: the daemon's counters 
 XATTR_BUNDLE = b"user.bundlefs.bundle"  # on the root only: the served bundle (info --json)
 XATTR_CONTENT_TYPE = b"user.bundlefs.content_type"  # files with a content type (version 2)
 XATTR_DIGEST = b"user.bundlefs.digest"  # files with a digest (version 5): hex
+XATTR_TREE = b"user.bundlefs.tree"  # directories (version 5): their stored totals as JSON
 INDEX_DIR = "index"
 INDEX_FILE = "data.mdb"
 SHARD_PREFIX = "shard-"
