@@ -89,6 +89,7 @@ bench: install
 	$(BIN)/python -m bench.delta
 	$(BIN)/python -m bench.diff
 	$(BIN)/python -m bench.dedup
+	$(BIN)/python -m bench.writer
 
 bench-quick: install
 	$(BIN)/python -m bench.run --quick

@@ -138,19 +138,27 @@ class ContentWriter:
                 return earlier
         return self._store_content(item, source)
 
-    def store_stream(self, rel: bytes, chunks: Iterable[bytes], st: Stat) -> StoredContent:
+    def store_stream(
+        self, rel: bytes, chunks: Iterable[bytes], st: Stat, *, sized: bool = True
+    ) -> StoredContent:
         """Append a file's content as a source streams it (an archive member, in archive order).
 
         ``st`` is the member's status (its ``st_size`` places large files on record boundaries);
-        what is stored is exactly the bytes ``chunks`` yields.
+        what is stored is exactly the bytes ``chunks`` yields. Not ``sized``: ``st_size`` is only
+        a guess made before reading (a stream the ``Writer`` reads once), not compared with what
+        was read.
         """
-        if self.dedup is not None and st.st_size <= DEDUP_BUFFER:
+        if self.dedup is not None and sized and st.st_size <= DEDUP_BUFFER:
             return self._store_bytes(rel, b"".join(chunks), st, st)  # hashed before it is stored
         shard = self._shard_for(st.st_size)
         offset = shard.stream_size
         written = _Written(ContentDigest())
         for chunk in chunks:
             self._append(shard, chunk, written)
+        if not sized:  # a guess, not compared with what was read
+            digest = written.digest.digest()
+            return StoredContent(shard.index, offset, written.size, written.crc, st, written.head,
+                                 digest=digest)  # fmt: skip
         return self._stored(rel, shard.index, offset, written, st, st, streamed=True)
 
     def _append(self, shard: ShardWriter, chunk: bytes, written: _Written) -> None:

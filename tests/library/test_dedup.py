@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bundlefs import Bundle, CompactOptions, PackOptions, compact, pack
+from bundlefs import Bundle, CompactOptions, PackOptions, Writer, compact, pack
 from bundlefs.errors import PackError
 from bundlefs.packing.content import DedupTable
 from bundlefs.packing.distributed.driver import DistributedPack
@@ -175,3 +175,13 @@ def test_a_distributed_pack_refuses_dedup(tmp_path: Path):
     src = dup_tree(tmp_path / "src")
     with pytest.raises(PackError, match="dedup"):
         DistributedPack.prepare(str(src), str(tmp_path / "d.bundle"), PackOptions(dedup=True))
+
+
+def test_a_writer_with_dedup_stores_an_added_content_once(tmp_path: Path):
+    data = random.Random(3).randbytes(30_000)
+    with Writer(tmp_path / "w.bundle", dedup=True) as w:
+        w.add("x", data)
+        w.add("y", data, mode=0o600)
+    with Bundle(tmp_path / "w.bundle") as b:
+        x, y = b.resolve("x"), b.resolve("y")
+        assert (x.shard, x.offset) == (y.shard, y.offset) and b.read("y") == data
