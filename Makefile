@@ -88,6 +88,8 @@ bench: install
 	$(BIN)/python -m bench.object_store
 	$(BIN)/python -m bench.delta
 	$(BIN)/python -m bench.diff
+	$(BIN)/python -m bench.dedup
+	$(BIN)/python -m bench.writer
 
 bench-quick: install
 	$(BIN)/python -m bench.run --quick

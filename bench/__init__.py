@@ -14,6 +14,10 @@ Run with ``python -m bench.run`` (``make bench``) or ``python -m bench.run --qui
 - ``report``: medians, ratios, ``docs/benchmarks.md``, ``docs/benchmarks.png`` and the JSON.
 - ``run``: the command line entry point tying it together.
 
+Parts ``make bench`` runs after ``run``, each writing its own section of docs/benchmarks.md:
+``workers``, ``codecs``, ``torch_epoch``, ``object_store`` and ``writer`` (``bundlefs.Writer``
+against ``pack`` on the same files).
+
 This package deliberately imports nothing heavy at import time: ``bench.reader`` is started
 many times as a subprocess and its start-up must stay cheap.
 """

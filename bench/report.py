@@ -497,8 +497,9 @@ Caveats when reading the figures:
 """
 
 
-# Sections other bench modules own (bench.torch_epoch, bench.codecs): each replaces its own, and a
-# full `bench.run` rewrite of the page keeps them.
+# Sections other bench modules own (bench.torch_epoch, bench.codecs, bench.object_store,
+# bench.streaming, bench.delta, bench.diff, bench.writer): each replaces its own, and a full
+# `bench.run` rewrite of the page keeps them.
 EXTRA_SECTIONS = (
     "## PyTorch: a cold epoch",
     "## Compression: lz4 and zstd",
@@ -506,6 +507,7 @@ EXTRA_SECTIONS = (
     "## Streaming: samples and splits",
     "## Versions: packing on a base",
     "## Diff of two bundles",
+    "## Writer: a bundle from Python",
 )
 
 

@@ -1,8 +1,8 @@
 """bundlefs: millions of small files as one immutable, compressed, randomly seekable bundle.
 
-``Bundle`` reads a bundle without FUSE; ``pack`` writes one, ``compact`` rewrites one without the
-stored bytes no file uses; ``diff`` lists what changed between two, from their indexes. The FUSE
-mount lives in
+``Bundle`` reads a bundle without FUSE; ``pack`` writes one from a tree, ``Writer`` from Python
+objects, ``compact`` rewrites one without the stored bytes no file uses; ``diff`` lists what
+changed between two, from their indexes. The FUSE mount lives in
 ``bundlefs.mount`` and is imported only when used; so is the packer, which a
 mount never needs (every millisecond of import is a millisecond before a mount is ready).
 
@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING
 from bundlefs.errors import (
     BundleError,
     CorruptDataError,
+    DuplicatePathError,
     EntryNotFound,
     FormatError,
     IncompleteBundleError,
+    InvalidEntryError,
     IsADirectory,
     NotABundleError,
     NotADirectory,
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     from bundlefs.packing.compact import CompactOptions, compact
     from bundlefs.packing.options import PackOptions
     from bundlefs.packing.packer import pack
+    from bundlefs.packing.writer import Writer
 
 __version__ = "0.1.0"
 
@@ -49,6 +52,10 @@ def __getattr__(name: str) -> object:
         from bundlefs.packing.options import PackOptions
 
         return PackOptions
+    if name == "Writer":
+        from bundlefs.packing.writer import Writer
+
+        return Writer
     if name in ("compact", "CompactOptions"):
         from bundlefs.packing import compact as compacting
 
@@ -57,7 +64,7 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | {"pack", "PackOptions", "compact", "CompactOptions"})
+    return sorted(set(globals()) | {"pack", "PackOptions", "Writer", "compact", "CompactOptions"})
 
 
 __all__ = [
@@ -67,9 +74,11 @@ __all__ = [
     "BundleStat",
     "CompactOptions",
     "CorruptDataError",
+    "DuplicatePathError",
     "EntryNotFound",
     "FormatError",
     "IncompleteBundleError",
+    "InvalidEntryError",
     "IsADirectory",
     "NotABundleError",
     "NotADirectory",
@@ -79,6 +88,7 @@ __all__ = [
     "RemoteOptions",
     "PackOptions",
     "UnsupportedVersionError",
+    "Writer",
     "compact",
     "pack",
     "diff",

@@ -165,6 +165,18 @@ class IndexWriteError(PackError):
         return type(self), (self.reason,)
 
 
+class InvalidEntryError(PackError, ValueError):
+    """An entry a ``Writer`` refuses when it is added: a path no bundle can hold (not relative,
+    an empty, ``.`` or ``..`` component, a NUL, a name over 255 bytes), a path through a file or
+    symlink added before, or a value out of range (mode, mtime, owner, user data, link target).
+    Nothing was added; the ``Writer`` goes on."""
+
+
+class DuplicatePathError(InvalidEntryError):
+    """A path added to a ``Writer`` twice. (A directory that later paths implied may still be
+    added once, to give it its own attributes.)"""
+
+
 class ExtractError(BundleError):
     """Extraction cannot proceed: DEST is in the way, or a PATH is unsafe or missing."""
 

@@ -234,6 +234,14 @@ def _liveness_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
     stored, live, dead = facts["stored_bytes"], facts["live_bytes"], facts["dead_bytes"]
     share = f"{dead / stored:.1%}" if stored else "0%"
     sparse = facts["sparse_shards"]
+    shared = facts.get("shared_files", 0)
+    dedup = [
+        (
+            "dedup",
+            f"{count(shared, 'file')} ({format_size(facts['shared_bytes'])}) share an earlier "
+            "file's content",
+        )
+    ]
     return [
         ("live bytes", f"{live:,} ({format_size(live)})"),
         (
@@ -246,6 +254,7 @@ def _liveness_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
             f"{sparse:,} of {facts['shards']:,} less than {facts['min_live']:.0%} live"
             + (" ('bundlefs compact' rewrites them)" if sparse else ""),
         ),
+        *(dedup if shared else []),
     ]
 
 

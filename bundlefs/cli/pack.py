@@ -23,7 +23,13 @@ from bundlefs.cli.output import (
     status,
     warn,
 )
-from bundlefs.cli.pack_report import exit_status, reuse_line, summary_line, upload_line
+from bundlefs.cli.pack_report import (
+    dedup_line,
+    exit_status,
+    reuse_line,
+    summary_line,
+    upload_line,
+)
 from bundlefs.cli.pack_sources import SourceTotals, expand_sources, read_files_from
 from bundlefs.core import format as fmt
 from bundlefs.core.units import format_size
@@ -168,6 +174,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "is compared by content, never trusted by its stat (default: 2)",
     )
     p.add_argument(
+        "--dedup",
+        action="store_true",
+        help="store each distinct file content once: a file whose content an earlier file of "
+        "the pack has gets its own entry at that file's bytes (default: every file stored)",
+    )
+    p.add_argument(
         "--dask",
         metavar="ADDRESS|local:N",
         help="pack in partitions on a Dask cluster: a running scheduler's address, or local:N "
@@ -275,6 +287,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             "--base packs one directory in one process: not with --dask or --files-from"
         )
+    if args.dask is not None and args.dedup:
+        raise UsageError("--dedup packs in one process; it does not go with --dask")
     if args.dask is not None and args.files_from:
         raise UsageError("--files-from packs in one process; it does not go with --dask")
     if args.dask is not None:
@@ -293,6 +307,8 @@ def run(args: argparse.Namespace) -> int:
         out(summary_line(summary))
         if summary.reuse is not None:
             out(reuse_line(summary.reuse))
+        if summary.dedup_files:
+            out(dedup_line(summary.dedup_files, summary.dedup_bytes))
     return done
 
 
@@ -324,6 +340,7 @@ def _options(args: argparse.Namespace) -> PackOptions:
         files_from=read_files_from(args.files_from, args.null) if args.files_from else None,
         check=args.check,
         racy_seconds=args.racy_seconds,
+        dedup=args.dedup,
     )
 
 

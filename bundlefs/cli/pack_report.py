@@ -1,5 +1,5 @@
 """What ``bundlefs pack`` says when it is done: the one-line summary, the reuse line of a pack on a
-base (``--base``), the upload progress line and the exit status.
+base (``--base``), the dedup line (``--dedup``), the upload progress line and the exit status.
 
 May import: the library layers, ``bundlefs.cli.output``.
 """
@@ -90,3 +90,8 @@ def reuse_line(reuse: BaseReuse) -> str:
     line += f", stored {reuse.stored_files:,} ({format_size(reuse.stored_bytes)})"
     total = reuse.shards_linked + reuse.shards_left
     return line + f"; linked {reuse.shards_linked:,} of its {count(total, 'shard')}"
+
+
+def dedup_line(files: int, size: int) -> str:
+    """``dedup: 30,000 files (600.0 MB) share an earlier file's content, stored once``."""
+    return f"dedup: {count(files, 'file')} ({format_size(size)}) share an earlier file's content"

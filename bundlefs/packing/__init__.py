@@ -1,5 +1,5 @@
-"""The packer: sources of entries, the entry builder, the content writer, ``pack``, ``merge`` and
-the distributed pack.
+"""The packer: sources of entries, the entry builder, the content writer, ``pack``, ``Writer``,
+``merge`` and the distributed pack.
 
 Modules import one way, bottom first (a module imports only those on lines above its own, and
 ``if TYPE_CHECKING:`` imports count):
@@ -9,11 +9,12 @@ Modules import one way, bottom first (a module imports only those on lines above
 2. ``options`` (the vocabulary: ``PackOptions``, ``PackProgress``, ``PackSummary``, the checks)
 3. ``sources.synthetic`` (an in-memory tree, the name rules), ``sources.streams`` (archive streams)
 4. ``content`` (file content into shards), then ``builder`` (entries into the index)
-5. ``sources.archive``, ``sources.objects``, ``sources.stored`` (layers of stored bundles)
+5. ``sources.archive``, ``sources.objects``, ``sources.stored`` (layers of stored bundles),
+   ``sources.added`` (what a ``Writer`` is given)
 6. ``destination`` (check DEST; build, seal and publish), ``compare`` (a source file against a
    base's stored bytes), then ``delta`` (a pack on a base bundle: its unchanged files arrive
    stored at the base's bytes, or as its entry values, copied)
-7. ``packer`` (``pack``)
+7. ``packer`` (``pack``) | ``writer`` (``Writer``: a bundle built from Python, one entry at a time)
 8. ``reuse`` (another bundle's shards in a new one), then ``merge`` and ``compact`` (a bundle
    without its dead records)
 9. ``distributed``: ``cutter``, ``plan``, ``source``, ``area``, ``task``, ``driver``
@@ -21,7 +22,7 @@ Modules import one way, bottom first (a module imports only those on lines above
 As the layering test reads it (a sub-package is one child; ``sources`` orders its own inside):
 
 Order (bottom first): user_data | reuse, sources, options, content, builder, destination,
-compare, delta, packer, merge | compact, distributed
+compare, delta, packer | writer, merge | compact, distributed
 
 Where the next features go: a new archive format is one module in ``sources`` over ``synthetic``
 and ``streams``; object-store bases of a delta pack go in ``delta`` (over ``reuse``).

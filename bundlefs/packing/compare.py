@@ -1,9 +1,11 @@
-"""Comparing a file of a pack's source with a base bundle's stored bytes of it (``delta``):
+"""Comparing a file of a pack's source with a base bundle's content of it (``delta``):
 ``same_bytes`` (content read whole) and ``same_stream`` (an open file, read to its end or to the
-first difference). OLD's records are read through its ``ShardSet`` (CRC-checked, decompressed) a
-record at a time, and compared as SRC is read; a small file is compared by CRC32C first.
+first difference). By the entry's digest where it has one (format version 5: OLD's bytes never
+read), else against OLD's records, read through its ``ShardSet`` (CRC-checked, decompressed) a
+record at a time and compared as SRC is read; a small file is compared by CRC32C first.
 
-May import: ``bundlefs.core``, ``bundlefs.storage``, ``bundlefs.packing.sources``.
+May import: ``bundlefs.core``, ``bundlefs.storage``, ``bundlefs.packing.options``,
+``bundlefs.packing.sources``.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from bundlefs.core import format as fmt
-from bundlefs.core.checksum import crc32c
+from bundlefs.core.checksum import ContentDigest, crc32c
+from bundlefs.packing.options import BaseReuse
 from bundlefs.packing.sources.base import READ_CHUNK, Content, Stat
 from bundlefs.storage.index import IndexReader
 from bundlefs.storage.shards import ShardSet
@@ -27,30 +30,53 @@ def stored_chunks(shards: ShardSet, reader: IndexReader, entry: fmt.Entry) -> It
         offset = record.end
 
 
-def same_bytes(shards: ShardSet, reader: IndexReader, entry: fmt.Entry, data: bytes) -> bool:
-    """Whether ``data`` (read whole) is OLD's content of ``entry``."""
+def same_bytes(
+    shards: ShardSet, reader: IndexReader, counts: BaseReuse, entry: fmt.Entry, data: bytes
+) -> bool:
+    """Whether ``data`` (read whole) is OLD's content of ``entry``: by its digest where OLD
+    has one, else against OLD's bytes."""
     if len(data) != entry.size or crc32c(data) != entry.crc32c:
         return False
+    if entry.digest:
+        counts.digest_compared += 1
+        return ContentDigest(data).digest() == entry.digest
     return _Comparer(stored_chunks(shards, reader, entry)).matches(data)
 
 
 def same_stream(
-    shards: ShardSet, reader: IndexReader, entry: fmt.Entry, content: Content, before: Stat
+    shards: ShardSet,
+    reader: IndexReader,
+    counts: BaseReuse,
+    entry: fmt.Entry,
+    content: Content,
+    before: Stat,
 ) -> bool:
     """Whether the open file ``content`` holds OLD's content of ``entry`` (read to its end,
     or to the first difference) and did not change while it was read."""
     if before.st_size != entry.size:
         return False
-    comparer = _Comparer(stored_chunks(shards, reader, entry))
+    digest = ContentDigest() if entry.digest else None
+    comparer = None
+    if digest is None:
+        comparer = _Comparer(stored_chunks(shards, reader, entry))
     crc = size = 0
     while chunk := content.read(READ_CHUNK):
-        if not comparer.matches(chunk):
+        if comparer is not None and not comparer.matches(chunk):
             return False
+        if digest is not None:
+            digest.update(chunk)
         crc = crc32c(chunk, crc)
         size += len(chunk)
+        if size > entry.size:
+            return False
     after = content.stat()
     unchanged = (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
-    return unchanged and size == entry.size and crc == entry.crc32c and comparer.done()
+    if digest is not None:
+        counts.digest_compared += 1
+        same = digest.digest() == entry.digest
+    else:
+        same = comparer is not None and comparer.done()
+    return unchanged and size == entry.size and crc == entry.crc32c and same
 
 
 class _Comparer:

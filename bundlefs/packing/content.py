@@ -6,6 +6,15 @@ that changes while it is read is stored consistently and reported in ``changed``
 ``ShardWriter`` when the current one is full, and puts each shard's records into the index only
 when that shard closes.
 
+With ``dedup`` (``pack --dedup``) a file whose content equals a file stored earlier in the same
+pack is not stored again: it gets the first copy's shard, offset, CRC and digest (an entry of its
+own, docs/format.md §3.3). The digest is known before the bytes go in: a small file (read ahead
+whole, or an archive member of at most ``DEDUP_BUFFER`` bytes) is hashed, then stored or not; a
+streamed file is hashed first only when a file of its size was stored before (``DedupTable.sizes``,
+the candidate filter), and read a second time to store it only when no copy matches, so a tree
+without duplicates reads every byte once. Memory: ``DedupTable`` holds at most ``DEDUP_LIMIT``
+digests (~135 bytes each: ~135 MB), the first ones stored; later contents are stored as they come.
+
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``,
 ``bundlefs.packing.options``, ``bundlefs.packing.sources.base``.
 """
@@ -39,6 +48,32 @@ from bundlefs.storage.shard_writer import ShardWriter
 
 log = logging.getLogger(__name__)
 
+DEDUP_LIMIT = 1_000_000  # digests a pack remembers (~135 bytes each: a 16-byte key and an int)
+DEDUP_BUFFER = 1024 * 1024  # an archive member up to this size is hashed before it is stored
+
+
+class DedupTable:
+    """Where each content went, by digest: 16-byte digest -> ``shard << 48 | offset``, at most
+    ``limit`` of them (then new contents are no longer remembered); ``sizes``: the sizes of the
+    streamed files stored, which say whether hashing a streamed file first may pay."""
+
+    def __init__(self, limit: int = DEDUP_LIMIT) -> None:
+        self.limit = limit
+        self.places: dict[bytes, int] = {}
+        self.sizes: set[int] = set()
+        self.files = 0  # files that got an earlier file's content
+        self.bytes = 0
+
+    def find(self, digest: bytes) -> tuple[int, int] | None:
+        place = self.places.get(digest)
+        return None if place is None else (place >> 48, place & (1 << 48) - 1)
+
+    def add(self, digest: bytes, shard: int, offset: int, size: int, streamed: bool) -> None:
+        if len(self.places) < self.limit and digest not in self.places:
+            self.places[digest] = shard << 48 | offset
+            if streamed:
+                self.sizes.add(size)
+
 
 @dataclass(slots=True)
 class _Written:
@@ -49,6 +84,13 @@ class _Written:
     size: int = 0
     crc: int = 0
     head: bytes = b""
+
+    def take(self, chunk: bytes) -> None:
+        if len(self.head) < HEAD_SIZE:
+            self.head += chunk[: HEAD_SIZE - len(self.head)]
+        self.crc = crc32c(chunk, self.crc)
+        self.digest.update(chunk)
+        self.size += len(chunk)
 
 
 class ContentWriter:
@@ -67,6 +109,7 @@ class ContentWriter:
         tick: Callable[[], None] | None = None,
         level: int | None = None,
         first_shard: int = 0,
+        dedup: bool = False,
     ) -> None:
         self.work = work
         self.config = config
@@ -82,36 +125,50 @@ class ContentWriter:
         self.shards: list[fmt.ShardInfo] = []  # the closed shards
         self.shard: ShardWriter | None = None  # the one being written
         self.changed: list[str] = []  # files that changed while being read
+        self.dedup = DedupTable() if dedup else None
 
     def store(self, item: SourceItem, source: EntrySource) -> StoredContent | None:
         """Copy a regular file's content into the current shard; None if it was skipped."""
         if item.data is not None:
             assert item.before is not None and item.after is not None  # read ahead: both taken
             return self._store_bytes(item.rel, item.data, item.before, item.after)
+        if self.dedup is not None and item.st.st_size in self.dedup.sizes:
+            earlier = self._earlier_stream(item, source)
+            if earlier is not None:
+                return earlier
         return self._store_content(item, source)
 
-    def store_stream(self, rel: bytes, chunks: Iterable[bytes], st: Stat) -> StoredContent:
+    def store_stream(
+        self, rel: bytes, chunks: Iterable[bytes], st: Stat, *, sized: bool = True
+    ) -> StoredContent:
         """Append a file's content as a source streams it (an archive member, in archive order).
 
         ``st`` is the member's status (its ``st_size`` places large files on record boundaries);
-        what is stored is exactly the bytes ``chunks`` yields.
+        what is stored is exactly the bytes ``chunks`` yields. Not ``sized``: ``st_size`` is only
+        a guess made before reading (a stream the ``Writer`` reads once), not compared with what
+        was read.
         """
+        if self.dedup is not None and sized and st.st_size <= DEDUP_BUFFER:
+            return self._store_bytes(rel, b"".join(chunks), st, st)  # hashed before it is stored
         shard = self._shard_for(st.st_size)
         offset = shard.stream_size
         written = _Written(ContentDigest())
         for chunk in chunks:
             self._append(shard, chunk, written)
-        return self._stored(rel, shard, offset, written, st, st)
+        if not sized:  # a guess, not compared with what was read
+            digest = written.digest.digest()
+            return StoredContent(shard.index, offset, written.size, written.crc, st, written.head,
+                                 digest=digest)  # fmt: skip
+        return self._stored(rel, shard.index, offset, written, st, st, streamed=True)
 
     def _append(self, shard: ShardWriter, chunk: bytes, written: _Written) -> None:
         """One chunk of a file's content into the shard stream, counted."""
-        if len(written.head) < HEAD_SIZE:
-            written.head += chunk[: HEAD_SIZE - len(written.head)]
         shard.write(chunk)
-        written.crc = crc32c(chunk, written.crc)
-        written.digest.update(chunk)
-        written.size += len(chunk)
-        self.progress.bytes_read += len(chunk)
+        written.take(chunk)
+        self._count(len(chunk))
+
+    def _count(self, size: int) -> None:
+        self.progress.bytes_read += size
         if self._tick is not None:
             self._tick()
 
@@ -145,28 +202,77 @@ class ContentWriter:
             after = content.stat()
         finally:
             content.close()
-        return self._stored(rel, shard, offset, written, before, after)
+        return self._stored(rel, shard.index, offset, written, before, after, streamed=True)
+
+    def _earlier_stream(self, item: SourceItem, source: EntrySource) -> StoredContent | None:
+        """A streamed file's content where an earlier file stored it, found by hashing the file
+        first when a file of its size was stored before. None: no such copy, or it could not be
+        read steadily (``_store_content`` then reads it again and reports what it finds)."""
+        assert self.dedup is not None
+        try:
+            content = source.open(item)
+        except OSError:
+            return None
+        try:
+            before = content.stat()
+            if not statmod.S_ISREG(before.st_mode) or before.st_size not in self.dedup.sizes:
+                return None
+            written = _Written(ContentDigest())
+            while chunk := content.read(READ_CHUNK):
+                written.take(chunk)
+            after = content.stat()
+        except OSError:
+            return None
+        finally:
+            content.close()
+        if written.size != before.st_size or after.st_mtime_ns != before.st_mtime_ns:
+            return None
+        return self._earlier(item.rel, written, before, after)
 
     def _store_bytes(self, rel: bytes, data: bytes, before: Stat, after: Stat) -> StoredContent:
         """Store content the source already read whole (same result as _store_content)."""
+        written = _Written(ContentDigest(data), len(data), crc32c(data), data[:HEAD_SIZE])
+        earlier = self._earlier(rel, written, before, after)
+        if earlier is not None:
+            return earlier
         shard = self._shard_for(len(data))
         offset = shard.stream_size
         shard.write(data)
-        self.progress.bytes_read += len(data)
-        if self._tick is not None:
-            self._tick()
-        written = _Written(ContentDigest(data), len(data), crc32c(data), data[:HEAD_SIZE])
-        return self._stored(rel, shard, offset, written, before, after)
+        self._count(len(data))
+        return self._stored(rel, shard.index, offset, written, before, after, streamed=False)
+
+    def _earlier(
+        self, rel: bytes, written: _Written, before: Stat, after: Stat
+    ) -> StoredContent | None:
+        """The content ``written`` describes where a file stored before holds it, if it does."""
+        dedup = self.dedup
+        if dedup is None or not written.size:
+            return None
+        place = dedup.find(written.digest.digest())
+        if place is None:
+            return None
+        dedup.files += 1
+        dedup.bytes += written.size
+        self._count(written.size)
+        return self._result(rel, *place, written, before, after)
 
     def _stored(
-        self, rel: bytes, shard: ShardWriter, offset: int, written: _Written, before, after
+        self, rel: bytes, shard: int, offset: int, written: _Written, before, after, *, streamed
+    ) -> StoredContent:
+        stored = self._result(rel, shard, offset, written, before, after)
+        if self.dedup is not None and stored.size:
+            self.dedup.add(stored.digest, shard, offset, stored.size, streamed)
+        return stored
+
+    def _result(
+        self, rel: bytes, shard: int, offset: int, written: _Written, before, after
     ) -> StoredContent:
         size = written.size
         if size != before.st_size or after.st_mtime_ns != before.st_mtime_ns:
             log.warning("%s changed while it was packed; stored the bytes read", os.fsdecode(rel))
             self.changed.append(os.fsdecode(rel))
         return StoredContent(
-            shard.index, offset, size, written.crc, before, written.head,
+            shard, offset, size, written.crc, before, written.head,
             digest=written.digest.digest(),
         )  # fmt: skip
 

@@ -22,10 +22,15 @@ pack's start) may have been changed again within the same mtime tick after OLD r
 stat proves nothing and it is compared by content. The rule needs no record in OLD beyond its
 creation time, and it holds down a chain: NEW's own creation time guards NEW's entries.
 
-Comparing (``compare``): OLD's bytes are read through its ``ShardSet`` and compared as SRC is
-read, stopping at the first difference. Only a changed file of unchanged size larger than
-the read-ahead limit is read twice (compared, then stored): streaming it into a shard and rolling
-back on a match would need a shard writer that can take bytes back.
+Comparing (``compare``): when OLD's entry has a digest (format version 5), SRC's file is
+hashed as it is read and its digest (and CRC32C) compared with the entry's: no byte of OLD is
+read or decompressed, and a file whose bytes in OLD are damaged is reused all the same, as a file
+trusted by its stat is (``verify`` of OLD and NEW reports the damage). Without a digest (a base
+of an earlier version, a file a merge took from one), OLD's bytes are read through its
+``ShardSet`` and compared as SRC is read, stopping at the first difference. Only a changed file
+of unchanged size larger than the read-ahead limit is read twice (compared, then stored):
+streaming it into a shard and rolling back on a match would need a shard writer that can take
+bytes back.
 
 ``Base.finish`` links OLD's shards that some entry uses (``reuse.ReusedShards``: hard link,
 else reflink, else copy; OLD is never written) at their own numbers, and puts an empty shard of
@@ -332,13 +337,14 @@ class DeltaSource:
             return False
 
     def _compare(self, item: SourceItem, entry: fmt.Entry) -> bool:
+        base = self.base
         if item.data is not None:
             assert item.before is not None and item.after is not None
             steady = (item.before.st_mtime_ns, item.before.st_size) == (
                 item.after.st_mtime_ns,
                 item.after.st_size,
             )
-            return steady and same_bytes(self.base.shards, self.base.reader, entry, item.data)
+            return steady and same_bytes(base.shards, base.reader, base.reuse, entry, item.data)
         try:
             content = self.inner.open(item)
         except OSError:
@@ -347,7 +353,7 @@ class DeltaSource:
             before = content.stat()
             if not statmod.S_ISREG(before.st_mode):
                 return False
-            if same_stream(self.base.shards, self.base.reader, entry, content, before):
+            if same_stream(base.shards, base.reader, base.reuse, entry, content, before):
                 item.before = before
                 return True
             return False

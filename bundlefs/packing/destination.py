@@ -5,7 +5,8 @@ share once the bundle is built.
 overlaps the source or is not a bundle, a URL that is unreachable or taken, an object-store prefix
 written into itself); ``publish_built`` builds the bundle in a locked temporary directory
 (``bundlefs.storage.publish.stage``), seals it and moves it into place or uploads it, atomically
-either way, and turns every failure into one ``PackError``.
+either way, and turns every failure into one ``PackError``; ``building`` is the same step as a
+context (the ``Writer``'s bundle is built while its caller adds entries).
 
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``,
 ``bundlefs.packing.options``, ``bundlefs.packing.sources``.
@@ -13,9 +14,11 @@ May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``,
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 from bundlefs.core import format as fmt
@@ -136,21 +139,30 @@ def check_destination(
 Built = TypeVar("Built")
 
 
-def publish_built(
+@dataclass(frozen=True)
+class Staged:
+    """A bundle being built: the locked temporary directory, its (st_dev, st_ino), and where the
+    bundle goes once it is complete (its local path or URL)."""
+
+    work: str
+    work_id: tuple[int, int]
+    dest: str
+
+
+@contextlib.contextmanager
+def building(
     location: Location,
     remote: RemotePublisher | None,
-    build: Callable[[str, tuple[int, int]], Built],
     *,
     force: bool,
     staging: str | None,
     what: str,
     upload_progress: Callable[[UploadProgress], None] | None = None,
-) -> tuple[Built, str]:
-    """Build a bundle with ``build(work, work_id)`` in a locked temporary directory, then move it
-    to ``location`` (a directory) or upload it with ``remote`` (a URL): atomically either way,
-    and nothing left behind on failure. What ``pack`` and ``merge`` share, once the destination
-    is checked. ``what`` begins the sentence of a format error. Returns what ``build`` returned
-    and the bundle's local path or URL."""
+) -> Iterator[Staged]:
+    """A locked temporary directory to build a bundle in; when the body ends without an exception
+    the (sealed) bundle is moved to ``location`` (a directory) or uploaded with ``remote`` (a URL):
+    atomically either way, and nothing left behind on failure. Every failure of the body or of
+    the publishing is one ``PackError``; ``what`` begins the sentence of a format error."""
     if remote is not None:
         dest = location.url
         staged = staging_path(location, staging)
@@ -158,7 +170,7 @@ def publish_built(
         staged = dest = location.path  # file://PATH is PATH
     try:
         with publish.stage(staged) as (work, work_id):
-            built = build(work, work_id)
+            yield Staged(work, work_id, dest)
             if remote is None:
                 publish.publish(work, dest, force)
             else:
@@ -173,4 +185,28 @@ def publish_built(
         raise PackError(f"cannot write the bundle {dest}: {e.strerror or e}{where}") from e
     except fmt.FormatError as e:
         raise PackError(f"{what}: {e}") from e
-    return built, dest
+
+
+def publish_built(
+    location: Location,
+    remote: RemotePublisher | None,
+    build: Callable[[str, tuple[int, int]], Built],
+    *,
+    force: bool,
+    staging: str | None,
+    what: str,
+    upload_progress: Callable[[UploadProgress], None] | None = None,
+) -> tuple[Built, str]:
+    """Build a bundle with ``build(work, work_id)`` and publish it (``building``): what ``pack``
+    and ``merge`` share, once the destination is checked. Returns what ``build`` returned and the
+    bundle's local path or URL."""
+    with building(
+        location,
+        remote,
+        force=force,
+        staging=staging,
+        what=what,
+        upload_progress=upload_progress,
+    ) as staged:
+        built = build(staged.work, staged.work_id)
+    return built, staged.dest

@@ -75,6 +75,9 @@ class PackOptions:
     # seconds before OLD's creation a file's mtime must lie for its stat to be trusted at all.
     check: str = "stat"
     racy_seconds: float = 2.0
+    # Whole-file dedup (``pack --dedup``, packing/content.py): a file whose content a file stored
+    # before in the same pack holds gets that file's place instead of a copy.
+    dedup: bool = False
 
 
 def parse_compression(spec: str) -> tuple[str, int | None]:
@@ -133,6 +136,7 @@ class BaseReuse:
     reused_bytes: int = 0
     same_files: int = 0  # read and found equal to the base's (a touch): nothing stored
     same_bytes: int = 0
+    digest_compared: int = 0  # files compared by OLD's digest (version 5), OLD's bytes unread
     stored_files: int = 0  # new or changed: stored in the new bundle's own shards
     stored_bytes: int = 0
     shards_linked: int = 0  # the base's shards the new bundle holds (ways: link, reflink, copy)
@@ -159,6 +163,9 @@ class PackSummary:
     upload_seconds: float | None = None
     uploaded_bytes: int = 0
     reuse: BaseReuse | None = None  # a pack on a base bundle: what it reused
+    # With dedup: the files that got an earlier file's content, and their bytes (not stored).
+    dedup_files: int = 0
+    dedup_bytes: int = 0
 
     def to_dict(self) -> dict[str, object]:
         """The summary as JSON-ready facts (the counts of ``bundlefs pack``'s summary line)."""
@@ -180,6 +187,8 @@ class PackSummary:
         }
         if self.phases:
             facts["phases"] = {name: round(s, 3) for name, s in self.phases.items()}
+        if self.dedup_files:
+            facts["dedup"] = {"files": self.dedup_files, "bytes": self.dedup_bytes}
         if self.reuse is not None:
             facts["reuse"] = self.reuse.to_dict()
         if self.upload_seconds is not None and self.build_seconds is not None:

@@ -16,6 +16,7 @@ below it (``options``, ``sources``, ``content``, ``builder``, ``destination``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -73,6 +74,7 @@ def pack(
     progress: Callable[[PackProgress], None] | None = None,
     *,
     base: str | os.PathLike[str] | None = None,
+    dedup: bool | None = None,
 ) -> PackSummary:
     """Pack the tree at ``source`` into a new bundle at ``dest``: a directory, or a URL
     (``s3://bucket/x.bundle``: built locally, then uploaded,
@@ -92,8 +94,13 @@ def pack(
     With ``base`` (a local bundle, OLD), the new bundle reuses OLD's stored bytes for every file
     of the directory ``source`` that did not change since OLD (``options.check`` says how that is
     known) and stores only the others: ``delta`` says how, docs/versions.md when to.
+
+    ``dedup`` (``options.dedup`` when None): store each distinct content once; a later file with
+    the same content gets an entry of its own at the first copy's place (``content.DedupTable``).
     """
     started = time.monotonic()
+    if dedup is not None:
+        options = dataclasses.replace(options, dedup=dedup)
     options = check_options(options)
     paths = source_paths(source)
     location, remote = check_destination(paths, dest, options)
@@ -203,6 +210,7 @@ class _Packer:
                 pool=pool,
                 tick=self._tick if self.report is not None else None,
                 first_shard=0 if self.base is None else self.base.count,
+                dedup=self.options.dedup,
             )
             shard_count, own = self._build(index, content, errors, pool)
             closing, index = index, None  # a close that fails is not followed by an abort
@@ -228,6 +236,8 @@ class _Packer:
             errors.skipped,
             content.changed,
             reuse=None if self.base is None else self.base.reuse,
+            dedup_files=content.dedup.files if content.dedup is not None else 0,
+            dedup_bytes=content.dedup.bytes if content.dedup is not None else 0,
         )
 
     def _build(

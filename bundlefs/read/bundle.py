@@ -60,7 +60,12 @@ from bundlefs.read.paths import (
 )
 from bundlefs.read.samples import StreamMethods
 from bundlefs.read.tree import TreeModel
-from bundlefs.storage.liveness import DEFAULT_MIN_LIVE, Liveness, shard_liveness
+from bundlefs.storage.liveness import (
+    DEFAULT_MIN_LIVE,
+    Liveness,
+    SharedContent,
+    shard_liveness,
+)
 from bundlefs.storage.location import Location, parse_location
 from bundlefs.storage.store import FailedRead
 
@@ -168,11 +173,14 @@ class Bundle(BundleMapping, StreamMethods):
         """Facts about the bundle: counts, sizes, layout, compression, metadata (as `info`).
 
         ``dead``: also how many stored bytes no file of this bundle uses, and how many shards are
-        less live than ``min_live`` (``info --dead``; one pass over the index, ~1.5 s per
-        million files, no shard read)."""
+        less live than ``min_live``, and how many files share an earlier file's bytes (dedup)
+        (``info --dead``; one pass over the index, ~1.5 s per million files, no shard read)."""
         if self._shard_bytes is None:
             self._shard_bytes = shard_bytes(self._index)
-        liveness = Liveness.of(shard_liveness(self._index), min_live) if dead else None
+        liveness = None
+        if dead:
+            shared = SharedContent()
+            liveness = Liveness.of(shard_liveness(self._index, shared), min_live, shared)
         return BundleInfo.of(self._parts, self._shard_bytes, liveness)
 
     def storage_stats(self) -> dict[str, object] | None:

@@ -14,7 +14,9 @@ removed and an added file, size > 0, whose content is the same and the only such
 exact-rename detection pairs them). A directory added or removed is one line, then one for each
 path below it. Hard links are not compared as such: each name compares the file it names.
 
-Content identity is ``same_content``. Renames need the whole walk before any pairing, so with
+Content identity is ``same_content``; a rename's candidates are grouped by size and CRC32C, and
+by digest as well when both bundles are of version 5 (two removed files of one size and CRC but
+other digests each find their own). Renames need the whole walk before any pairing, so with
 ``renames`` the changes are held (memory grows with the number of changes, never with the
 entries) and come out in tree order at the end; without, they stream as they are found.
 
@@ -75,8 +77,9 @@ class Change:
 
 
 def digest_of(entry: fmt.Entry) -> bytes:
-    """A file's strong digest (format version 5), or b"" where the entry has none."""
-    return getattr(entry, "digest", b"")
+    """A file's strong digest (format version 5), or b"" where the entry has none (an older
+    version's, or a file a merge took from one)."""
+    return entry.digest
 
 
 def same_content(a: fmt.Entry, b: fmt.Entry, shared: Mapping[int, int] | None = None) -> bool:
@@ -154,6 +157,9 @@ class _Walk:
     def __init__(self, old: IndexReader, new: IndexReader) -> None:
         self.old, self.new = _Side(old), _Side(new)
         self.shared = shared_shards(old, new)
+        # Both of version 5: a rename is paired by digest (a file without one, merged from an
+        # older bundle, by size and CRC32C among those without), else by size and CRC32C.
+        self.digests = self.old.version >= 5 and self.new.version >= 5
         # Equal bytes mean equal fields in one layout family, where an owner or content type
         # index names the same in both tables (one may extend the other: a new pack appends).
         self.fast = (
@@ -264,15 +270,17 @@ class _Walk:
 
     def with_renames(self, found: Iterable[_Found]) -> Iterator[Change]:
         """The changes in tree order, a removed and an added file of the same content, each the
-        only one of its identity, made one ``R`` (at the added path's place)."""
+        only one of its identity (size, CRC32C and, between version-5 bundles, digest), made one
+        ``R`` (at the added path's place)."""
         changes: list[Change | None] = []
         held: dict[int, fmt.Entry] = {}  # the candidates' entries, by position
-        removed: dict[tuple[int, int], list[int]] = {}
-        added: dict[tuple[int, int], list[int]] = {}
+        removed: dict[tuple[int, int, bytes], list[int]] = {}
+        added: dict[tuple[int, int, bytes], list[int]] = {}
         for change, entry in found:
             if entry is not None:
                 where = removed if change.status == "D" else added
-                where.setdefault((entry.size, entry.crc32c), []).append(len(changes))
+                identity = (entry.size, entry.crc32c, digest_of(entry) if self.digests else b"")
+                where.setdefault(identity, []).append(len(changes))
                 held[len(changes)] = entry
             changes.append(change)
         for identity, gone in removed.items():

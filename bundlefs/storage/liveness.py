@@ -13,6 +13,10 @@ read. A shard's **live bytes** are the block-padded stored bytes of its live rec
 header block when any record is live, so a shard every record of which is live has no dead byte
 and one with none is dead whole. ``info --dead`` shows the sum, ``compact`` plans by the shards.
 
+``SharedContent``, filled in the same pass when asked (``info --dead``): the files whose bytes an
+earlier file has (same shard and offset: whole-file dedup, docs/format.md §3.3), and their bytes,
+what dedup saved. It keeps one int per non-empty file (~70 bytes each): O(files), opt-in.
+
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.index``.
 """
 
@@ -21,7 +25,7 @@ from __future__ import annotations
 import bisect
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bundlefs.core import format as fmt
 from bundlefs.errors import FormatError
@@ -60,9 +64,26 @@ class ShardLiveness:
         return sum(self.live)
 
 
-def shard_liveness(index: IndexReader) -> list[ShardLiveness]:
-    """Every shard of the bundle ``index`` with its records' liveness; ``FormatError`` for a file
-    that names a shard the bundle does not have."""
+@dataclass(slots=True)
+class SharedContent:
+    """Files at the same bytes as an earlier file (inode order), counted with their sizes."""
+
+    files: int = 0
+    bytes: int = 0
+    seen: set[int] = field(default_factory=set)  # shard << 48 | offset of each file met
+
+    def add(self, shard: int, offset: int, size: int) -> None:
+        key = shard << 48 | offset
+        if key in self.seen:
+            self.files += 1
+            self.bytes += size
+        else:
+            self.seen.add(key)
+
+
+def shard_liveness(index: IndexReader, shared: SharedContent | None = None) -> list[ShardLiveness]:
+    """Every shard of the bundle ``index`` with its records' liveness (and ``shared`` filled,
+    when given); ``FormatError`` for a file that names a shard the bundle does not have."""
     block = index.config.block_size
     shards = []
     for shard in range(index.config.shard_count):
@@ -88,6 +109,8 @@ def shard_liveness(index: IndexReader) -> list[ShardLiveness]:
     # one ended in is skipped without a search.
     last, low, high = -1, 0, 0
     for shard, offset, size in fmt.file_extents(index.iter_values(), index.marker.format_version):
+        if shared is not None and size:
+            shared.add(shard, offset, size)
         if not size or (shard == last and low <= offset and offset + size <= high):
             continue  # an empty file has no byte in any record
         if shard >= len(shards):
@@ -123,13 +146,20 @@ class Liveness:
     sparse_shards: int  # shards whose live fraction is below ``min_live``
     dead_shards: int  # shards with no live record at all
     min_live: float
+    shared_files: int = 0  # files at an earlier file's bytes (dedup), when counted
+    shared_bytes: int = 0
 
     @property
     def dead_bytes(self) -> int:
         return self.stored_bytes - self.live_bytes
 
     @classmethod
-    def of(cls, shards: Sequence[ShardLiveness], min_live: float = DEFAULT_MIN_LIVE) -> Liveness:
+    def of(
+        cls,
+        shards: Sequence[ShardLiveness],
+        min_live: float = DEFAULT_MIN_LIVE,
+        shared: SharedContent | None = None,
+    ) -> Liveness:
         return cls(
             stored_bytes=sum(s.file_size for s in shards),
             live_bytes=sum(s.live_bytes for s in shards),
@@ -139,6 +169,8 @@ class Liveness:
             sparse_shards=sum(1 for s in shards if s.live_fraction < min_live),
             dead_shards=sum(1 for s in shards if not any(s.live)),
             min_live=min_live,
+            shared_files=shared.files if shared is not None else 0,
+            shared_bytes=shared.bytes if shared is not None else 0,
         )
 
     def to_dict(self) -> dict[str, object]:
@@ -150,4 +182,6 @@ class Liveness:
             "sparse_shards": self.sparse_shards,
             "dead_shards": self.dead_shards,
             "min_live": self.min_live,
+            "shared_files": self.shared_files,
+            "shared_bytes": self.shared_bytes,
         }

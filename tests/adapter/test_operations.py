@@ -942,11 +942,18 @@ async def test_a_files_content_type_is_an_xattr_where_it_has_one(ops):
 
 
 @pytest.mark.trio
-async def test_directories_and_symlinks_other_than_the_root_have_no_xattrs(ops):
-    for path in ("dir", "emptydir", "link"):
+async def test_directories_have_only_their_tree_xattr_and_symlinks_none(ops):
+    for path, names in (("dir", [fmt.XATTR_TREE]), ("emptydir", [fmt.XATTR_TREE]), ("link", [])):
         ino = await ino_of(ops, path)
-        assert await ops.listxattr(ino, None) == []
+        assert await ops.listxattr(ino, None) == names
         assert await fuse_errno(ops.getxattr(ino, fmt.XATTR_CRC, None)) == pyfuse3.ENOATTR
+    empty = await ino_of(ops, "emptydir")
+    assert json.loads(await ops.getxattr(empty, fmt.XATTR_TREE, None)) == {
+        "bytes": 0,
+        "dirs": 0,
+        "entries": 0,
+        "files": 0,
+    }
 
 
 @pytest.mark.trio
@@ -976,7 +983,7 @@ async def test_user_data_attached_at_pack_time_is_an_xattr(make_ops, pack_tree):
 @pytest.mark.trio
 async def test_stats_xattr_on_the_root_is_json_of_the_adapters_counters(make_ops):
     ops = make_ops(cache_size=4 * 1024 * 1024, open_mode="open")
-    assert await ops.listxattr(ROOT, None) == [fmt.XATTR_STATS, fmt.XATTR_BUNDLE]
+    assert await ops.listxattr(ROOT, None) == [fmt.XATTR_TREE, fmt.XATTR_STATS, fmt.XATTR_BUNDLE]
     await ops.getattr(ROOT, None)
     stats = json.loads(await ops.getxattr(ROOT, fmt.XATTR_STATS, None))
     assert set(stats) == {

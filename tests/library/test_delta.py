@@ -7,6 +7,7 @@ verified; OLD's files are compared byte for byte before and after.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import shutil
@@ -22,6 +23,7 @@ from bundlefs.errors import PackError
 from bundlefs.read.extract import extract
 from bundlefs.read.verify import verify
 from tests.conftest import bundle_file_bytes, flip_byte
+from tests.support.legacy_trees import V1_PACK_OPTIONS, V4_BUNDLE, build_v1_tree
 from tests.support.trees import MTIME_NS, build_rich_tree, set_mtimes, snapshot
 
 OLD_NS = MTIME_NS  # 2020: far outside the racy window of a pack made now
@@ -284,14 +286,65 @@ def test_a_base_whose_shard_was_replaced_is_refused_in_one_sentence(tmp_path: Pa
     assert not (tmp_path / "new").exists()
 
 
-def test_a_touched_file_whose_base_bytes_are_damaged_is_stored_anew(tmp_path: Path) -> None:
+def _damage(bundle: Path, path: str) -> None:
+    """Flip a byte inside the stored record that holds the start of ``path``'s bytes."""
+    with Bundle(bundle) as b:
+        entry = b.resolve(path)
+        record = next(r for r in b.content.records(entry.shard) if r.end > entry.offset)
+    flip_byte(bundle / fmt.shard_filename(entry.shard), record.stored_offset + 100)
+
+
+def test_a_touched_file_of_a_base_without_digests_whose_bytes_are_damaged_is_stored_anew(
+    tmp_path: Path,
+) -> None:
+    src = build_v1_tree(tmp_path / "src")
+    old = tmp_path / "old"
+    shutil.copytree(V4_BUNDLE, old)  # version 4: no digest, OLD's bytes are what is compared
+    _damage(old, "d1/f02.bin")
+    os.utime(src / "d1" / "f02.bin", ns=(OLD_NS, OLD_NS + 1))
+    summary = _pack(src, tmp_path / "new", old, **V1_PACK_OPTIONS)
+    # The fixture's files lie in its racy window: every one is compared, one found damaged.
+    assert (summary.reuse.same_files, summary.reuse.stored_files) == (19, 1)
+    assert summary.reuse.digest_compared == 0
+    assert _same_as(tmp_path / "new", src, tmp_path)
+
+
+def test_check_content_on_a_base_without_digests_reads_its_bytes(tmp_path: Path) -> None:
+    src = build_v1_tree(tmp_path / "src")
+    summary = _pack(src, tmp_path / "new", V4_BUNDLE, check="content", **V1_PACK_OPTIONS)
+    assert summary.reuse.same_files == 20 and summary.reuse.digest_compared == 0
+    assert _same_as(tmp_path / "new", src, tmp_path)
+
+
+def test_check_content_compares_digests_and_reads_no_byte_of_the_base(tmp_path: Path) -> None:
     src = _tree(tmp_path / "src", files=4)
     _pack(src, tmp_path / "old")
-    with Bundle(tmp_path / "old") as b:
-        entry = b.resolve("large.bin")
-        record = next(r for r in b.content.records(entry.shard) if r.end > entry.offset)
-    flip_byte(tmp_path / "old" / fmt.shard_filename(entry.shard), record.stored_offset + 100)
-    os.utime(src / "large.bin", ns=(OLD_NS, OLD_NS + 1))
-    summary = _pack(src, tmp_path / "new", tmp_path / "old")
-    assert (summary.reuse.same_files, summary.reuse.stored_files) == (0, 1)
+    _damage(tmp_path / "old", "large.bin")  # read, OLD's bytes would differ from SRC's
+    _damage(tmp_path / "old", "d0/f000.bin")
+    summary = _pack(src, tmp_path / "new", tmp_path / "old", check="content")
+    assert (summary.reuse.same_files, summary.reuse.stored_files) == (5, 0)
+    assert summary.reuse.digest_compared == 5
+
+
+def test_check_content_by_digest_finds_a_same_size_rewrite(tmp_path: Path) -> None:
+    src = _tree(tmp_path / "src", files=4)
+    _pack(src, tmp_path / "old")
+    for name in ("large.bin", "d1/f001.bin"):
+        data = bytearray((src / name).read_bytes())
+        data[len(data) // 2] ^= 1
+        (src / name).write_bytes(bytes(data))
+        os.utime(src / name, ns=(OLD_NS, OLD_NS))
+    summary = _pack(src, tmp_path / "new", tmp_path / "old", check="content")
+    assert (summary.reuse.same_files, summary.reuse.stored_files) == (3, 2)
     assert _same_as(tmp_path / "new", src, tmp_path)
+
+
+def test_a_reused_entry_carries_the_bases_digest(tmp_path: Path) -> None:
+    src = _tree(tmp_path / "src", files=4)
+    _pack(src, tmp_path / "old")
+    os.utime(src / "d2" / "f002.bin", ns=(OLD_NS, OLD_NS + 5))  # compared, not trusted by stat
+    _pack(src, tmp_path / "new", tmp_path / "old")
+    with Bundle(tmp_path / "old") as a, Bundle(tmp_path / "new") as b:
+        for path in ("d2/f002.bin", "d0/f000.bin", "large.bin"):
+            digest = hashlib.sha256((src / path).read_bytes()).digest()[:16]
+            assert a.resolve(path).digest == b.resolve(path).digest == digest

@@ -53,6 +53,8 @@ class DistributedPack:
     @classmethod
     def prepare(cls, source: PackSource, dest: str, options: PackOptions) -> DistributedPack:
         options = check_options(options)
+        if options.dedup:
+            raise PackError("dedup packs in one process: a distributed pack does not dedup")
         if isinstance(source, str | os.PathLike):
             paths = [os.fspath(source)]
         elif isinstance(source, Sequence):

@@ -3,9 +3,10 @@
 Bottom first: ``base`` (the seam), ``directory`` (``DirectorySource``: a tree on disk),
 ``synthetic`` (an in-memory tree and the one set of name rules for sources of made-up entries)
 and ``streams`` (archive streams), then ``archive`` (tar and zip), ``objects`` (an object-store
-prefix), ``stored`` (layers of trees already stored in bundles) and ``listed`` (the listed paths
-of a directory, in list order). A new archive format is one more module over ``synthetic`` and
-``streams``.
+prefix), ``stored`` (layers of trees already stored in bundles), ``listed`` (the listed paths of
+a directory, in list order) and ``added`` (what a ``Writer`` is given, in a temporary table). A
+new archive format is one more module over ``synthetic`` and ``streams``.
 
 Order (bottom first): base, directory | synthetic | streams, archive | objects | stored | listed
+| added
 """
