@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import random
 import shutil
 import statistics
@@ -30,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.report import logger, write_section
+from bench.report import logger, publish
 from bundlefs import PackOptions, pack
 
 REPO = Path(__file__).resolve().parent.parent
@@ -177,15 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     results = measure(args.workdir, args.files, args.rounds)
     results.update(started=started, summary=summarize(results))
-    out_dir = REPO / "bench-results"
-    out_dir.mkdir(exist_ok=True)
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
-    (out_dir / f"dedup-{stamp}.json").write_text(json.dumps(results, indent=2))
-    text = render(results)
-    print(text)
-    if not args.no_docs:
-        write_section(text, REPO / "docs" / "benchmarks.md")
-        log("wrote the section to docs/benchmarks.md")
+    publish("dedup", results, render(results), docs=not args.no_docs)
     return 0
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import random
 import shutil
 import subprocess
@@ -34,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import datasets
-from bench.report import logger, median, write_section
+from bench.report import logger, median, publish
 from bundlefs import PackOptions, pack
 
 REPO = Path(__file__).resolve().parent.parent
@@ -157,15 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     results = measure(args.workdir, args.scale, args.rounds, args.changed / 100)
     results.update(started=started, summary=summarize(results))
-    out_dir = REPO / "bench-results"
-    out_dir.mkdir(exist_ok=True)
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
-    (out_dir / f"delta-{stamp}.json").write_text(json.dumps(results, indent=2))
-    text = render(results)
-    print(text)
-    if not args.no_docs:
-        write_section(text, REPO / "docs" / "benchmarks.md")
-        log("wrote the section to docs/benchmarks.md")
+    publish("delta", results, render(results), docs=not args.no_docs)
     return 0
 
 

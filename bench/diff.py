@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
-import json
 import os
 import resource
 import shutil
@@ -39,7 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.report import logger, write_section
+from bench.report import logger, publish
 from bench.scale import CREATED_S, Tree, TreeSource, _mix
 from bundlefs import PackOptions, pack
 from bundlefs.packing.sources.base import SourceItem
@@ -236,13 +235,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     now = dt.datetime.now(dt.UTC)
     results = {"when": now.strftime("%Y-%m-%d %H:%M UTC"), "rounds": args.rounds, "sizes": sizes}
-    out = REPO / "bench-results" / f"diff-{now.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
-    text = render(results)
-    print(text)
-    if not args.no_docs:
-        write_section(text, REPO / "docs" / "benchmarks.md")
+    publish("diff", results, render(results), docs=not args.no_docs)
     return 0
 
 

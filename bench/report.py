@@ -8,6 +8,7 @@ such as bundlefs's open mode) are shown as they were seen, every distinct value.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import statistics
 import subprocess
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.targets import Medians, Verdict, format_value
+
+REPO = Path(__file__).resolve().parents[1]
 
 SYSTEM_ORDER = ("raw", "squashfuse_ll", "ratarmount", "bundlefs")
 DATASET_TITLES = {
@@ -517,6 +520,21 @@ def _section_bounds(doc: str, heading: str) -> tuple[int, int] | None:
         return None
     end = doc.find("\n## ", start + 1)
     return start + 1, end if end >= 0 else len(doc)
+
+
+def publish(name: str, results: dict[str, Any], text: str, *, docs: bool = True) -> Path:
+    """What every part's ``main`` ends with: ``results`` as ``bench-results/NAME-STAMP.json``,
+    ``text`` on stdout and, with ``docs``, as its section of docs/benchmarks.md."""
+    out_dir = REPO / "bench-results"
+    out_dir.mkdir(exist_ok=True)
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+    path = out_dir / f"{name}-{stamp}.json"
+    path.write_text(json.dumps(results, indent=2))
+    print(text, flush=True)
+    if docs:
+        write_section(text, REPO / "docs" / "benchmarks.md")
+        print(f"wrote the section to docs/benchmarks.md ({path.name} beside it)", file=sys.stderr)
+    return path
 
 
 def write_section(text: str, path: Path) -> None:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import datasets
-from bench.report import log, median, write_section
+from bench.report import log, median, publish
 
 REPO = Path(__file__).resolve().parent.parent
 SECTION = "## Streaming: samples and splits"
@@ -363,15 +363,7 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": args.rounds,
         "git_head": git_head,
     }
-    text = markdown(results)
-    print(text, flush=True)
-    out = REPO / "bench-results"
-    out.mkdir(exist_ok=True)
-    stamp = started.strftime("%Y%m%dT%H%M%SZ")
-    (out / f"streaming-{stamp}.json").write_text(json.dumps(results, indent=1))
-    if not args.no_docs:
-        write_section(text, REPO / "docs" / "benchmarks.md")
-        log("wrote the section to docs/benchmarks.md")
+    publish("streaming", results, markdown(results), docs=not args.no_docs)
     return 0
 
 

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.report import logger, median, write_section
+from bench.report import logger, median, publish
 
 REPO = Path(__file__).resolve().parent.parent
 SECTION = "## Writer: a bundle from Python"
@@ -209,15 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     results = measure(args.workdir, args.files, args.rounds)
     results["started"] = started
-    out_dir = REPO / "bench-results"
-    out_dir.mkdir(exist_ok=True)
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
-    (out_dir / f"writer-{stamp}.json").write_text(json.dumps(results, indent=2))
-    text = render(results)
-    print(text)
-    if not args.no_docs:
-        write_section(text, REPO / "docs" / "benchmarks.md")
-        log("wrote the section to docs/benchmarks.md")
+    publish("writer", results, render(results), docs=not args.no_docs)
     if not args.keep_tree:
         shutil.rmtree(args.workdir / "writer", ignore_errors=True)
     return 0
