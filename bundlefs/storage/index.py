@@ -282,7 +282,8 @@ class IndexReader:
 
     def iter_values(self) -> Iterator[bytes]:
         """Every entry's undecoded value in inode order, the keys unread: for scans of one field
-        of every entry (``storage.liveness``); about twice as fast as ``iter_raw``."""
+        of every entry (``storage.liveness``): no key is read or checked, so it is for scans
+        that must see every entry, not a range."""
         try:
             cursor = self._txn().cursor(db=self._dbs[fmt.DB_ENTRIES])
             if cursor.first():
