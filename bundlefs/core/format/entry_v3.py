@@ -312,21 +312,22 @@ def _location_span_v3(data: bytes) -> tuple[int, int] | None:
     return span
 
 
+def _file_fixed(layout: int) -> struct.Struct:
+    """A regular file's fixed fields of ``layout`` (``_v3_fixed`` caches them), for the scans
+    below that read them straight from the value; ``FormatError`` for an unknown layout bit."""
+    if layout & ~_KNOWN_LAYOUT:
+        raise FormatError(f"entry has an invalid layout 0x{layout:x}")
+    return _v3_fixed(_PART_FILE, layout)
+
+
 def _file_extents_v3(values: Iterable[bytes]) -> Iterator[tuple[int, int, int]]:
     """(shard, offset, size) of every value that is a regular file holding its content (not a
     ``LINK``), the others skipped; only the fixed fields are read, in one loop (a full decode
     is several times slower)."""
-    fixed: dict[int, struct.Struct] = {}
     for data in values:
         if data[0] & 0xF0 != KIND_FILE >> 8 or data[2] & FLAG_LINK:
             continue
-        layout = data[3]
-        unpack = fixed.get(layout)
-        if unpack is None:
-            if layout & ~_KNOWN_LAYOUT:
-                raise FormatError(f"entry has an invalid layout 0x{layout:x}")
-            unpack = fixed[layout] = _v3_fixed(_PART_FILE, layout)
-        found = unpack.unpack_from(data, _V3_PREFIX.size)
+        found = _file_fixed(data[3]).unpack_from(data, _V3_PREFIX.size)
         yield found[-3], found[-2], found[0]
 
 
@@ -336,17 +337,12 @@ def _relocate_files_v3(
     """Each value as it is, but a regular file holding content (not a ``LINK``) whose (shard,
     offset, size) ``where`` moves to (shard, offset): its location rewritten, the widths following
     the new values, every other byte unchanged (compaction moves content, nothing else)."""
-    fixed: dict[int, struct.Struct] = {}
     for data in values:
         if data[0] & 0xF0 != KIND_FILE >> 8 or data[2] & FLAG_LINK:
             yield data
             continue
         layout = data[3]
-        unpack = fixed.get(layout)
-        if unpack is None:
-            if layout & ~_KNOWN_LAYOUT:
-                raise FormatError(f"entry has an invalid layout 0x{layout:x}")
-            unpack = fixed[layout] = _v3_fixed(_PART_FILE, layout)
+        unpack = _file_fixed(layout)
         found = list(unpack.unpack_from(data, _V3_PREFIX.size))
         shard, offset = found[-3], found[-2] = where(found[-3], found[-2], found[0])
         if not 0 <= shard < MAX_SHARDS or not 0 <= offset <= _LOCATION_MASK:
@@ -355,9 +351,7 @@ def _relocate_files_v3(
         new |= (LAYOUT_WIDE_SHARD if shard > 0xFF else 0) | (
             LAYOUT_WIDE_OFFSET if offset > 0xFFFFFFFF else 0
         )
-        pack = fixed.get(new)
-        if pack is None:
-            pack = fixed[new] = _v3_fixed(_PART_FILE, new)
+        pack = _v3_fixed(_PART_FILE, new)
         yield b"".join(
             (
                 data[:2],
