@@ -59,11 +59,7 @@ class IndexWriter:
         try:
             if not self._txn.put(key, value, db=self._dbs[db], append=append, overwrite=not append):
                 raise FormatError(f"index key {key!r} was written twice")
-            self._pending += 1
-            if self._pending >= self.COMMIT_EVERY:
-                self._txn.commit()
-                self._txn = self._env.begin(write=True)
-                self._pending = 0
+            self._written(1)
         except lmdb.Error as e:
             raise IndexWriteError(str(e)) from e
 
@@ -88,13 +84,17 @@ class IndexWriter:
                 if added != len(part):
                     raise FormatError(f"index key {part[added][0]!r} was written twice")
                 done += len(part)
-                self._pending += len(part)
-                if self._pending >= self.COMMIT_EVERY:
-                    self._txn.commit()
-                    self._txn = self._env.begin(write=True)
-                    self._pending = 0
+                self._written(len(part))
         except lmdb.Error as e:
             raise IndexWriteError(str(e)) from e
+
+    def _written(self, count: int) -> None:
+        """Count ``count`` puts; commit once ``COMMIT_EVERY`` are pending (bounded transactions)."""
+        self._pending += count
+        if self._pending >= self.COMMIT_EVERY:
+            self._txn.commit()
+            self._txn = self._env.begin(write=True)
+            self._pending = 0
 
     def replace_entry(self, entry: fmt.Entry) -> None:
         """Rewrite an entry already written (the packer keeps the value's length, so LMDB
