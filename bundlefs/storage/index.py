@@ -22,7 +22,6 @@ import lmdb
 
 from bundlefs.core import format as fmt
 from bundlefs.core import integrity
-from bundlefs.core.checksum import file_checksum
 from bundlefs.core.libc import ResidentMapping
 from bundlefs.errors import (
     BundleClosedError,
@@ -31,33 +30,10 @@ from bundlefs.errors import (
 )
 from bundlefs.storage import lmdb_env
 from bundlefs.storage.entry_scan import value_chunks
+from bundlefs.storage.index_check import check_index_file
 from bundlefs.storage.marker import read_marker
 
 log = logging.getLogger(__name__)
-
-
-def check_index_file(bundle_dir: str, marker: fmt.Marker, checksum: bool = True) -> tuple[int, int]:
-    """Check data.mdb before LMDB maps it (docs/format.md §2): size, meta pages, checksum.
-
-    Returns the file's (st_dev, st_ino). LMDB trusts its file completely: a truncated one would
-    fault the process with SIGBUS, so nothing may open an index that fails this.
-    """
-    path = os.path.join(bundle_dir, fmt.INDEX_DIR, fmt.INDEX_FILE)
-    try:
-        with open(path, "rb") as f:
-            st = os.fstat(f.fileno())
-            head = f.read(fmt.LMDB_META_PROBE + 65536)
-    except OSError as e:
-        raise NotABundleError(f"cannot read the index {path}: {e.strerror}") from None
-    if st.st_size != marker.index_size:
-        raise FormatError(
-            f"index is {st.st_size} bytes but the completion marker says {marker.index_size} "
-            "(truncated or replaced index)"
-        )
-    fmt.check_lmdb_meta(head, st.st_size)
-    if checksum and file_checksum(path)[0] != marker.index_crc32c:
-        raise FormatError("index fails its checksum (the index file was altered or damaged)")
-    return st.st_dev, st.st_ino
 
 
 class IndexReader:
@@ -104,7 +80,9 @@ class IndexReader:
         return os.path.join(self.bundle_dir, fmt.INDEX_DIR, fmt.INDEX_FILE)
 
     def _validate_file(self) -> None:
-        self._identity = check_index_file(self.bundle_dir, self.marker, self._check_checksum)
+        self._identity, self._pages = check_index_file(
+            self.bundle_dir, self.marker, self._check_checksum
+        )
 
     def _open(self) -> None:
         try:
@@ -123,6 +101,7 @@ class IndexReader:
                 name: self._env.open_db(name, create=False)
                 for name in fmt.databases(self.marker.format_version)
             }
+            self._pages.bind(self._dbs)
         except OSError as e:
             raise NotABundleError(
                 f"cannot read the index {self.index_path}: {e.strerror}"
@@ -144,6 +123,7 @@ class IndexReader:
         not this process's; every thread starts its own on the inherited environment (see
         ``lmdb_env._inherited`` for why it is not reopened)."""
         self._local = threading.local()
+        self._pages.forked()
 
     def hold_resident(self) -> int:
         """Fault the whole index into memory and keep it mapped until ``close``; its size.
@@ -170,6 +150,7 @@ class IndexReader:
         self._local = threading.local()  # every thread's transaction goes with the environment
         lmdb_env.forget(self)
         self._release_env()
+        self._pages.close()
 
     # -- transactions ----------------------------------------------------------------------------
 
@@ -186,6 +167,7 @@ class IndexReader:
         return txn
 
     def _get(self, db, key: bytes, what: str) -> bytes:
+        self._pages.key(db, key)
         try:
             value = self._txn().get(key, db=db)
         except lmdb.Error as e:
@@ -226,6 +208,7 @@ class IndexReader:
         if db is None:
             return {}
         found: dict[str, str] = {}
+        self._pages.span(db)
         try:
             for key, value in self._txn().cursor(db=db):
                 if len(found) >= fmt.MAX_META_KEYS:
@@ -276,7 +259,9 @@ class IndexReader:
         checked chunks (``entry_scan``)."""
         if count <= 0:
             return iter(())
-        cursor = self._txn().cursor(db=self._dbs[fmt.DB_ENTRIES])
+        db = self._dbs[fmt.DB_ENTRIES]
+        self._pages.span(db, fmt.entry_key(first), fmt.entry_key(first + count - 1))
+        cursor = self._txn().cursor(db=db)
         values = itertools.chain.from_iterable(value_chunks(cursor, first, count))
         return zip(itertools.count(first), values)
 
@@ -284,6 +269,7 @@ class IndexReader:
         """Every entry's undecoded value in inode order, the keys unread: for scans of one field
         of every entry (``storage.liveness``): no key is read or checked, so it is for scans
         that must see every entry, not a range."""
+        self._pages.span(self._dbs[fmt.DB_ENTRIES])
         try:
             cursor = self._txn().cursor(db=self._dbs[fmt.DB_ENTRIES])
             if cursor.first():
@@ -298,9 +284,10 @@ class IndexReader:
 
     def record_at(self, shard: int, offset: int) -> fmt.Record:
         """The record of ``shard`` whose uncompressed range holds ``offset``."""
+        key = fmt.record_key(shard, offset)
+        self._pages.span(self._dbs[fmt.DB_RECORDS], key, key)
         try:
             cursor = self._txn().cursor(db=self._dbs[fmt.DB_RECORDS])
-            key = fmt.record_key(shard, offset)
             if not cursor.set_range(key):
                 positioned = cursor.last()
             elif cursor.key() != key:
@@ -321,6 +308,9 @@ class IndexReader:
         return record
 
     def iter_records(self, shard: int) -> Iterator[fmt.Record]:
+        self._pages.span(
+            self._dbs[fmt.DB_RECORDS], fmt.record_key(shard, 0), fmt.record_key(shard + 1, 0)
+        )
         try:
             cursor = self._txn().cursor(db=self._dbs[fmt.DB_RECORDS])
             if not cursor.set_range(fmt.record_key(shard, 0)):
@@ -370,6 +360,7 @@ def iter_totals(index: IndexReader) -> Iterator[tuple[int, fmt.TreeTotals]]:
     db = index._dbs.get(fmt.DB_TOTALS)
     if db is None:
         return
+    index._pages.span(db)
     try:
         for key, value in index._txn().cursor(db=db):
             ino = fmt.decode_entry_key(key)

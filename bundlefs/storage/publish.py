@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from bundlefs.core import format as fmt
 from bundlefs.core.checksum import crc32c
+from bundlefs.core.format.pages import PAGES_FILE, encode_page_table, lmdb_page_size, page_crcs
 from bundlefs.core.libc import RENAME_EXCHANGE, RENAME_NOREPLACE, renameat2
 from bundlefs.errors import (
     PackError,
@@ -217,13 +218,19 @@ def seal(work: str, shard_count: int, own_shards: Iterable[int] | None = None) -
     with the bundle id and write ``COMPLETE``. Shards linked from other bundles keep their
     headers, which the shard table names."""
     blake = hashlib.blake2b()
-    crc, size = 0, 0
+    crc, size, pages, page_size = 0, 0, [], 0
     with open(os.path.join(work, fmt.INDEX_DIR, fmt.INDEX_FILE), "rb", buffering=0) as f:
-        while chunk := f.read(4 * 1024 * 1024):
+        while chunk := f.read(4 * 1024 * 1024):  # a multiple of every LMDB page size
             blake.update(chunk)
             crc = crc32c(chunk, crc)
+            page_size = page_size or lmdb_page_size(chunk)
+            pages += page_crcs(chunk, page_size, crc32c)
             size += len(chunk)
     bundle_id = blake.digest()[:16]
+    # Version 6: a CRC per index page, so readers check pages as they use them (§3.9).
+    with open(os.path.join(work, fmt.INDEX_DIR, PAGES_FILE), "wb") as f:
+        f.write(encode_page_table(page_size, bundle_id, pages, crc32c))
+        os.fsync(f.fileno())
     for i in range(shard_count) if own_shards is None else own_shards:
         write_shard_header(os.path.join(work, fmt.shard_filename(i)), i, bundle_id)
     marker = fmt.Marker(bundle_id, size, crc, shard_count)

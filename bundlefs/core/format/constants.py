@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import stat as statmod
 
-FORMAT_VERSION = 5  # what the packer writes
-SUPPORTED_VERSIONS = (1, 2, 3, 4, 5)  # what readers read (docs/format.md §7: what each added)
+FORMAT_VERSION = 6  # what the packer writes
+SUPPORTED_VERSIONS = (1, 2, 3, 4, 5, 6)  # what readers read (docs/format.md §7: what each added)
 
 MARKER_NAME = "COMPLETE"
 
@@ -42,6 +42,7 @@ V1_DBS = (DB_CONFIG, DB_ENTRIES, DB_RECORDS, DB_SHARDS, DB_OWNERS)
 V2_DBS = (*V1_DBS, DB_TYPES, DB_META)
 ALL_DBS = (*V2_DBS, DB_TOTALS)
 FIRST_V5_VERSION = 5  # the first format version with directory totals and file digests
+FIRST_PAGE_CHECK_VERSION = 6  # the first with a checksum per index page (index/pages)
 
 
 def databases(version: int) -> tuple[bytes, ...]:
@@ -71,6 +72,7 @@ _COMPRESSIONS_OF_VERSION = {
     3: tuple(COMPRESSION_NAMES.values()),
     4: tuple(COMPRESSION_NAMES.values()),
     5: tuple(COMPRESSION_NAMES.values()),
+    6: tuple(COMPRESSION_NAMES.values()),
 }
 _COMPRESSION_BY_CODE = {code: name for name, code in COMPRESSION_NAMES.items()}
 

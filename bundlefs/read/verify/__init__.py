@@ -45,7 +45,7 @@ from bundlefs.read.verify.report import (
 )
 from bundlefs.read.verify.shards import ShardScan
 from bundlefs.read.verify.tree import TreeCheck
-from bundlefs.storage.index import check_index_file
+from bundlefs.storage.index_check import check_every_page
 from bundlefs.storage.location import Location, parse_location
 from bundlefs.storage.marker import read_marker
 
@@ -125,7 +125,7 @@ class _Verifier:
         """Size, LMDB meta pages and checksum of data.mdb; False if LMDB must not open it."""
         self.findings.tick("index", 0, 1)
         try:
-            check_index_file(index_dir, marker)
+            check_every_page(index_dir, marker)
         except BundleError as e:
             self.findings.problem("index", f"the index is damaged: {e}")
             return False

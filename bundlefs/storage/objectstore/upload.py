@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bundlefs.core import format as fmt
+from bundlefs.core.format.pages import PAGES_FILE
 from bundlefs.errors import BundleError, PackError, note_cleanup
 from bundlefs.storage.location import Location
 from bundlefs.storage.marker import not_a_bundle, read_marker
@@ -68,10 +69,11 @@ UPLOAD_READ_TIMEOUT = 60
 ATTEMPTS = 4  # per request, 5xx, throttling and connection failures retried with backoff
 
 _INDEX_OBJECT = f"{fmt.INDEX_DIR}/{fmt.INDEX_FILE}"
+_PAGES_OBJECT = f"{fmt.INDEX_DIR}/{PAGES_FILE}"  # version 6: the index's page checksums
 # What a bundle (or an interrupted upload of one) may hold under its URL: the marker, the index
 # (a lock file a tool left is harmless) and shards named as either format version names them.
 _BUNDLE_OBJECT = re.compile(
-    rf"{fmt.MARKER_NAME}|{fmt.INDEX_DIR}/(data|lock)\.mdb|{fmt.SHARD_PREFIX}[0-9a-f]{{8}}"
+    rf"{fmt.MARKER_NAME}|{fmt.INDEX_DIR}/(data\.mdb|lock\.mdb|{PAGES_FILE})|{fmt.SHARD_PREFIX}[0-9a-f]{{8}}"
 )
 
 
@@ -216,6 +218,8 @@ class RemotePublisher:
         names = [_INDEX_OBJECT] + [
             fmt.shard_filename(i, marker.format_version) for i in range(marker.shard_count)
         ]
+        if marker.format_version >= fmt.FIRST_PAGE_CHECK_VERSION:
+            names.append(_PAGES_OBJECT)
         sizes = {name: os.path.getsize(os.path.join(work, name)) for name in names}
         counted = UploadProgress(sum(sizes.values()) + fmt.MARKER_SIZE, len(names) + 1)
         self.uploaded = counted

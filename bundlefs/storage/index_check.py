@@ -1,0 +1,304 @@
+"""Checking the index before and while LMDB reads it: ``check_index_file`` at open (size, meta
+pages, and the whole file's CRC before version 6), and from version 6 page by page, the first time
+a lookup could touch each page (``IndexPageGuard``).
+
+Before version 6 a reader checked the CRC of the whole index at open: 1 ms per 10 MB, a second at
+10M files, a minute at a billion. From version 6 ``index/pages`` holds a CRC per LMDB page
+(docs/format.md §3.9) and ``IndexPageGuard`` checks, at open, only that table, the meta pages
+and the main database (a few pages), and later each page before LMDB reads it: a lookup first
+follows LMDB's own search from the database's root to the leaf (core/format/pages.py decodes and
+validates each page on the way), checking every page it passes that is not checked yet. The key
+ranges whose path is checked are remembered, so a lookup in one costs a bisect; a cursor scan
+checks every leaf of its range and one on each side, which is as far as LMDB's cursor steps
+before the scan sees a key outside it. Damage is a ``CorruptDataError`` naming the page: only the
+entries behind that page are lost, not the bundle.
+
+Memory: one bit per page (128 KiB for a 4 GiB index), decoded branch pages (bounded) and the
+remembered ranges (bounded: forgotten when too many, then found again by walking).
+
+May import: ``bundlefs.core``, ``bundlefs.errors``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from bisect import bisect_left, bisect_right
+
+from bundlefs.core import format as fmt
+from bundlefs.core.checksum import crc32c, file_checksum
+from bundlefs.core.format import pages as lp
+from bundlefs.errors import CorruptDataError, FormatError, NotABundleError
+
+END = b"\xff" * 512  # above every LMDB key (at most 511 bytes): the end of a database
+_MAX_RANGES = 65_536  # per database; past it the ranges are forgotten (walked again when needed)
+_MAX_BRANCHES = 16_384  # decoded branch pages kept (the upper levels of every tree)
+
+
+def check_index_file(
+    bundle_dir: str, marker: fmt.Marker, checksum: bool = True
+) -> tuple[tuple[int, int], IndexPageGuard | NoPageChecks]:
+    """Check data.mdb before LMDB maps it (docs/format.md §2): size, meta pages, checksum (the
+    whole file's before version 6; from version 6 the page table's, the pages checked on use).
+
+    Returns the file's (st_dev, st_ino) and what checks its pages. LMDB trusts its file
+    completely: a truncated one would fault the process with SIGBUS, so nothing may open an
+    index that fails this.
+    """
+    path = os.path.join(bundle_dir, fmt.INDEX_DIR, fmt.INDEX_FILE)
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            head = f.read(fmt.LMDB_META_PROBE + 65536)
+    except OSError as e:
+        raise NotABundleError(f"cannot read the index {path}: {e.strerror}") from None
+    if st.st_size != marker.index_size:
+        raise FormatError(
+            f"index is {st.st_size} bytes but the completion marker says {marker.index_size} "
+            "(truncated or replaced index)"
+        )
+    fmt.check_lmdb_meta(head, st.st_size)
+    if checksum and marker.format_version >= fmt.FIRST_PAGE_CHECK_VERSION:
+        return (st.st_dev, st.st_ino), IndexPageGuard(bundle_dir, marker, lp.lmdb_page_size(head))
+    if checksum and file_checksum(path)[0] != marker.index_crc32c:
+        raise FormatError("index fails its checksum (the index file was altered or damaged)")
+    return (st.st_dev, st.st_ino), NoPageChecks()
+
+
+def check_every_page(bundle_dir: str, marker: fmt.Marker) -> None:
+    """``verify``'s check of a version-6 index: the whole file's CRC and every page's, in one
+    read (opening checks only what lookups touch)."""
+    _identity, guard = check_index_file(bundle_dir, marker)
+    try:
+        if isinstance(guard, IndexPageGuard):
+            guard.check_all(marker.index_crc32c)
+    finally:
+        guard.close()
+
+
+class NoPageChecks:
+    """The page checks of an index checked whole at open (before version 6), or not at all
+    (``--no-index-check``): nothing to do on use."""
+
+    def bind(self, handles: dict[bytes, object]) -> None:
+        pass
+
+    def key(self, db: object, key: bytes) -> None:
+        pass
+
+    def span(self, db: object, lo: bytes = b"", hi: bytes = b"") -> None:
+        pass
+
+    def forked(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class KeyRanges:
+    """Disjoint half-open byte-string ranges ``[lo, hi)``, sorted; ``hi == END``: no end."""
+
+    def __init__(self) -> None:
+        self.starts: list[bytes] = []
+        self.ends: list[bytes] = []
+
+    def covers(self, lo: bytes, hi: bytes) -> bool:
+        """Whether one range holds every key from ``lo`` to ``hi`` (both included)."""
+        i = bisect_right(self.starts, lo) - 1
+        return i >= 0 and (hi < self.ends[i] or self.ends[i] == END)
+
+    def add(self, lo: bytes, hi: bytes) -> None:
+        """Add ``[lo, hi)``, joined with every range it overlaps or touches."""
+        if len(self.starts) >= _MAX_RANGES:
+            self.starts, self.ends = [], []
+        first = bisect_left(self.ends, lo)
+        last = bisect_right(self.starts, hi)
+        if first < last:
+            lo, hi = min(lo, self.starts[first]), max(hi, self.ends[last - 1])
+        self.starts[first:last] = [lo]
+        self.ends[first:last] = [hi]
+
+
+class IndexPageGuard:
+    """Checks the pages of one version-6 index before LMDB reads them (see the module)."""
+
+    def __init__(self, bundle_dir: str, marker: fmt.Marker, page_size: int) -> None:
+        index_dir = os.path.join(bundle_dir, fmt.INDEX_DIR)
+        self._bundle = bundle_dir
+        self.path = os.path.join(index_dir, fmt.INDEX_FILE)
+        try:
+            with open(os.path.join(index_dir, lp.PAGES_FILE), "rb") as f:
+                table = f.read(lp.PAGES_HEAD_SIZE + 4 * (marker.index_size // page_size) + 5)
+            self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            raise FormatError(f"cannot read the index page table: {e.strerror}") from None
+        try:
+            self._crcs = lp.decode_page_table(
+                table,
+                page_size=page_size,
+                index_size=marker.index_size,
+                bundle_id=marker.bundle_id,
+                crc32c=crc32c,
+            )
+            self._page_size = page_size
+            self._last_pg = len(self._crcs) - 1
+            self._checked = bytearray((len(self._crcs) + 7) // 8)
+            self._branches: dict[int, lp.TreePage] = {}
+            self._lock = threading.Lock()
+            self._roots = self._main_databases()
+        except BaseException:
+            os.close(self._fd)
+            raise
+        self._names: dict[int, bytes] = {}
+        self._leaves: dict[bytes, KeyRanges] = {name: KeyRanges() for name in self._roots}
+        self._spans: dict[bytes, KeyRanges] = {name: KeyRanges() for name in self._roots}
+
+    # -- opening -----------------------------------------------------------------------------
+
+    def _main_databases(self) -> dict[bytes, lp.DatabaseRoot]:
+        """Check both meta pages and every page of the main database (LMDB reads them at open
+        and when a database is opened by name); the named databases' roots."""
+        metas = [lp.meta_main_root(self._page(n), self._last_pg) for n in (0, 1)]
+        main = metas[1][1] if metas[1][0] > metas[0][0] else metas[0][1]  # as mdb_env_pick_meta
+        roots: dict[bytes, lp.DatabaseRoot] = {}
+        if main.root != lp.INVALID_PAGE:
+            self._check_tree(main, roots)
+        return roots
+
+    def _check_tree(self, main: lp.DatabaseRoot, roots: dict[bytes, lp.DatabaseRoot]) -> None:
+        level = [main.root]
+        for depth in range(main.depth):
+            pages = [lp.tree_page(self._page(n), n, self._last_pg, main=True) for n in level]
+            if any(p.leaf != (depth == main.depth - 1) for p in pages):
+                raise FormatError("the index's main database is not as deep as it says")
+            if depth == main.depth - 1:
+                for page in pages:
+                    roots.update(lp.database_roots(page, self._last_pg))
+            level = [child for p in pages for child in p.children]
+
+    def bind(self, handles: dict[bytes, object]) -> None:
+        """Learn LMDB's handle of each named database (the reader passes handles, not names)."""
+        for name, handle in handles.items():
+            if name not in self._roots:
+                raise FormatError(f"the index's main database does not list {name.decode()}")
+            self._names[id(handle)] = name
+
+    def forked(self) -> None:
+        """In a child after ``fork()``: a parent thread may have held the lock."""
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    # -- what readers call before LMDB --------------------------------------------------------
+
+    def key(self, db: object, key: bytes) -> None:
+        """Before ``get(key)``: the path to the leaf that holds ``key`` is checked."""
+        name = self._names[id(db)]
+        with self._lock:
+            ranges = self._leaves[name]
+            if not ranges.covers(key, key):
+                ranges.add(*self._walk(name, key)[:2])
+
+    def span(self, db: object, lo: bytes = b"", hi: bytes = END) -> None:
+        """Before a cursor works between ``lo`` and ``hi`` (both included): every leaf of that
+        range is checked, with the leaf before and the leaf after it."""
+        name = self._names[id(db)]
+        with self._lock:
+            spans = self._spans[name]
+            if spans.covers(lo, hi):
+                return
+            first, end, _leaf = self._walk(name, lo)
+            before = self._walk(name, first, below=True)[0] if first else first
+            while end != END and end <= hi:
+                end = self._walk(name, end)[1]
+            after = self._walk(name, end)[1] if end != END else end
+            self._leaves[name].add(before, after)
+            spans.add(first, end)
+
+    def check_all(self, file_crc: int) -> None:
+        """Every page against the table and the whole file against ``file_crc``."""
+        chunk, whole, at = self._page_size * 256, 0, 0
+        while data := os.pread(self._fd, chunk, at):
+            whole = crc32c(data, whole)
+            for pgno, crc in enumerate(
+                lp.page_crcs(data, self._page_size, crc32c), at // self._page_size
+            ):
+                if pgno > self._last_pg or crc != self._crcs[pgno]:
+                    raise self._damage(pgno, "fails its checksum")
+            at += len(data)
+        if at != len(self._crcs) * self._page_size or whole != file_crc:
+            raise FormatError("index fails its checksum (the index file was altered or damaged)")
+
+    # -- walking -------------------------------------------------------------------------------
+
+    def _walk(
+        self, name: bytes, key: bytes, below: bool = False
+    ) -> tuple[bytes, bytes, lp.TreePage | None]:
+        """Check LMDB's path to the leaf holding ``key`` (``below``: the leaf before it); that
+        leaf's key range, and the leaf (None: an empty database). LMDB takes, in a branch, the
+        last child whose key is not above the one searched (the first child's key counts as
+        lower than all)."""
+        root = self._roots[name]
+        lo, hi, pgno = b"", END, root.root
+        if pgno == lp.INVALID_PAGE:
+            return lo, hi, None  # an empty database: LMDB reads no page
+        for depth in range(root.depth):
+            page = self._tree_page(pgno)
+            if page.leaf:
+                if depth != root.depth - 1:
+                    break
+                return lo, hi, page
+            i = (bisect_left if below else bisect_right)(page.keys, key, 1) - 1
+            if i > 0:
+                lo = page.keys[i]
+            if i + 1 < len(page.keys):
+                hi = page.keys[i + 1]
+            pgno = page.children[i]
+        raise self._damage(pgno, f"the tree of {name.decode()} is not as deep as it says")
+
+    def _tree_page(self, pgno: int) -> lp.TreePage:
+        page = self._branches.get(pgno)
+        if page is not None:
+            return page
+        try:
+            page = lp.tree_page(self._page(pgno), pgno, self._last_pg)
+        except CorruptDataError:
+            raise
+        except FormatError as e:  # checksum right, layout wrong: damage all the same
+            raise CorruptDataError(str(e), bundle=self._bundle) from None
+        if page.leaf:
+            for first, size in page.overflow:
+                self._check_overflow(first, size)
+        else:
+            if len(self._branches) >= _MAX_BRANCHES:
+                self._branches.clear()
+            self._branches[pgno] = page
+        return page
+
+    def _check_overflow(self, first: int, size: int) -> None:
+        if not 2 <= first <= self._last_pg:
+            raise self._damage(first, "a value names an overflow page out of range")
+        count = lp.overflow_pages(self._page(first), first, size, self._last_pg)
+        for pgno in range(first + 1, first + count):
+            self._page(pgno)
+
+    def _page(self, pgno: int) -> bytes:
+        """Page ``pgno``'s bytes, its CRC checked the first time."""
+        at = pgno * self._page_size
+        try:
+            data = os.pread(self._fd, self._page_size, at)
+        except OSError as e:
+            raise self._damage(pgno, f"cannot be read: {e.strerror}") from None
+        bit = 1 << (pgno & 7)
+        if not self._checked[pgno >> 3] & bit:
+            if len(data) != self._page_size or crc32c(data) != self._crcs[pgno]:
+                raise self._damage(pgno, "fails its checksum")
+            self._checked[pgno >> 3] |= bit
+        return data
+
+    def _damage(self, pgno: int, what: str) -> CorruptDataError:
+        return CorruptDataError(f"index page {pgno} {what}", bundle=self._bundle)

@@ -1,0 +1,254 @@
+"""Format version 6 checks the index page by page (docs/format.md §3.9): opening reads a few
+pages, each other page is checked before LMDB first reads it, and damage in one page costs the
+entries behind it, not the bundle.
+
+The bundle here has 6,000 files: its entries database is a two-level tree of ~70 leaves, so the
+walk through branch pages, the neighbours of a scan and the overflow pages are all exercised.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from bundlefs import Bundle, pack
+from bundlefs.core import format as fmt
+from bundlefs.core.checksum import crc32c
+from bundlefs.core.format import pages as lp
+from bundlefs.errors import CorruptDataError, FormatError
+from bundlefs.read.verify import verify
+from bundlefs.storage.index import IndexReader
+from bundlefs.storage.index_check import END, IndexPageGuard, KeyRanges
+from tests.conftest import flip_byte
+from tests.support.trees import assert_one_line_error, run_cli
+
+FILES = 6000
+
+
+@pytest.fixture(scope="module")
+def paged(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    src = tmp_path_factory.mktemp("paged-src")
+    for i in range(FILES):
+        d = src / f"d{i % 20:02d}"
+        d.mkdir(exist_ok=True)
+        (d / f"file-with-a-longer-name-{i:05d}.txt").write_bytes(b"%d\n" % i)
+    (src / "big-user-data").write_bytes(b"x")
+    out = tmp_path_factory.mktemp("paged") / "b"
+    pack(str(src), str(out))
+    return out
+
+
+def _copy(bundle: Path, tmp_path: Path) -> Path:
+    dest = tmp_path / "copy"
+    dest.mkdir()
+    (dest / fmt.INDEX_DIR).mkdir()
+    for name in os.listdir(bundle):
+        if name != fmt.INDEX_DIR:
+            os.link(bundle / name, dest / name)
+    for name in os.listdir(bundle / fmt.INDEX_DIR):
+        (dest / fmt.INDEX_DIR / name).write_bytes((bundle / fmt.INDEX_DIR / name).read_bytes())
+    return dest
+
+
+@contextmanager
+def _reader(bundle: Path, **options) -> Iterator[IndexReader]:
+    index = IndexReader(str(bundle), **options)
+    try:
+        yield index
+    finally:
+        index.close()
+
+
+def _guard(index: IndexReader) -> IndexPageGuard:
+    guard = index._pages
+    assert isinstance(guard, IndexPageGuard)
+    return guard
+
+
+def _checked(guard: IndexPageGuard) -> int:
+    return sum(bin(byte).count("1") for byte in guard._checked)
+
+
+def _leaf_pages(bundle: Path, db: bytes) -> list[int]:
+    """The leaf pages of ``db``, in key order (from the guard's own walk)."""
+    index = IndexReader(str(bundle))
+    try:
+        guard = _guard(index)
+        pages, key = [], b""
+        while True:
+            root = guard._roots[db]
+            pgno = root.root
+            for _ in range(root.depth - 1):
+                page = guard._tree_page(pgno)
+                pgno = page.children[bisect.bisect_right(page.keys, key, 1) - 1]
+            pages.append(pgno)
+            _lo, hi, _leaf = guard._walk(db, key)
+            if hi == END:
+                return pages
+            key = hi
+    finally:
+        index.close()
+
+
+def test_the_packer_writes_a_page_table_of_the_index(paged: Path) -> None:
+    index = (paged / fmt.INDEX_DIR / fmt.INDEX_FILE).read_bytes()
+    table = (paged / fmt.INDEX_DIR / lp.PAGES_FILE).read_bytes()
+    with Bundle(paged) as b:
+        marker = b._parts.index.marker
+    crcs = lp.decode_page_table(
+        table,
+        page_size=4096,
+        index_size=len(index),
+        bundle_id=marker.bundle_id,
+        crc32c=crc32c,
+    )
+    assert list(crcs) == lp.page_crcs(index, 4096, crc32c)
+
+
+def test_opening_checks_a_few_pages_not_the_index(paged: Path) -> None:
+    with _reader(paged) as index:
+        guard = _guard(index)
+        assert len(guard._crcs) > 100
+        assert _checked(guard) <= 20
+
+
+def test_every_key_lmdb_holds_is_in_the_leaf_the_guard_walks_to(paged: Path) -> None:
+    with _reader(paged) as index:
+        guard = _guard(index)
+        assert guard._roots[fmt.DB_ENTRIES].depth >= 2
+        for name, db in index._dbs.items():
+            for key in index._txn().cursor(db=db).iternext(keys=True, values=False):
+                leaf = guard._walk(name, key)[2]
+                assert leaf is not None and key in leaf.keys
+
+
+def test_reading_every_file_checks_the_pages_it_needs(paged: Path) -> None:
+    with Bundle(paged) as b:
+        for i in range(0, FILES, 97):
+            path = f"d{i % 20:02d}/file-with-a-longer-name-{i:05d}.txt"
+            assert b.read(path) == b"%d\n" % i
+        assert sum(1 for _ in b.walk("/")) == 21
+
+
+def test_a_damaged_entries_leaf_fails_only_the_files_behind_it(paged, tmp_path) -> None:
+    bundle = _copy(paged, tmp_path)
+    leaves = _leaf_pages(bundle, fmt.DB_ENTRIES)
+    flip_byte(bundle / fmt.INDEX_DIR / fmt.INDEX_FILE, leaves[len(leaves) // 2] * 4096 + 2000)
+    ok, damaged = 0, 0
+    with Bundle(bundle) as b:  # opens: the damaged page is not one opening reads
+        for i in range(FILES):
+            try:
+                b.read(f"d{i % 20:02d}/file-with-a-longer-name-{i:05d}.txt")
+                ok += 1
+            except CorruptDataError as e:
+                assert "index page" in str(e)
+                damaged += 1
+    assert damaged > 0 and ok > FILES * 0.8  # the leaf's entries, lookups that pass it
+
+
+def test_verify_reports_a_damaged_page_no_lookup_touched(paged, tmp_path) -> None:
+    bundle = _copy(paged, tmp_path)
+    leaves = _leaf_pages(bundle, fmt.DB_ENTRIES)
+    flip_byte(bundle / fmt.INDEX_DIR / fmt.INDEX_FILE, leaves[-1] * 4096 + 3000)
+    with Bundle(bundle) as b:
+        assert b.read("d00/file-with-a-longer-name-00000.txt") == b"0\n"
+    report = verify(bundle)
+    assert not report.ok
+    assert any("index page" in p.message for p in report.problems)
+
+
+def test_a_page_whose_checksum_matches_but_whose_layout_is_wrong_is_damage(paged, tmp_path) -> None:
+    bundle = _copy(paged, tmp_path)
+    leaves = _leaf_pages(bundle, fmt.DB_ENTRIES)
+    index_path = bundle / fmt.INDEX_DIR / fmt.INDEX_FILE
+    pgno = leaves[3]
+    with open(index_path, "r+b") as f:  # the first node offset points past the page
+        f.seek(pgno * 4096 + 16)
+        f.write(struct.pack("<H", 4095))
+    _reseal_pages(bundle)
+    with Bundle(bundle) as b, pytest.raises(CorruptDataError, match="outside its body"):
+        for i in range(FILES):
+            b.read(f"d{i % 20:02d}/file-with-a-longer-name-{i:05d}.txt")
+
+
+def _reseal_pages(bundle: Path) -> None:
+    """Rewrite the page table for the index as it is now (a hostile bundle's checksums agree)."""
+    index = (bundle / fmt.INDEX_DIR / fmt.INDEX_FILE).read_bytes()
+    table_path = bundle / fmt.INDEX_DIR / lp.PAGES_FILE
+    bundle_id = table_path.read_bytes()[16:32]
+    crcs = lp.page_crcs(index, 4096, crc32c)
+    table_path.write_bytes(lp.encode_page_table(4096, bundle_id, crcs, crc32c))
+
+
+def test_a_damaged_page_table_refuses_the_bundle(paged, tmp_path) -> None:
+    bundle = _copy(paged, tmp_path)
+    flip_byte(bundle / fmt.INDEX_DIR / lp.PAGES_FILE, 60)
+    with pytest.raises(FormatError, match="page table fails its checksum"):
+        Bundle(bundle)
+
+
+def test_a_missing_page_table_refuses_the_bundle(paged, tmp_path) -> None:
+    bundle = _copy(paged, tmp_path)
+    os.unlink(bundle / fmt.INDEX_DIR / lp.PAGES_FILE)
+    with pytest.raises(FormatError, match="cannot read the index page table"):
+        Bundle(bundle)
+
+
+def test_a_page_table_of_another_bundle_is_refused(paged, tmp_path) -> None:
+    bundle = _copy(paged, tmp_path)
+    table = bundle / fmt.INDEX_DIR / lp.PAGES_FILE
+    data = bytearray(table.read_bytes())
+    data[16] ^= 0xFF
+    data[-4:] = struct.pack(">I", crc32c(bytes(data[:-4])))
+    table.write_bytes(bytes(data))
+    with pytest.raises(FormatError, match="belongs to another bundle"):
+        Bundle(bundle)
+
+
+def test_a_damaged_meta_page_refuses_the_bundle(paged, tmp_path) -> None:
+    bundle = _copy(paged, tmp_path)
+    flip_byte(bundle / fmt.INDEX_DIR / fmt.INDEX_FILE, 4096 + 300)
+    with pytest.raises(CorruptDataError, match="index page 1 fails its checksum"):
+        Bundle(bundle)
+
+
+def test_the_cli_names_the_damaged_page_in_one_sentence(paged, tmp_path) -> None:
+    bundle = _copy(paged, tmp_path)
+    flip_byte(bundle / fmt.INDEX_DIR / fmt.INDEX_FILE, 300)
+    message = assert_one_line_error(run_cli("ls", bundle))
+    assert "index page 0 fails its checksum" in message
+
+
+def test_without_the_index_check_no_page_is_checked(paged) -> None:
+    with _reader(paged, check_checksum=False) as index:
+        assert not isinstance(index._pages, IndexPageGuard)
+        assert index.entry(fmt.ROOT_INO).is_dir
+
+
+# --- the remembered key ranges -------------------------------------------------------------
+
+
+def test_key_ranges_join_what_touches_and_keep_what_does_not() -> None:
+    ranges = KeyRanges()
+    ranges.add(b"b", b"d")
+    ranges.add(b"f", b"h")
+    assert ranges.covers(b"b", b"c") and not ranges.covers(b"d", b"d")
+    assert not ranges.covers(b"c", b"f")
+    ranges.add(b"d", b"f")
+    assert ranges.starts == [b"b"] and ranges.ends == [b"h"]
+    assert ranges.covers(b"c", b"g")
+
+
+def test_key_ranges_to_the_end_cover_every_key_after_their_start() -> None:
+    ranges = KeyRanges()
+    ranges.add(b"m", END)
+    assert ranges.covers(b"m", END) and ranges.covers(b"\xff" * 40, b"\xff" * 511)
+    assert not ranges.covers(b"a", b"n")
+    ranges.add(b"", b"b")
+    assert ranges.covers(b"", b"a") and not ranges.covers(b"", b"c")
