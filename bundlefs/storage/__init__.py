@@ -3,9 +3,9 @@ staging and publishing, and a bundle on an object store (``objectstore/``). Only
 imports lmdb, and fsspec only through ``location``.
 
 Imports inside point one way, bottom first: the marker, the record codecs, the store interface,
-the LMDB environment rules and where a bundle lives; then the read and write halves of the index
-and the shards; then publishing; then the object store, which uses all of them.
+the LMDB environment rules, the index's checks and where a bundle lives; then the read and write
+halves of the index and the shards; then publishing; then the object store, which uses all of them.
 
-Order (bottom first): location | marker | codec | store | lmdb_env | entry_scan,
+Order (bottom first): location | marker | codec | store | lmdb_env | entry_scan | index_check,
 index | index_writer | shards | shard_writer, liveness | publish, objectstore
 """

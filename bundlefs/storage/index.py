@@ -64,8 +64,8 @@ class IndexReader:
             # must not make them allocate gigabytes. LMDB knows how many keys there really are.
             held = self._txn().stat(self._dbs[fmt.DB_ENTRIES])["entries"]
             integrity.enforce(integrity.entry_count(self.config, held))
-            self.owners = self._load_owners()
-            self.content_types = self._load_content_types()
+            self.owners = _load_owners(self)
+            self.content_types = _load_content_types(self)
             self.meta()  # checked once at open: at most 1,024 items, so a bad one fails here
             _check_totals(self)
         except BaseException:
@@ -177,30 +177,6 @@ class IndexReader:
         return value
 
     # -- queries ---------------------------------------------------------------------------------
-
-    def _load_owners(self) -> list[tuple[int, int]]:
-        owners = []
-        for i in range(self.config.owner_count):
-            owners.append(
-                fmt.decode_owner(self._get(self._dbs[fmt.DB_OWNERS], fmt.owner_key(i), "owner"))
-            )
-        return owners
-
-    def _load_content_types(self) -> list[str]:
-        """The media types entries name by index (version 2; none in version 1)."""
-        count = self.config.content_type_count
-        if count > fmt.MAX_CONTENT_TYPES:
-            raise FormatError(f"config claims {count} content types")
-        db = self._dbs.get(fmt.DB_TYPES)
-        if db is None:
-            return []
-        held = self._txn().stat(db)["entries"]
-        if held != count:
-            raise FormatError(f"index holds {held} content types, the config says {count}")
-        return [
-            fmt.decode_content_type(self._get(db, fmt.content_type_key(i), "content type"))
-            for i in range(count)
-        ]
 
     def meta(self) -> dict[str, str]:
         """The bundle's metadata (``pack --meta``), in key order; empty in version 1."""
@@ -343,7 +319,33 @@ class IndexReader:
         return codec
 
 
-# -- directory totals (version 5): the reader's, outside its class (at its size budget) -----------
+# -- what open loads, and directory totals (version 5): outside the class (at its size budget) ---
+
+
+def _load_owners(index: IndexReader) -> list[tuple[int, int]]:
+    owners = []
+    for i in range(index.config.owner_count):
+        owners.append(
+            fmt.decode_owner(index._get(index._dbs[fmt.DB_OWNERS], fmt.owner_key(i), "owner"))
+        )
+    return owners
+
+
+def _load_content_types(index: IndexReader) -> list[str]:
+    """The media types entries name by index (version 2; none in version 1)."""
+    count = index.config.content_type_count
+    if count > fmt.MAX_CONTENT_TYPES:
+        raise FormatError(f"config claims {count} content types")
+    db = index._dbs.get(fmt.DB_TYPES)
+    if db is None:
+        return []
+    held = index._txn().stat(db)["entries"]
+    if held != count:
+        raise FormatError(f"index holds {held} content types, the config says {count}")
+    return [
+        fmt.decode_content_type(index._get(db, fmt.content_type_key(i), "content type"))
+        for i in range(count)
+    ]
 
 
 def tree_totals(index: IndexReader, ino: int) -> fmt.TreeTotals | None:

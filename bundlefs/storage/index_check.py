@@ -58,7 +58,7 @@ def check_index_file(
             "(truncated or replaced index)"
         )
     fmt.check_lmdb_meta(head, st.st_size)
-    if checksum and marker.format_version >= fmt.FIRST_PAGE_CHECK_VERSION:
+    if checksum and marker.format_version >= lp.FIRST_PAGE_CHECK_VERSION:
         return (st.st_dev, st.st_ino), IndexPageGuard(bundle_dir, marker, lp.lmdb_page_size(head))
     if checksum and file_checksum(path)[0] != marker.index_crc32c:
         raise FormatError("index fails its checksum (the index file was altered or damaged)")

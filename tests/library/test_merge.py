@@ -132,7 +132,7 @@ def test_merging_twice_with_a_fixed_creation_time_is_byte_identical(halves, tmp_
     options = MergeOptions(created_ns=CREATED, meta=(("origin", "test"),))
     merge([first, second], str(tmp_path / "one"), options)
     merge([first, second], str(tmp_path / "two"), options)
-    for name in ("COMPLETE", "index/data.mdb"):
+    for name in ("COMPLETE", "index/data.mdb", "index/pages"):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
     with Bundle(tmp_path / "one") as b:
         assert b.info().meta == {"origin": "test"} and b.config.created_ns == CREATED

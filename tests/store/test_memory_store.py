@@ -81,7 +81,7 @@ def test_a_forced_pack_to_memory_replaces_and_tidies(memory, sample_tree, tmp_pa
     pack(str(small), url, _options(tmp_path, force=True))
     after = sorted(p.rsplit("/", 1)[-1] for p in fs.find(f"/{bucket}/s.bundle"))
     assert len([n for n in before if n.startswith("shard-")]) > 1
-    assert after == ["COMPLETE", "data.mdb", "shard-00000000"]
+    assert after == ["COMPLETE", "data.mdb", "pages", "shard-00000000"]
     with Bundle(url, disk_cache=str(tmp_path / "cache")) as b:
         assert dict(b.iter_files()) == {"only.txt": b"just this\n"}
 

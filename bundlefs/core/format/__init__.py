@@ -11,9 +11,10 @@ One room per job, each importing only the rooms before it in this order (bottom 
 version check, metadata, content types, directory totals) → ``bundle`` (marker, LMDB meta probe,
 config, owners) → ``entry`` (``Entry`` and the validation every layout shares) → ``entry_v2``
 (the layout of versions 1 and 2) and ``entry_v3`` (the compact layout of versions 3 to 5, and
-``reusable_file``) → ``records`` (records, the shard table, the shard header) → this module.
+``reusable_file``) → ``records`` (records, the shard table, the shard header) → this module;
+``pages`` (the index's page checksums and LMDB's page layout, version 6) stands apart.
 
-Order (bottom first): constants, keys, bundle, entry, entry_v2 | entry_v3, records
+Order (bottom first): constants, keys, bundle, entry, entry_v2 | entry_v3, records, pages
 
 May import: the standard library, ``bundlefs.errors``, ``bundlefs.core.format.*``.
 """
@@ -61,7 +62,6 @@ from bundlefs.core.format.constants import (
     DIGEST_NAME,
     DIGEST_SIZE,
     FIRST_SPECIAL_VERSION,
-    FIRST_PAGE_CHECK_VERSION,
     FIRST_V5_VERSION,
     FLAG_CONTENT_TYPE,
     FLAG_DIGEST,
@@ -271,7 +271,6 @@ __all__ = [
     "XATTR_DIGEST",
     "V2_DBS",
     "FLAG_DIGEST",
-    "FIRST_PAGE_CHECK_VERSION",
     "FIRST_V5_VERSION",
     "DIGEST_SIZE",
     "DIGEST_NAME",

@@ -42,7 +42,6 @@ V1_DBS = (DB_CONFIG, DB_ENTRIES, DB_RECORDS, DB_SHARDS, DB_OWNERS)
 V2_DBS = (*V1_DBS, DB_TYPES, DB_META)
 ALL_DBS = (*V2_DBS, DB_TOTALS)
 FIRST_V5_VERSION = 5  # the first format version with directory totals and file digests
-FIRST_PAGE_CHECK_VERSION = 6  # the first with a checksum per index page (index/pages)
 
 
 def databases(version: int) -> tuple[bytes, ...]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from bundlefs.errors import FormatError
 
+FIRST_PAGE_CHECK_VERSION = 6  # the first format version with index/pages
 PAGES_FILE = "pages"  # in the index directory, beside data.mdb
 PAGES_MAGIC = b"BNDLPAGE"
 _PAGES_HEAD = struct.Struct(">8sII16sQ")  # magic, page_size, reserved, bundle_id, page_count

@@ -27,6 +27,7 @@ from typing import Any
 
 from bundlefs.core import format as fmt
 from bundlefs.core.checksum import crc32c, file_checksum
+from bundlefs.core.format.pages import FIRST_PAGE_CHECK_VERSION, PAGES_FILE, PAGES_HEAD_SIZE
 from bundlefs.errors import (
     BundleError,
     FormatError,
@@ -166,6 +167,23 @@ def _download_index(
     return pos == marker.index_size and value == marker.index_crc32c
 
 
+def _download_page_table(
+    location: Location, fetcher: Fetcher, marker: fmt.Marker, tmp: str
+) -> None:
+    """Version 6: the index's page table beside it, for ``verify`` (a download was checked
+    whole, so readers of the copy need no page checks; docs/format.md §3.9)."""
+    url = location.child(f"{fmt.INDEX_DIR}/{PAGES_FILE}")
+    try:  # at most 4 bytes per page of 512 bytes or more, and its header and CRC
+        table = fetcher.get(url, 0, marker.index_size // 128 + PAGES_HEAD_SIZE + 8)
+    except FileNotFoundError:
+        raise FormatError(f"{location.url}: the index page table is missing") from None
+    except OSError as e:
+        raise StorageError(f"cannot fetch the index of {location.url}: {e}") from None
+    with open(os.path.join(tmp, fmt.INDEX_DIR, PAGES_FILE), "wb") as f:
+        f.write(table)
+        os.fsync(f.fileno())
+
+
 def fetch_index(
     location: Location,
     cache_dir: str | os.PathLike[str] | None = None,
@@ -238,6 +256,8 @@ def _cache_index(
                 f"{location.url}: the index does not match its completion marker (changed "
                 "or damaged on the store); refusing it"
             )
+        if marker.format_version >= FIRST_PAGE_CHECK_VERSION:
+            _download_page_table(location, fetcher, marker, tmp)
         with open(os.path.join(tmp, fmt.MARKER_NAME), "wb") as f:
             f.write(marker_bytes)
             f.flush()

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bundlefs.core import format as fmt
-from bundlefs.core.format.pages import PAGES_FILE
+from bundlefs.core.format.pages import FIRST_PAGE_CHECK_VERSION, PAGES_FILE
 from bundlefs.errors import BundleError, PackError, note_cleanup
 from bundlefs.storage.location import Location
 from bundlefs.storage.marker import not_a_bundle, read_marker
@@ -218,7 +218,7 @@ class RemotePublisher:
         names = [_INDEX_OBJECT] + [
             fmt.shard_filename(i, marker.format_version) for i in range(marker.shard_count)
         ]
-        if marker.format_version >= fmt.FIRST_PAGE_CHECK_VERSION:
+        if marker.format_version >= FIRST_PAGE_CHECK_VERSION:
             names.append(_PAGES_OBJECT)
         sizes = {name: os.path.getsize(os.path.join(work, name)) for name in names}
         counted = UploadProgress(sum(sizes.values()) + fmt.MARKER_SIZE, len(names) + 1)
