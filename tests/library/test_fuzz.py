@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 
 from bundlefs import PackOptions, pack
 from bundlefs.core import format as fmt
+from bundlefs.core.format.pages import PAGES_FILE
 from tests.conftest import SAMPLE_FILES, SAMPLE_RECORD_SIZE
-from tests.support.hostile import Prober, damage, report_line
+from tests.support.hostile import Prober, damage, report_line, reseal
 
 EXAMPLES = int(os.environ.get("BUNDLEFS_FUZZ_EXAMPLES", "12"))
 FUZZ = settings(
@@ -66,7 +67,8 @@ def _damaged_copy(original: Path) -> Path:
 
 def _targets(bundle: Path) -> list[str]:
     shards = sorted(p.name for p in bundle.iterdir() if p.name.startswith(fmt.SHARD_PREFIX))
-    return shards + [f"{fmt.INDEX_DIR}/{fmt.INDEX_FILE}", fmt.MARKER_NAME]
+    index = [f"{fmt.INDEX_DIR}/{fmt.INDEX_FILE}", f"{fmt.INDEX_DIR}/{PAGES_FILE}"]
+    return shards + index + [fmt.MARKER_NAME]
 
 
 damages = st.tuples(
@@ -91,7 +93,7 @@ def test_a_damaged_shard_reads_correctly_or_fails_with_a_bundle_error(
     bundles, prober, sample_tree, which, shard, how
 ):
     bundle = _damaged_copy(bundles[which])
-    shards = _targets(bundle)[:-2]
+    shards = _targets(bundle)[:-3]
     op, offset, length, byte = how
     damage(bundle / shards[shard % len(shards)], op, offset, length, byte)
     _check(prober, bundle, sample_tree, offset)
@@ -105,6 +107,21 @@ def test_a_damaged_index_file_is_refused_or_reads_correctly(
     bundle = _damaged_copy(bundles[which])
     op, offset, length, byte = how
     damage(bundle / fmt.INDEX_DIR / fmt.INDEX_FILE, op, offset, length, byte)
+    _check(prober, bundle, sample_tree, offset)
+
+
+@FUZZ
+@given(which=st.integers(0, 1), how=damages)
+def test_a_damaged_index_page_whose_checksums_were_made_to_agree_never_crashes_or_lies(
+    bundles, prober, sample_tree, which, how
+):
+    # A hostile index (docs/format.md §3.9): the page table and the marker vouch for the
+    # damaged pages, so only the page checks' decoding stands between them and LMDB.
+    bundle = _damaged_copy(bundles[which])
+    op, offset, length, byte = how
+    damage(bundle / fmt.INDEX_DIR / fmt.INDEX_FILE, op, offset, length, byte)
+    if op in ("flip", "overwrite"):
+        reseal(bundle)
     _check(prober, bundle, sample_tree, offset)
 
 

@@ -97,6 +97,8 @@ def reseal(bundle: str | os.PathLike) -> None:
         f.write(fmt.encode_marker(marker, crc32c))
     if old.format_version >= pages.FIRST_PAGE_CHECK_VERSION:
         page_size = pages.lmdb_page_size(index)
+        if not 512 <= page_size <= 65536 or page_size & (page_size - 1):
+            page_size = 4096  # a damaged meta page: the table cannot agree with it anyway
         table = pages.encode_page_table(
             page_size, old.bundle_id, pages.page_crcs(index, page_size, crc32c), crc32c
         )
