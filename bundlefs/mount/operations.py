@@ -198,7 +198,7 @@ class BundleOperations(ReadOnlyOperations):
         return self.mount_stats.figures(self.bundle.cache, served)
 
     def _damaged(self, error: CorruptDataError) -> None:
-        key = (error.shard, error.record, error.path)
+        key = (error.shard, error.record, error.path, error.detail)  # detail: an index page
         if self.mount_stats.failed_read(self.bundle.storage_failed_read(error), key):
             log.error("damaged data, read failed with EIO: %s", error)
 

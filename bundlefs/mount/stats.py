@@ -181,7 +181,9 @@ def process_rss(pid: int) -> int | None:
 
 
 _MAX_LOGGED_DAMAGE = 10_000  # distinct damaged records logged; bounded so memory stays bounded
-DamageKey = tuple[int | None, int | None, str | None]  # (shard, record, path) of a damaged read
+DamageKey = tuple[
+    int | None, int | None, str | None, str
+]  # (shard, record, path, detail) of a damaged read
 
 
 class MountStats:

@@ -9,6 +9,7 @@ walk through branch pages, the neighbours of a scan and the overflow pages are a
 from __future__ import annotations
 
 import bisect
+import errno
 import os
 import struct
 from collections.abc import Iterator
@@ -252,3 +253,34 @@ def test_key_ranges_to_the_end_cover_every_key_after_their_start() -> None:
     assert not ranges.covers(b"a", b"n")
     ranges.add(b"", b"b")
     assert ranges.covers(b"", b"a") and not ranges.covers(b"", b"c")
+
+
+# --- through a real mount --------------------------------------------------------------------
+
+
+@pytest.mark.mount
+@pytest.mark.parametrize("workers", ["1", "4"])
+def test_a_mount_answers_eio_behind_a_damaged_index_page_and_serves_the_rest(
+    paged, tmp_path, mount_bundle, workers
+) -> None:
+    bundle = _copy(paged, tmp_path)
+    leaves = _leaf_pages(bundle, fmt.DB_ENTRIES)
+    flip_byte(bundle / fmt.INDEX_DIR / fmt.INDEX_FILE, leaves[len(leaves) // 2] * 4096 + 2000)
+    m = mount_bundle(
+        bundle,
+        "--workers",
+        workers,
+        allowed_log=[r"damaged data, read failed with EIO: index page"],
+    )
+    ok, eio = 0, 0
+    for i in range(FILES):
+        path = m.mountpoint / f"d{i % 20:02d}" / f"file-with-a-longer-name-{i:05d}.txt"
+        try:
+            assert path.read_bytes() == b"%d\n" % i
+            ok += 1
+        except OSError as e:
+            assert e.errno == errno.EIO, e
+            eio += 1
+    assert eio > 0 and ok > FILES * 0.8
+    assert m.process.poll() is None
+    assert "index page" in m.log_path.read_text()
