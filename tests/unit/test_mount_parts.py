@@ -22,10 +22,10 @@ from bundlefs.storage.store import FailedRead
 
 def test_damage_is_counted_every_time_and_logged_once_per_record():
     stats = MountStats()
-    key = (0, 3, "a.bin")
+    key = (0, 3, "a.bin", "bad CRC")
     assert stats.failed_read(FailedRead.DAMAGE, key) is True
     assert stats.failed_read(FailedRead.DAMAGE, key) is False
-    assert stats.failed_read(FailedRead.DAMAGE, (0, 4, "a.bin")) is True
+    assert stats.failed_read(FailedRead.DAMAGE, (0, 4, "a.bin", "bad CRC")) is True
     counts = stats.counters.as_dict()
     assert (counts["eio_count"], counts["damage_eio_count"], counts["outage_eio_count"]) == (
         3,
@@ -36,7 +36,7 @@ def test_damage_is_counted_every_time_and_logged_once_per_record():
 
 def test_an_outage_is_counted_apart_and_never_logged_as_damage():
     stats = MountStats()
-    assert stats.failed_read(FailedRead.OUTAGE, (0, 3, None)) is False
+    assert stats.failed_read(FailedRead.OUTAGE, (0, 3, None, "timed out")) is False
     counts = stats.counters.as_dict()
     assert (counts["eio_count"], counts["damage_eio_count"], counts["outage_eio_count"]) == (
         0,
