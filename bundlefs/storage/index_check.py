@@ -147,7 +147,7 @@ class IndexPageGuard:
         except OSError as e:
             raise FormatError(f"cannot read the index page table: {e.strerror}") from None
         try:
-            self._crcs = lp.decode_page_table(
+            self._table = lp.decode_page_table(
                 table,
                 page_size=page_size,
                 index_size=marker.index_size,
@@ -155,8 +155,9 @@ class IndexPageGuard:
                 crc32c=crc32c,
             )
             self._page_size = page_size
-            self._last_pg = len(self._crcs) - 1
-            self._checked = bytearray((len(self._crcs) + 7) // 8)
+            pages = lp.page_count(self._table)
+            self._last_pg = pages - 1
+            self._checked = bytearray((pages + 7) // 8)
             self._branches: dict[int, lp.TreePage] = {}
             self._lock = threading.Lock()
             self._roots = self._main_databases()
@@ -243,10 +244,10 @@ class IndexPageGuard:
             for pgno, crc in enumerate(
                 lp.page_crcs(data, self._page_size, crc32c), at // self._page_size
             ):
-                if pgno > self._last_pg or crc != self._crcs[pgno]:
+                if pgno > self._last_pg or crc != lp.page_crc(self._table, pgno):
                     raise self._damage(pgno, "fails its checksum")
             at += len(data)
-        if at != len(self._crcs) * self._page_size or whole != file_crc:
+        if at != (self._last_pg + 1) * self._page_size or whole != file_crc:
             raise FormatError("index fails its checksum (the index file was altered or damaged)")
 
     # -- walking -------------------------------------------------------------------------------
@@ -311,7 +312,7 @@ class IndexPageGuard:
             raise self._damage(pgno, f"cannot be read: {e.strerror}") from None
         bit = 1 << (pgno & 7)
         if not self._checked[pgno >> 3] & bit:
-            if len(data) != self._page_size or crc32c(data) != self._crcs[pgno]:
+            if len(data) != self._page_size or crc32c(data) != lp.page_crc(self._table, pgno):
                 raise self._damage(pgno, "fails its checksum")
             self._checked[pgno >> 3] |= bit
         return data
