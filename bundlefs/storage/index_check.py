@@ -65,13 +65,16 @@ def check_index_file(
     return (st.st_dev, st.st_ino), NoPageChecks()
 
 
-def check_every_page(bundle_dir: str, marker: fmt.Marker) -> None:
-    """``verify``'s check of a version-6 index: the whole file's CRC and every page's, in one
-    read (opening checks only what lookups touch)."""
+def check_every_page(bundle_dir: str, marker: fmt.Marker) -> list[int]:
+    """``verify``'s check of the index file: before version 6 its CRC (raises); from version 6
+    every page's and the whole file's in one read, returning the pages that fail. Damage there
+    is local: the bundle still opens and the pages' entries fail when read. Raises for what
+    makes the index unsafe to open (the page table, the meta pages, the main database)."""
     _identity, guard = check_index_file(bundle_dir, marker)
     try:
         if isinstance(guard, IndexPageGuard):
-            guard.check_all(marker.index_crc32c)
+            return guard.check_all(marker.index_crc32c)
+        return []
     finally:
         guard.close()
 
@@ -236,19 +239,20 @@ class IndexPageGuard:
             self._leaves[name].add(before, after)
             spans.add(first, end)
 
-    def check_all(self, file_crc: int) -> None:
-        """Every page against the table and the whole file against ``file_crc``."""
-        chunk, whole, at = self._page_size * 256, 0, 0
+    def check_all(self, file_crc: int) -> list[int]:
+        """The pages that fail their CRC; raises if none does but the whole file fails
+        ``file_crc`` (then the table itself is wrong)."""
+        chunk, whole, at, damaged = self._page_size * 256, 0, 0, []
         while data := os.pread(self._fd, chunk, at):
             whole = crc32c(data, whole)
-            for pgno, crc in enumerate(
-                lp.page_crcs(data, self._page_size, crc32c), at // self._page_size
-            ):
+            first = at // self._page_size
+            for pgno, crc in enumerate(lp.page_crcs(data, self._page_size, crc32c), first):
                 if pgno > self._last_pg or crc != lp.page_crc(self._table, pgno):
-                    raise self._damage(pgno, "fails its checksum")
+                    damaged.append(pgno)
             at += len(data)
-        if at != (self._last_pg + 1) * self._page_size or whole != file_crc:
+        if at != (self._last_pg + 1) * self._page_size or (whole != file_crc and not damaged):
             raise FormatError("index fails its checksum (the index file was altered or damaged)")
+        return damaged
 
     # -- walking -------------------------------------------------------------------------------
 

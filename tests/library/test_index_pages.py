@@ -165,6 +165,22 @@ def test_verify_reports_a_damaged_page_no_lookup_touched(paged, tmp_path) -> Non
     assert any("index page" in p.message for p in report.problems)
 
 
+def test_verify_names_the_damaged_page_and_the_entries_behind_it_and_checks_the_rest(
+    paged, tmp_path
+) -> None:
+    bundle = _copy(paged, tmp_path)
+    leaves = _leaf_pages(bundle, fmt.DB_ENTRIES)
+    pgno = leaves[len(leaves) // 2]
+    flip_byte(bundle / fmt.INDEX_DIR / fmt.INDEX_FILE, pgno * 4096 + 2000)
+    report = verify(bundle)
+    assert [p.message for p in report.problems if p.kind == "index"] == [
+        f"index page {pgno} fails its checksum"
+    ]
+    lost = [p.message for p in report.problems if p.kind == "entry"]
+    assert 0 < len(lost) < 200 and all(f"index page {pgno}" in m for m in lost)
+    assert report.shards_checked or report.shards
+
+
 def test_a_page_whose_checksum_matches_but_whose_layout_is_wrong_is_damage(paged, tmp_path) -> None:
     bundle = _copy(paged, tmp_path)
     leaves = _leaf_pages(bundle, fmt.DB_ENTRIES)
