@@ -129,6 +129,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the creation time to record: seconds since the epoch or an ISO 8601 time "
         "(default: SOURCE_DATE_EPOCH if set, else now); fixed, two packs are byte-identical",
     )
+    p.add_argument(
+        "--no-sources",
+        action="store_true",
+        help="record no source ctime and inode number per file (what a later --check strict "
+        "compares); without them, packs of two copies of a tree are byte-identical too",
+    )
     p.add_argument("--force", action="store_true", help="replace an existing DEST")
     p.add_argument(
         "--staging",
@@ -335,6 +341,7 @@ def _options(args: argparse.Namespace) -> PackOptions:
         content_types=content_types,
         detect_content_types=not args.no_content_types,
         created_ns=parse_time(args.created) if args.created else None,
+        record_sources=not args.no_sources,
         storage_options=storage_options(args) or None,
         staging=args.staging,
         files_from=read_files_from(args.files_from, args.null) if args.files_from else None,

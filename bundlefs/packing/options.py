@@ -62,6 +62,10 @@ class PackOptions:
     # When the bundle was made, in ns since the epoch: None takes SOURCE_DATE_EPOCH when set
     # (reproducible builds), else the clock. Two packs are byte-identical only when it is fixed.
     created_ns: int | None = None
+    # A directory source: record each file's ctime and inode number (the ``sources`` database,
+    # format version 6) for a later ``pack --base --check strict``. They are the source
+    # machine's, not the tree's: packs of two copies of a tree are byte-identical only without.
+    record_sources: bool = True
     # A DEST that is a URL (s3://bucket/x.bundle) or a SRC that is a prefix (s3://bucket/raw/):
     # the store's options (credentials, endpoint; docs/storage.md); and the local directory the
     # bundle for a URL DEST is built in before it is uploaded (None: the temporary directory).

@@ -269,6 +269,8 @@ class _Packer:
             self.progress,
             user_data=options.user_data,
             content_types=rules,
+            record_sources=options.record_sources
+            and isinstance(source, DirectorySource | DeltaSource),
         )
         builder.build()
         index.put_meta(dict(options.meta))
