@@ -165,19 +165,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--check",
-        choices=("stat", "content"),
+        choices=("stat", "strict", "content"),
         default="stat",
         help="with --base, how a file is known unchanged: stat (type, size and mtime to the "
-        "nanosecond, outside the racy window; the default) or content (every file of OLD's size "
-        "is read and compared with OLD's bytes)",
+        "nanosecond, outside the racy window; the default), strict (also the ctime and inode "
+        "number OLD recorded; a file OLD has no record of is compared by content) or content "
+        "(every file of OLD's size is read and compared with OLD's)",
     )
     p.add_argument(
         "--racy-seconds",
         type=float,
         default=2.0,
         metavar="S",
-        help="with --base, a file whose mtime in OLD lies within S seconds before OLD was made "
-        "is compared by content, never trusted by its stat (default: 2)",
+        help="with --base, a file whose mtime (with strict: or ctime) in OLD lies within S "
+        "seconds before OLD was made is compared by content, never trusted by its stat "
+        "(default: 2)",
     )
     p.add_argument(
         "--dedup",
