@@ -89,7 +89,7 @@ def build_v1_tree(root: str | os.PathLike) -> Path:
 def graft_legacy_shards(bundle: str | os.PathLike) -> None:
     """Make ``bundle`` hold shards the committed bundles wrote, as a merge would link them in.
 
-    ``bundle`` is ``build_v1_tree`` packed today (format version 5) with ``V1_PACK_OPTIONS``. The
+    ``bundle`` is ``build_v1_tree`` packed today (format version 6) with ``V1_PACK_OPTIONS``. The
     three packs cut the tree into the same twelve shard streams, so its entries stay valid when its
     shards 0–3 become the version-1 bundle's and 4–7 the version-2 bundle's (zstd): the shard files
     are copied unchanged, headers included, with their records; the shard table names the header
