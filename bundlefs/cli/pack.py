@@ -129,6 +129,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the creation time to record: seconds since the epoch or an ISO 8601 time "
         "(default: SOURCE_DATE_EPOCH if set, else now); fixed, two packs are byte-identical",
     )
+    p.add_argument(
+        "--no-sources",
+        action="store_true",
+        help="record no source ctime and inode number per file (what a later --check strict "
+        "compares); without them, packs of two copies of a tree are byte-identical too",
+    )
     p.add_argument("--force", action="store_true", help="replace an existing DEST")
     p.add_argument(
         "--staging",
@@ -159,19 +165,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--check",
-        choices=("stat", "content"),
+        choices=("stat", "strict", "content"),
         default="stat",
         help="with --base, how a file is known unchanged: stat (type, size and mtime to the "
-        "nanosecond, outside the racy window; the default) or content (every file of OLD's size "
-        "is read and compared with OLD's bytes)",
+        "nanosecond, outside the racy window; the default), strict (also the ctime and inode "
+        "number OLD recorded; a file OLD has no record of is compared by content) or content "
+        "(every file of OLD's size is read and compared with OLD's)",
     )
     p.add_argument(
         "--racy-seconds",
         type=float,
         default=2.0,
         metavar="S",
-        help="with --base, a file whose mtime in OLD lies within S seconds before OLD was made "
-        "is compared by content, never trusted by its stat (default: 2)",
+        help="with --base, a file whose mtime (with strict: or ctime) in OLD lies within S "
+        "seconds before OLD was made is compared by content, never trusted by its stat "
+        "(default: 2)",
     )
     p.add_argument(
         "--dedup",
@@ -335,6 +343,7 @@ def _options(args: argparse.Namespace) -> PackOptions:
         content_types=content_types,
         detect_content_types=not args.no_content_types,
         created_ns=parse_time(args.created) if args.created else None,
+        record_sources=not args.no_sources,
         storage_options=storage_options(args) or None,
         staging=args.staging,
         files_from=read_files_from(args.files_from, args.null) if args.files_from else None,

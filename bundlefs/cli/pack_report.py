@@ -89,7 +89,13 @@ def reuse_line(reuse: BaseReuse) -> str:
         line += f", {reuse.same_files:,} read and found unchanged ({format_size(reuse.same_bytes)})"
     line += f", stored {reuse.stored_files:,} ({format_size(reuse.stored_bytes)})"
     total = reuse.shards_linked + reuse.shards_left
-    return line + f"; linked {reuse.shards_linked:,} of its {count(total, 'shard')}"
+    line += f"; linked {reuse.shards_linked:,} of its {count(total, 'shard')}"
+    if reuse.unrecorded_files:
+        line += (
+            f"; --check strict compared {count(reuse.unrecorded_files, 'file')} by content "
+            "(OLD has no source record of them)"
+        )
+    return line
 
 
 def dedup_line(files: int, size: int) -> str:

@@ -3,12 +3,13 @@
 The builder assigns inode numbers breadth first with names in the source's (bytewise) order, as
 docs/format.md §3.3 requires, which lets every index write be a sorted append and makes each
 directory's children one contiguous inode range. It keeps the table of distinct (uid, gid) pairs,
-gives later names of a multiply-linked file the inode of its first, attaches user data and counts
-what it built; file content goes to the ``ContentWriter``. It does not know where entries come
-from. Memory holds the queue of directories still to list (up to every directory of two adjacent
-levels of the tree), the owners table, one entry per multiply-linked file seen and the directory
-totals (``DirectoryTotals``: 40 bytes per directory): not the entries of the whole tree, but not
-bounded by a constant either.
+gives later names of a multiply-linked file the inode of its first, attaches user data, records
+each file's source ctime and inode when told the source is a directory on disk (``sources``,
+format version 6) and counts what it built; file content goes to the ``ContentWriter``. It does
+not know where entries come from. Memory holds the queue of directories still to list (up to
+every directory of two adjacent levels of the tree), the owners table, one entry per
+multiply-linked file seen and the directory totals (``DirectoryTotals``: 40 bytes per
+directory): not the entries of the whole tree, but not bounded by a constant either.
 
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``,
 ``bundlefs.packing.options``, ``bundlefs.packing.sources.base``, ``bundlefs.packing.content``.
@@ -22,6 +23,7 @@ import os
 import stat as statmod
 from array import array
 from collections import deque
+from typing import cast
 
 from bundlefs.core import format as fmt
 from bundlefs.core import integrity
@@ -89,6 +91,7 @@ class EntryBuilder:
         *,
         user_data: UserData | None = None,
         content_types: ContentTypeRules | None = None,
+        record_sources: bool = False,
     ) -> None:
         self.source = source
         self.content = content
@@ -97,6 +100,9 @@ class EntryBuilder:
         self.progress = progress
         self.user_data = user_data
         self.content_rules = content_types  # None: store no content types
+        # Whether each regular file's source stat (an os.stat_result: a directory on disk) is
+        # recorded in ``sources`` (format version 6, for ``pack --base --check strict``).
+        self.record_sources = record_sources
         self.content_types: dict[str, int] = {}  # media type -> index, in order of first use
         self.owners: dict[tuple[int, int], int] = {}
         self.hardlinks: dict[tuple[int, int], list] = {}  # (st_dev, st_ino) -> [entry, names]
@@ -220,6 +226,7 @@ class EntryBuilder:
             and ino <= fmt.MAX_ENTRIES
         ):
             self.index.put_entry_value(ino, value)
+            self._record_source(ino, st)
             self.counts.files += 1
             self.counts.data_bytes += st.st_size
             self.progress.files += 1
@@ -328,8 +335,16 @@ class EntryBuilder:
         )
         if st.st_nlink > 1:
             self.hardlinks[link_key] = [entry, 1]
+        self._record_source(ino, st)
         self.progress.files += 1
         return entry
+
+    def _record_source(self, ino: int, st: Stat) -> None:
+        """File ``ino``'s source ctime and inode number, as the stat its entry records gave them
+        (no extra call: the walk's lstat, or the fstat before the file was read)."""
+        if self.record_sources:
+            stat_result = cast(os.stat_result, st)
+            self.index.put_source(ino, stat_result.st_ctime_ns, stat_result.st_ino)
 
     def _content_type_index(self, media_type: str) -> int:
         index = self.content_types.get(media_type)

@@ -7,9 +7,11 @@ index in order, never looking a path up). A regular file whose path names a regu
 of the same size is then either
 
 - unchanged by its stat (``check="stat"``): its mtime equals OLD's to the nanosecond and OLD's
-  mtime lies more than ``racy_seconds`` before OLD's creation time. It is not read: its item
+  mtime lies more than ``racy_seconds`` before OLD's creation time; with ``check="strict"`` its
+  ctime and inode number also equal what OLD's ``sources`` recorded (format version 6), that
+  ctime outside the racy window too (no record: compared by content). It is not read: its item
   arrives ``stored`` at OLD's place and CRC (``StoredContent``), its metadata SRC's. Most such
-  files (one link, OLD's mode, OLD of this format version) arrive instead with OLD's entry
+  files (one link, OLD's mode, OLD of version 5 or later) arrive instead with OLD's entry
   value undecoded (``SourceItem.reuse``), which the builder copies when the new entry would
   encode to those very bytes (``fmt.reusable_file``; the owner and content type indexes agree):
   no entry decoded, built or encoded, which is most of what such a pack costs per file;
@@ -47,6 +49,7 @@ from __future__ import annotations
 import os
 import stat as statmod
 from collections.abc import Iterator
+from typing import cast
 
 from bundlefs.core import format as fmt
 from bundlefs.core.checksum import ContentDigest
@@ -68,6 +71,7 @@ from bundlefs.storage.index_writer import IndexWriter
 from bundlefs.storage.location import parse_location
 from bundlefs.storage.shard_writer import ShardWriter
 from bundlefs.storage.shards import ShardSet
+from bundlefs.storage.source_records import source_record
 from bundlefs.storage.store import LocalShardStore
 
 _EMPTY_DIGEST = ContentDigest().digest()  # an empty file needs no shard, but has a digest
@@ -111,8 +115,10 @@ class Base:
         self.racy_limit = config.created_ns - int(options.racy_seconds * 10**9)
         self.used: set[int] = set()
         self.reuse = BaseReuse(base=path)
-        # Values of unchanged files are copied as they are when OLD's layout is the pack's.
-        self.copies = self.check == "stat" and config.format_version == fmt.FORMAT_VERSION
+        self.strict = self.check == "strict"
+        # Values of unchanged files are copied as they are when OLD's layout is the pack's
+        # (version 5's entries are version 6's, byte for byte).
+        self.copies = self.check != "content" and config.format_version >= fmt.FIRST_V5_VERSION
 
     def close(self) -> None:
         self.shards.close()
@@ -172,15 +178,39 @@ class Base:
         return empty
 
     def trusted(self, entry: fmt.Entry | None, st: Stat) -> bool:
-        """Whether the file with status ``st`` is OLD's ``entry`` unchanged, by its stat."""
+        """Whether the file with status ``st`` is OLD's ``entry`` unchanged, by its stat (and
+        with ``check="strict"`` its source record)."""
         return (
             entry is not None
-            and self.check == "stat"
+            and self.check != "content"
             and entry.is_file
             and st.st_size == entry.size
             and st.st_mtime_ns == entry.mtime_ns
             and entry.mtime_ns < self.racy_limit
+            and (not self.strict or self.same_source(entry.ino, st))
         )
+
+    def same_source(self, ino: int, st: Stat) -> bool:
+        """``check="strict"``: whether ``st`` (an ``os.stat_result``: SRC is a directory) has the
+        ctime and inode number OLD recorded for its file ``ino``, that ctime outside the racy
+        window as the mtime is. No record (OLD of an earlier version or writer), or one
+        that cannot be read: False, so the file is compared by content, never trusted."""
+        try:
+            recorded = source_record(self.reader, ino)
+        except BundleError:
+            return False
+        if recorded is None:
+            return False
+        ctime_ns, st_ino = recorded
+        full = cast(os.stat_result, st)
+        return (full.st_ctime_ns, full.st_ino) == recorded and ctime_ns < self.racy_limit
+
+    def unrecorded(self, entry: fmt.Entry) -> bool:
+        """``check="strict"``: whether OLD has no (readable) source record of ``entry``."""
+        try:
+            return self.strict and source_record(self.reader, entry.ino) is None
+        except BundleError:
+            return True
 
     def reused(self, entry: fmt.Entry, st: Stat) -> StoredContent:
         """The item's content as OLD stored it; ``st`` is SRC's (what the entry records)."""
@@ -218,7 +248,7 @@ class DeltaSource:
             found = old.get(item.name)
             if found is None:
                 return True
-            item.reuse = self._copyable(found[1], item.st)
+            item.reuse = self._copyable(found, item.st)
             return item.reuse is None and not self.base.trusted(self._entry(found), item.st)
 
         names = self.inner.names(rel)
@@ -230,7 +260,7 @@ class DeltaSource:
             found = old.get(item.name)
             kind = statmod.S_IFMT(item.st.st_mode)
             if kind == statmod.S_IFREG and found is not None:
-                item.reuse = self._copyable(found[1], item.st)  # not probed with read_if
+                item.reuse = self._copyable(found, item.st)  # not probed with read_if
                 if item.reuse is not None:
                     self._copied(item)
                 elif not self._later_name(item.st):
@@ -275,14 +305,15 @@ class DeltaSource:
         entry = reader.decode(*found)
         return reader.entry(entry.target) if entry.is_link else entry
 
-    def _copyable(self, value: bytes, st: Stat) -> Reuse | None:
-        """What the builder needs to copy OLD's ``value`` for the file of status ``st``, when the
-        file is unchanged by its stat (``Base.trusted``) and its new entry would be that value
-        byte for byte but for the owner and content type indexes (the builder checks those):
-        the same mode, one link, content, no NLINK, LINK or user data in OLD."""
+    def _copyable(self, found: tuple[int, bytes], st: Stat) -> Reuse | None:
+        """What the builder needs to copy OLD's entry ``found`` (inode, value) for the file of
+        status ``st``, when the file is unchanged (``Base.trusted``) and its new entry would be
+        that value byte for byte but for the owner and content type indexes (the builder checks
+        those): the same mode, one link, content, no NLINK, LINK or user data in OLD."""
         base = self.base
         if not base.copies or st.st_nlink != 1:
             return None
+        ino, value = found
         fields = fmt.reusable_file(value)
         if fields is None:
             return None
@@ -292,7 +323,7 @@ class DeltaSource:
             return None
         if mtime_ns >= base.racy_limit or shard >= base.count or content_type >= len(types):
             return None  # racy, or an index out of range: decode it in full (it is refused)
-        if owner >= len(base.reader.owners):
+        if owner >= len(base.reader.owners) or (base.strict and not base.same_source(ino, st)):
             return None
         media_type = None if content_type == fmt.NO_CONTENT_TYPE else types[content_type]
         return value, owner, content_type, media_type, shard
@@ -330,7 +361,10 @@ class DeltaSource:
 
     def _same(self, item: SourceItem, entry: fmt.Entry) -> bool:
         """Whether SRC's file holds OLD's bytes (read now unless read ahead). OLD's bytes
-        damaged: not the same (SRC's are stored anew; ``verify`` of OLD reports the damage)."""
+        damaged: not the same (SRC's are stored anew; ``verify`` of OLD reports the damage).
+        Counts a file strict compares for want of OLD's source record."""
+        if self.base.unrecorded(entry):
+            self.base.reuse.unrecorded_files += 1
         try:
             return self._compare(item, entry)
         except BundleError:

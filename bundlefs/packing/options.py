@@ -25,7 +25,8 @@ from bundlefs.storage.codec import zstd_module
 from bundlefs.storage.objectstore.upload_progress import UploadProgress
 
 DEFAULT_SHARD_SIZE = 4 * 1024**3
-CHECKS = ("stat", "content")  # how a pack on a base knows a file unchanged (PackOptions.check)
+# How a pack on a base knows a file unchanged (PackOptions.check).
+CHECKS = ("stat", "strict", "content")
 ZSTD_LEVELS = (-7, 22)  # the levels zstd:LEVEL accepts (zstd's fast levels to its slowest)
 
 # Called with (relative path bytes, lstat result); returns bytes to attach to the entry or None.
@@ -62,6 +63,10 @@ class PackOptions:
     # When the bundle was made, in ns since the epoch: None takes SOURCE_DATE_EPOCH when set
     # (reproducible builds), else the clock. Two packs are byte-identical only when it is fixed.
     created_ns: int | None = None
+    # A directory source: record each file's ctime and inode number (the ``sources`` database,
+    # format version 6) for a later ``pack --base --check strict``. They are the source
+    # machine's, not the tree's: packs of two copies of a tree are byte-identical only without.
+    record_sources: bool = True
     # A DEST that is a URL (s3://bucket/x.bundle) or a SRC that is a prefix (s3://bucket/raw/):
     # the store's options (credentials, endpoint; docs/storage.md); and the local directory the
     # bundle for a URL DEST is built in before it is uploaded (None: the temporary directory).
@@ -71,8 +76,9 @@ class PackOptions:
     # (``pack --files-from``; sources/listed.py); None: the whole tree.
     files_from: Sequence[str | bytes] | None = None
     # A pack on a base bundle (``pack(..., base=OLD)``, packing/delta.py): how a file is known
-    # unchanged since OLD ("stat": type, size and mtime; "content": its bytes), and how many
-    # seconds before OLD's creation a file's mtime must lie for its stat to be trusted at all.
+    # unchanged since OLD ("stat": type, size and mtime; "strict": those and the ctime and inode
+    # number OLD's ``sources`` recorded, else its bytes; "content": its bytes), and how many
+    # seconds before OLD's creation a file's mtime (and ctime) must lie for its stat to be trusted.
     check: str = "stat"
     racy_seconds: float = 2.0
     # Whole-file dedup (``pack --dedup``, packing/content.py): a file whose content a file stored
@@ -137,6 +143,9 @@ class BaseReuse:
     same_files: int = 0  # read and found equal to the base's (a touch): nothing stored
     same_bytes: int = 0
     digest_compared: int = 0  # files compared by OLD's digest (version 5), OLD's bytes unread
+    # check="strict": files OLD has no source record of (an older version, another writer),
+    # so compared by content rather than trusted.
+    unrecorded_files: int = 0
     stored_files: int = 0  # new or changed: stored in the new bundle's own shards
     stored_bytes: int = 0
     shards_linked: int = 0  # the base's shards the new bundle holds (ways: link, reflink, copy)
@@ -203,7 +212,7 @@ def check_options(options: PackOptions) -> PackOptions:
     time fixed (``creation_time``); ``PackError`` naming the first bad one."""
     compression, _level = parse_compression(options.compression)
     if options.check not in CHECKS:
-        raise PackError(f"unknown check {options.check!r} (choose {' or '.join(CHECKS)})")
+        raise PackError(f"unknown check {options.check!r} (choose stat, strict or content)")
     if not 0 <= options.racy_seconds < 2**32:
         raise PackError(f"racy_seconds {options.racy_seconds}: a number of seconds from 0")
     # Fixed now, before anything is read: a bad SOURCE_DATE_EPOCH fails at once, not at the end.

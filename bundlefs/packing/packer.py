@@ -75,6 +75,7 @@ def pack(
     *,
     base: str | os.PathLike[str] | None = None,
     dedup: bool | None = None,
+    check: str | None = None,
 ) -> PackSummary:
     """Pack the tree at ``source`` into a new bundle at ``dest``: a directory, or a URL
     (``s3://bucket/x.bundle``: built locally, then uploaded,
@@ -93,7 +94,8 @@ def pack(
 
     With ``base`` (a local bundle, OLD), the new bundle reuses OLD's stored bytes for every file
     of the directory ``source`` that did not change since OLD (``options.check`` says how that is
-    known) and stores only the others: ``delta`` says how, docs/versions.md when to.
+    known; ``check``, when given, is it: "stat", "strict" or "content") and stores only the
+    others: ``delta`` says how, docs/versions.md when to.
 
     ``dedup`` (``options.dedup`` when None): store each distinct content once; a later file with
     the same content gets an entry of its own at the first copy's place (``content.DedupTable``).
@@ -101,6 +103,8 @@ def pack(
     started = time.monotonic()
     if dedup is not None:
         options = dataclasses.replace(options, dedup=dedup)
+    if check is not None:
+        options = dataclasses.replace(options, check=check)
     options = check_options(options)
     paths = source_paths(source)
     location, remote = check_destination(paths, dest, options)
@@ -269,6 +273,8 @@ class _Packer:
             self.progress,
             user_data=options.user_data,
             content_types=rules,
+            record_sources=options.record_sources
+            and isinstance(source, DirectorySource | DeltaSource),
         )
         builder.build()
         index.put_meta(dict(options.meta))

@@ -6,7 +6,7 @@ and the bounded caches that make those cheap. It applies the format's tree invar
 (core/integrity.py) to what it reads and fails fast with ``FormatError``.
 
 Synchronous and thread-safe. May import: ``bundlefs.core``, ``bundlefs.errors``,
-``bundlefs.storage.index``, ``bundlefs.read.options``.
+``bundlefs.storage.index``, ``bundlefs.storage.source_records``, ``bundlefs.read.options``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from bundlefs.core import integrity
 from bundlefs.errors import EntryNotFound, FormatError, NotADirectory, SymlinkLoop
 from bundlefs.read.options import DEFAULT_NAME_CACHE
 from bundlefs.storage.index import IndexReader, tree_totals
+from bundlefs.storage.source_records import iter_source_records
 
 MAX_SYMLINK_HOPS = 40
 _DIRECTORY_CACHE = 4096  # decoded directory entries held (~0.3 KB each)
@@ -108,6 +109,10 @@ class TreeModel:
     def stored_totals(self, ino: int) -> fmt.TreeTotals | None:
         """Directory ``ino``'s totals as stored (version 5), or None before version 5."""
         return tree_totals(self._index, ino)
+
+    def stored_sources(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every undecoded (key, value) of ``sources`` (version 6; nothing before or without)."""
+        return iter_source_records(self._index)
 
     def totals(self, entry: fmt.Entry) -> fmt.TreeTotals:
         """What lies below an entry: ``_totals_below``."""

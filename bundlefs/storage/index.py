@@ -12,6 +12,7 @@ May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.marker``,
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -97,10 +98,13 @@ class IndexReader:
                 self._env_key,
                 max_dbs=len(fmt.ALL_DBS) + 1,
             )
+            version = self.marker.format_version
             self._dbs = {
-                name: self._env.open_db(name, create=False)
-                for name in fmt.databases(self.marker.format_version)
+                name: self._env.open_db(name, create=False) for name in fmt.databases(version)
             }
+            for name in fmt.databases(version, optional=True):  # may be absent (version 6)
+                with contextlib.suppress(lmdb.NotFoundError):
+                    self._dbs[name] = self._env.open_db(name, create=False)
             self._pages.bind(self._dbs)
         except OSError as e:
             raise NotABundleError(

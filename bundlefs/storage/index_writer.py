@@ -25,9 +25,9 @@ class IndexWriter:
 
     # Deterministic commit points keep the dirty set bounded and the output byte-identical.
     COMMIT_EVERY = 50_000
-    # Entries are appended in batches of up to this many (one ``putmulti``): the same puts in
-    # the same order, with the same commit points, as one ``put`` each, at a fraction of the
-    # calls. Any other write puts the batch first, so the order of every put is kept.
+    # Entries (and source records) are appended in batches of up to this many (one ``putmulti``
+    # each): the same puts, with the same commit points, as one ``put`` each, at a fraction of
+    # the calls. Any other write puts the batches first, so the order of the puts is fixed.
     BATCH = 512
 
     def __init__(self, index_dir: str, map_size: int = 1 << 40) -> None:
@@ -52,10 +52,10 @@ class IndexWriter:
             raise IndexWriteError(str(e)) from e
         self._pending = 0
         self._entries: list[tuple[bytes, bytes]] = []  # (key, value) appends not yet put
+        self._sources: list[tuple[bytes, bytes]] = []  # the same, in ``sources`` (version 6)
 
     def _put(self, db: bytes, key: bytes, value: bytes, *, append: bool) -> None:
-        if self._entries:
-            self._put_entries()
+        self._put_batches()
         try:
             if not self._txn.put(key, value, db=self._dbs[db], append=append, overwrite=not append):
                 raise FormatError(f"index key {key!r} was written twice")
@@ -71,12 +71,25 @@ class IndexWriter:
         entries, relocating only files' content; a delta pack its base's unchanged files')."""
         self._entries.append((fmt.entry_key(ino), value))
         if len(self._entries) >= self.BATCH:
-            self._put_entries()
+            self._entries = self._put_batch(fmt.DB_ENTRIES, self._entries)
 
-    def _put_entries(self) -> None:
-        """The entries batched so far, appended in order, committing where ``_put`` would."""
-        batch, self._entries = self._entries, []
-        db, done = self._dbs[fmt.DB_ENTRIES], 0
+    def put_source(self, ino: int, ctime_ns: int, st_ino: int) -> None:
+        """File ``ino``'s source record (version 6: its source's ctime and inode number when it
+        was packed), in inode order."""
+        self._sources.append((fmt.entry_key(ino), fmt.encode_source(ctime_ns, st_ino)))
+        if len(self._sources) >= self.BATCH:
+            self._sources = self._put_batch(fmt.DB_SOURCES, self._sources)
+
+    def _put_batches(self) -> None:
+        if self._entries:
+            self._entries = self._put_batch(fmt.DB_ENTRIES, self._entries)
+        if self._sources:
+            self._sources = self._put_batch(fmt.DB_SOURCES, self._sources)
+
+    def _put_batch(self, name: bytes, batch: list[tuple[bytes, bytes]]) -> list:
+        """``batch`` appended to database ``name`` in order, committing where ``_put`` would;
+        the next batch (empty)."""
+        db, done = self._dbs[name], 0
         try:
             while done < len(batch):
                 part = batch[done : done + self.COMMIT_EVERY - self._pending]
@@ -87,6 +100,7 @@ class IndexWriter:
                 self._written(len(part))
         except lmdb.Error as e:
             raise IndexWriteError(str(e)) from e
+        return []
 
     def _written(self, count: int) -> None:
         """Count ``count`` puts; commit once ``COMMIT_EVERY`` are pending (bounded transactions)."""
@@ -135,8 +149,7 @@ class IndexWriter:
 
     def close(self) -> None:
         """Commit, flush to disk and close."""
-        if self._entries:
-            self._put_entries()
+        self._put_batches()
         try:
             self._txn.commit()
             self._env.sync(True)
@@ -146,7 +159,7 @@ class IndexWriter:
 
     def abort(self) -> None:
         """Discard what was written and close; LMDB errors raise ``IndexWriteError``."""
-        self._entries = []
+        self._entries, self._sources = [], []
         try:
             try:
                 self._txn.abort()

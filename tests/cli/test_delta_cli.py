@@ -19,6 +19,7 @@ from bundlefs.core import format as fmt
 from bundlefs.errors import NotABundleError
 from bundlefs.read.verify import verify
 from tests.conftest import bundle_file_bytes
+from tests.support.legacy_trees import V5_BUNDLE, build_v1_tree
 from tests.support.trees import MTIME_NS, assert_one_line_error, run_cli, set_mtimes
 
 FILES = 1600
@@ -75,8 +76,47 @@ def test_base_with_dask_is_a_usage_error(versions, tmp_path):
 
 def test_an_unknown_check_is_a_usage_error(versions, tmp_path):
     src, old = versions
-    result = run_cli("pack", src, tmp_path / "n.bundle", "--base", old, "--check", "strict")
-    assert result.returncode == 2 and b"invalid choice: 'strict'" in result.stderr
+    result = run_cli("pack", src, tmp_path / "n.bundle", "--base", old, "--check", "inode")
+    assert result.returncode == 2 and b"invalid choice: 'inode'" in result.stderr
+
+
+def test_check_strict_reuses_the_files_whose_ctime_and_inode_old_recorded(versions, tmp_path):
+    src, old = versions
+    args = ("--json", "--base", old, "--check", "strict", "--racy-seconds", "0")
+    result = run_cli("pack", src, tmp_path / "new.bundle", *args)
+    assert result.returncode == 0, result.stderr
+    reuse = json.loads(result.stdout)["reuse"]
+    assert (reuse["reused_files"], reuse["stored_files"], reuse["unrecorded_files"]) == (
+        800,
+        801,
+        0,
+    )
+
+
+def test_check_strict_on_a_version_5_base_compares_by_content_and_json_says_so(tmp_path):
+    src = build_v1_tree(tmp_path / "src")
+    options = ("--record-size", "4096", "--block-size", "512", "--shard-size", "4000")
+    args = ("--base", V5_BUNDLE, "--check", "strict", *options)
+    result = run_cli("pack", "--json", src, tmp_path / "new.bundle", *args)
+    assert result.returncode == 0, result.stderr
+    reuse = json.loads(result.stdout)["reuse"]
+    # Twenty files of content (the empty one needs none, the hard link's second name is one):
+    # no source record in a version-5 bundle, so each is compared by its digest, none trusted.
+    assert (reuse["unrecorded_files"], reuse["digest_compared"]) == (20, 20)
+    assert (reuse["reused_files"], reuse["same_files"], reuse["stored_files"]) == (0, 20, 0)
+    text = run_cli("pack", src, tmp_path / "again.bundle", *args).stdout.decode()
+    assert text.splitlines()[1].endswith(
+        "; --check strict compared 20 files by content (OLD has no source record of them)"
+    )
+
+
+def test_no_sources_leaves_strict_nothing_to_trust(versions, tmp_path):
+    src, _old = versions
+    plain = tmp_path / "plain.bundle"
+    assert run_cli("pack", "-q", "--no-sources", src, plain).returncode == 0
+    args = ("--json", "--base", plain, "--check", "strict", "--racy-seconds", "0")
+    reuse = json.loads(run_cli("pack", src, tmp_path / "new.bundle", *args).stdout)["reuse"]
+    assert reuse["reused_files"] == 0 and reuse["unrecorded_files"] == reuse["same_files"] == 1601
 
 
 def _partial(dest: Path) -> list[Path]:

@@ -350,7 +350,7 @@ def test_no_record_is_decompressed_or_recompressed(gens, tmp_path) -> None:
     assert _facts(out) == _facts(gen2)
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
 def test_an_older_version_bundle_compacts_into_this_version(tmp_path, version) -> None:
     old, out = DATA / f"v{version}-twelve-shards.bundle", tmp_path / "new.bundle"
     summary = compact(old, str(out))

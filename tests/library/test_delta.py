@@ -20,10 +20,11 @@ import pytest
 from bundlefs import Bundle, PackOptions, pack
 from bundlefs.core import format as fmt
 from bundlefs.errors import PackError
+from bundlefs.packing.compact import compact
 from bundlefs.read.extract import extract
 from bundlefs.read.verify import verify
 from tests.conftest import bundle_file_bytes, flip_byte
-from tests.support.legacy_trees import V1_PACK_OPTIONS, V4_BUNDLE, build_v1_tree
+from tests.support.legacy_trees import V1_PACK_OPTIONS, V4_BUNDLE, V5_BUNDLE, build_v1_tree
 from tests.support.trees import MTIME_NS, build_rich_tree, set_mtimes, snapshot
 
 OLD_NS = MTIME_NS  # 2020: far outside the racy window of a pack made now
@@ -158,9 +159,9 @@ def test_the_base_is_never_modified(tmp_path: Path) -> None:
     assert verify(tmp_path / "old").ok
 
 
-def _change(rng: random.Random, root: Path) -> None:
-    """One random change of the tree: rewrite (same size, keeping a fresh file's mtime), grow,
-    touch, delete, add, rename or chmod."""
+def _change(rng: random.Random, root: Path, keep_mtime: bool = False) -> None:
+    """One random change of the tree: rewrite (same size, keeping a fresh file's mtime, or any
+    file's with ``keep_mtime``), grow, touch, delete, add, rename or chmod."""
     files = sorted(p for p in root.rglob("*") if p.is_file())
     path = rng.choice(files)
     kind = rng.choice(["same-size", "grow", "touch", "delete", "add", "rename", "chmod"])
@@ -169,7 +170,7 @@ def _change(rng: random.Random, root: Path) -> None:
         data = bytearray(path.read_bytes())
         data[rng.randrange(len(data))] ^= 0xFF
         path.write_bytes(bytes(data))
-        if st.st_mtime_ns > time.time_ns() - 10**9:
+        if keep_mtime or st.st_mtime_ns > time.time_ns() - 10**9:
             # Written less than a second before the last pack: the same mtime again, which only
             # the racy window catches (an older file keeps its stat only in a --check content
             # world).
@@ -364,3 +365,123 @@ def test_damage_in_a_shard_old_and_new_share_is_reported_by_verify_of_both(
     assert not old_report.ok and not new_report.ok
     assert new_report.damaged_files and "d1/f001.bin" not in new_report.damaged_files
     assert set(new_report.damaged_files) <= set(old_report.damaged_files)
+
+
+# --- --check strict: ctime and inode number from OLD's source records (format version 6) ----------
+# The packs on a base use racy_seconds=0: the files' ctimes (set when the tree was made, moments
+# before OLD) then lie outside the racy window, as a day-old tree's would with the default.
+
+
+def _rewrite_keeping_size_and_mtime(path: Path) -> None:
+    """Another byte in the same place, then ``touch -m`` back to OLD_NS (no chmod): what stat
+    cannot see."""
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 1
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(OLD_NS, OLD_NS))
+
+
+def test_check_strict_finds_a_same_size_rewrite_set_back_to_its_mtime_by_its_ctime(
+    tmp_path: Path,
+) -> None:
+    src = _tree(tmp_path / "src")
+    _pack(src, tmp_path / "old")
+    _rewrite_keeping_size_and_mtime(src / "d1" / "f001.bin")
+    missed = _pack(src, tmp_path / "by-stat", tmp_path / "old", racy_seconds=0)
+    assert missed.reuse.stored_files == 0  # invisible to the stat check
+    summary = _pack(src, tmp_path / "new", tmp_path / "old", check="strict", racy_seconds=0)
+    assert (summary.reuse.stored_files, summary.reuse.reused_files) == (1, 40)
+    assert summary.reuse.unrecorded_files == 0
+    assert _same_as(tmp_path / "new", src, tmp_path)
+    assert verify(tmp_path / "new").ok
+
+
+def test_check_strict_finds_a_file_replaced_by_a_rename_with_the_same_size_and_mtime(
+    tmp_path: Path,
+) -> None:
+    src = _tree(tmp_path / "src")
+    _pack(src, tmp_path / "old")
+    path = src / "d2" / "f002.bin"
+    replacement = src / "d2" / ".f002.bin.tmp"  # written beside it, renamed over it
+    replacement.write_bytes(bytes(b ^ 0xFF for b in path.read_bytes()))
+    os.utime(replacement, ns=(OLD_NS, OLD_NS))
+    old_inode = path.stat().st_ino
+    os.rename(replacement, path)
+    assert path.stat().st_ino != old_inode
+    missed = _pack(src, tmp_path / "by-stat", tmp_path / "old", racy_seconds=0)
+    assert missed.reuse.stored_files == 0
+    summary = _pack(src, tmp_path / "new", tmp_path / "old", check="strict", racy_seconds=0)
+    assert (summary.reuse.stored_files, summary.reuse.reused_files) == (1, 40)
+    assert _same_as(tmp_path / "new", src, tmp_path)
+
+
+def test_check_strict_reuses_unchanged_files_without_reading_them(tmp_path: Path) -> None:
+    src = _tree(tmp_path / "src")
+    _pack(src, tmp_path / "old")
+    _damage(tmp_path / "old", "d0/f000.bin")  # read and compared, it would be stored anew
+    summary = _pack(src, tmp_path / "new", tmp_path / "old", check="strict", racy_seconds=0)
+    assert (summary.reuse.reused_files, summary.reuse.same_files) == (41, 0)
+    assert summary.reuse.digest_compared == 0 and summary.stored_bytes == 0
+
+
+def test_check_strict_compares_a_file_whose_ctime_lies_in_the_racy_window(tmp_path: Path) -> None:
+    src = _tree(tmp_path / "src")
+    _pack(src, tmp_path / "old")
+    # The default window of 2 s: every ctime, set just now, lies in it (the mtimes do not).
+    summary = _pack(src, tmp_path / "new", tmp_path / "old", check="strict")
+    assert (summary.reuse.reused_files, summary.reuse.same_files) == (0, 41)
+    assert _pack(src, tmp_path / "by-stat", tmp_path / "old").reuse.reused_files == 41
+
+
+def test_a_delta_pack_records_the_source_stats_of_news_files(tmp_path: Path) -> None:
+    src = _tree(tmp_path / "src")
+    _pack(src, tmp_path / "old")
+    _rewrite_keeping_size_and_mtime(src / "d1" / "f001.bin")
+    _pack(src, tmp_path / "g1", tmp_path / "old", check="strict", racy_seconds=0)
+    # NEW is the next base: its records are SRC's now, the rewritten file's included.
+    summary = _pack(src, tmp_path / "g2", tmp_path / "g1", check="strict", racy_seconds=0)
+    assert (summary.reuse.reused_files, summary.reuse.stored_files) == (41, 0)
+
+
+def test_check_strict_on_a_version_5_base_compares_every_file_by_content(tmp_path: Path) -> None:
+    src = build_v1_tree(tmp_path / "src")
+    (src / "d1" / "f02.bin").write_bytes(b"changed")
+    summary = _pack(src, tmp_path / "new", V5_BUNDLE, check="strict", **V1_PACK_OPTIONS)
+    # No source records: each file of OLD's size compared by digest, none trusted.
+    assert summary.reuse.unrecorded_files == summary.reuse.digest_compared == 19
+    assert (summary.reuse.reused_files, summary.reuse.same_files) == (0, 19)
+    assert summary.reuse.stored_files == 1
+    assert _same_as(tmp_path / "new", src, tmp_path)
+
+
+def test_check_strict_on_a_base_another_writer_made_never_trusts_a_stat(tmp_path: Path) -> None:
+    src = _tree(tmp_path / "src")
+    _pack(src, tmp_path / "packed")
+    compact(tmp_path / "packed", str(tmp_path / "old"))  # a writer that records no source stat
+    _rewrite_keeping_size_and_mtime(src / "d3" / "f003.bin")
+    summary = _pack(src, tmp_path / "new", tmp_path / "old", check="strict", racy_seconds=0)
+    assert summary.reuse.unrecorded_files == 41
+    assert (summary.reuse.reused_files, summary.reuse.same_files) == (0, 40)
+    assert summary.reuse.stored_files == 1
+    assert _same_as(tmp_path / "new", src, tmp_path)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_check_strict_misses_no_rewrite_in_a_chain_whose_mtimes_are_all_set_back(
+    tmp_path: Path, seed: int
+) -> None:
+    rng = random.Random(seed)
+    src = _tree(tmp_path / "src", files=60, seed=seed)
+    bundles, copies = [tmp_path / "g0"], [tmp_path / "t0"]
+    _pack(src, bundles[0])
+    subprocess.run(["cp", "-a", str(src), str(copies[0])], check=True)
+    for generation in range(1, 5):
+        for _ in range(rng.randint(3, 12)):
+            _change(rng, src, keep_mtime=True)
+        bundles.append(tmp_path / f"g{generation}")
+        _pack(src, bundles[-1], bundles[-2], check="strict", racy_seconds=0, shard_size=2**20)
+        copies.append(tmp_path / f"t{generation}")
+        subprocess.run(["cp", "-a", str(src), str(copies[-1])], check=True)
+    for bundle, copy in zip(bundles, copies, strict=True):
+        assert _same_as(bundle, copy, tmp_path), bundle.name
+        assert verify(bundle).ok, bundle.name

@@ -1,13 +1,13 @@
-"""Format versions: bundles of versions 1 to 4 keep working, and shards are named in decimal.
+"""Format versions: bundles of versions 1 to 5 keep working, and shards are named in decimal.
 
 The committed bundles are tests/data/v1-twelve-shards.bundle (packed by the last version-1 writer;
 shards ``shard-00000000`` … ``shard-0000000b``) and tests/data/v2-twelve-shards.bundle (the same
 tree packed by the last version-2 writer, zstd; ``shard-00000000`` … ``shard-00000011``) and
-tests/data/v3-twelve-shards.bundle and tests/data/v4-twelve-shards.bundle (the same tree packed by
-the last version-3 and version-4 writers). Every way
-a user reads a bundle — the library, ``verify``, ``extract``, ``cat``, ``info``, a real FUSE mount —
-must serve them unchanged, and a bundle of today's version holding their shards (as a merge links
-them in).
+tests/data/v3-twelve-shards.bundle, tests/data/v4-twelve-shards.bundle and
+tests/data/v5-twelve-shards.bundle (the same tree packed by the last version-3, -4 and -5 writers).
+Every way a user reads a bundle — the library, ``verify``, ``extract``, ``cat``, ``info``, a real
+FUSE mount — must serve them unchanged, and a bundle of today's version holding their shards (as a
+merge links them in).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from tests.support.legacy_trees import (
     V2_PACK_OPTIONS,
     V3_BUNDLE,
     V4_BUNDLE,
+    V5_BUNDLE,
     build_v1_tree,
 )
 from tests.support.trees import diff_r, run_cli
@@ -61,7 +62,7 @@ class Legacy:
     meta: dict[str, str] = field(default_factory=dict)
 
 
-@pytest.fixture(params=["v1", "v2", "v3", "v4", "grafted"])
+@pytest.fixture(params=["v1", "v2", "v3", "v4", "v5", "grafted"])
 def legacy(request: pytest.FixtureRequest) -> Legacy:
     """Each committed bundle, and the bundle of today's version whose shards 0-3 are the
     version-1 bundle's and 4-7 the version-2 bundle's (conftest ``grafted_bundle_path``)."""
@@ -73,6 +74,8 @@ def legacy(request: pytest.FixtureRequest) -> Legacy:
         return Legacy(V3_BUNDLE, 3, {"made-by": "bundlefs 6acabea, format version 3"})
     if request.param == "v4":
         return Legacy(V4_BUNDLE, 4, {"made-by": "bundlefs 9791af2, format version 4"})
+    if request.param == "v5":
+        return Legacy(V5_BUNDLE, 5, {"made-by": "bundlefs 5c0717b, format version 5"})
     return Legacy(request.getfixturevalue("grafted_bundle_path"), fmt.FORMAT_VERSION)
 
 
@@ -150,7 +153,7 @@ def test_a_20_mb_tree_packed_in_1_mib_shards_has_decimal_names_past_ten(
     assert names == [f"shard-{i:08d}" for i in range(len(names))]
     assert not any(set(n[6:]) - set("0123456789") for n in names)  # no hex digit anywhere
     with Bundle(bundle) as b:
-        assert b.config.format_version == fmt.FORMAT_VERSION == 5
+        assert b.config.format_version == fmt.FORMAT_VERSION == 6
         assert b.read("f10") == spec["f10"]
     assert verify(bundle).ok
 
@@ -170,8 +173,9 @@ def _pack_today(tree: Path, dest: Path, options: dict, monkeypatch: pytest.Monke
         (V2_BUNDLE, V2_PACK_OPTIONS),
         (V3_BUNDLE, V1_PACK_OPTIONS),
         (V4_BUNDLE, V1_PACK_OPTIONS),
+        (V5_BUNDLE, V1_PACK_OPTIONS),
     ],
-    ids=["v1", "v2", "v3", "v4"],
+    ids=["v1", "v2", "v3", "v4", "v5"],
 )
 def test_the_v1_tree_packed_today_reads_the_same_as_the_committed_bundle(
     tmp_path: Path,
@@ -180,9 +184,9 @@ def test_the_v1_tree_packed_today_reads_the_same_as_the_committed_bundle(
     committed: Path,
     options: dict,
 ) -> None:
-    dest = _pack_today(v1_tree, tmp_path / "v5.bundle", options, monkeypatch)
+    dest = _pack_today(v1_tree, tmp_path / "v6.bundle", options, monkeypatch)
     with Bundle(committed) as old, Bundle(dest) as new:
-        assert new.config.format_version == 5
+        assert new.config.format_version == 6
         assert new.config.shard_count == old.config.shard_count == 12
         assert new.config.compression == old.config.compression
         assert sorted(old) == sorted(new)
@@ -199,8 +203,9 @@ def test_the_v1_tree_packed_today_reads_the_same_as_the_committed_bundle(
         (V2_BUNDLE, V2_PACK_OPTIONS),
         (V3_BUNDLE, V1_PACK_OPTIONS),
         (V4_BUNDLE, V1_PACK_OPTIONS),
+        (V5_BUNDLE, V1_PACK_OPTIONS),
     ],
-    ids=["v1", "v2", "v3", "v4"],
+    ids=["v1", "v2", "v3", "v4", "v5"],
 )
 def test_the_v1_tree_packed_today_has_the_committed_bundles_shard_streams_and_records(
     tmp_path: Path,
@@ -211,8 +216,8 @@ def test_the_v1_tree_packed_today_has_the_committed_bundles_shard_streams_and_re
 ) -> None:
     # What legacy_trees.graft_legacy_shards relies on: a bundle of this tree packed today can take
     # the committed bundles' shard files in place of its own, entries unchanged.
-    dest = _pack_today(v1_tree, tmp_path / "v5.bundle", options, monkeypatch)
-    version = {V1_BUNDLE: 1, V2_BUNDLE: 2, V3_BUNDLE: 3, V4_BUNDLE: 4}[committed]
+    dest = _pack_today(v1_tree, tmp_path / "v6.bundle", options, monkeypatch)
+    version = {V1_BUNDLE: 1, V2_BUNDLE: 2, V3_BUNDLE: 3, V4_BUNDLE: 4, V5_BUNDLE: 5}[committed]
     for i in range(12):
         old = (committed / fmt.shard_filename(i, version)).read_bytes()
         new = (dest / fmt.shard_filename(i)).read_bytes()

@@ -218,6 +218,22 @@ def _totals(name: bytes | None, edit: Callable[[bytes], bytes]) -> Forgery:
     return forgery
 
 
+def _source(name: bytes, value: Callable[[bytes], bytes], key: bytes | None = None) -> Forgery:
+    """The source record (version 6, §3.9) of the file ``name`` rewritten by ``value``, put under
+    ``key`` instead when given (the file's own record stays)."""
+
+    def forgery(b: Path) -> tuple[dict, list]:
+        own = fmt.entry_key(by_name(b, name).ino)
+        return _f({(fmt.DB_SOURCES, key or own): value(read_values(b, fmt.DB_SOURCES)[own])})
+
+    return forgery
+
+
+def _source_of(name: bytes) -> Forgery:
+    """A well-formed source record given to the entry ``name``, which is not a file's own."""
+    return lambda b: _f({(fmt.DB_SOURCES, fmt.entry_key(by_name(b, name).ino)): bytes(16)})
+
+
 def _delete(db: bytes, key: Callable[[Path], bytes]) -> Forgery:
     return lambda b: _f(deletes=[(db, key(b))])
 
@@ -302,6 +318,32 @@ CASES: dict[str, tuple[Forgery, str, str]] = {
     "root totals missing": (
         _delete(fmt.DB_TOTALS, lambda b: fmt.totals_key(fmt.ROOT_INO)),
         "invalid",
+        "whole",
+    ),
+    # source records (version 6, §3.9): readers ignore them, verify checks them
+    "source record of 15 bytes": (_source(b"hello.txt", lambda v: v[:15]), "invalid", "whole"),
+    "source record of 17 bytes": (_source(b"hello.txt", lambda v: v + b"x"), "invalid", "whole"),
+    "source record under a 3-byte key": (
+        _source(b"hello.txt", lambda v: v, key=b"\0\0\x02"),
+        "invalid",
+        "whole",
+    ),
+    "source record of a directory": (_source_of(b"dir"), "invalid", "whole"),
+    "source record of a symlink": (_source_of(b"link"), "invalid", "whole"),
+    "source record of a hard link's later name": (_source_of(b"hard2"), "invalid", "whole"),
+    "source record past the entry count": (
+        lambda b: _f({(fmt.DB_SOURCES, fmt.entry_key(HUGE)): bytes(16)}),
+        "invalid",
+        "whole",
+    ),
+    "source record with another ctime and inode": (
+        _source(b"hello.txt", lambda v: b"\xff" * 16),
+        "valid",  # what the source said: no reader checks it against anything
+        "whole",
+    ),
+    "source record missing": (
+        _delete(fmt.DB_SOURCES, lambda b: fmt.entry_key(by_name(b, b"hello.txt").ino)),
+        "valid",  # optional: another writer records none
         "whole",
     ),
     # special files (version 4, §3.3.2)
@@ -513,7 +555,7 @@ CASES: dict[str, tuple[Forgery, str, str]] = {
         "whole",
     ),
     "shard table header version past the bundle's": (
-        _shard(0, header_version=5, header_id=b"\xab" * 16),
+        _shard(0, header_version=7, header_id=b"\xab" * 16),
         "invalid",
         "whole",
     ),
@@ -535,11 +577,12 @@ CASES: dict[str, tuple[Forgery, str, str]] = {
     ),
     # config and owners
     "config with the wrong magic": (_config_raw(0, b"NOTMAGIC"), "invalid", "whole"),
-    "config version 6": (_config_raw(8, b"\0\x06"), "invalid", "whole"),
-    "config version 1 in a version-5 bundle": (_config_raw(8, b"\0\x01"), "invalid", "whole"),
-    "config version 2 in a version-5 bundle": (_config_raw(8, b"\0\x02"), "invalid", "whole"),
-    "config version 3 in a version-5 bundle": (_config_raw(8, b"\0\x03"), "invalid", "whole"),
-    "config version 4 in a version-5 bundle": (_config_raw(8, b"\0\x04"), "invalid", "whole"),
+    "config version 7": (_config_raw(8, b"\0\x07"), "invalid", "whole"),
+    "config version 1 in a version-6 bundle": (_config_raw(8, b"\0\x01"), "invalid", "whole"),
+    "config version 2 in a version-6 bundle": (_config_raw(8, b"\0\x02"), "invalid", "whole"),
+    "config version 3 in a version-6 bundle": (_config_raw(8, b"\0\x03"), "invalid", "whole"),
+    "config version 4 in a version-6 bundle": (_config_raw(8, b"\0\x04"), "invalid", "whole"),
+    "config version 5 in a version-6 bundle": (_config_raw(8, b"\0\x05"), "invalid", "whole"),
     "config with an unknown incompatible feature": (
         _config_raw(12, U32.pack(1)),
         "invalid",

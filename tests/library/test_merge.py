@@ -23,6 +23,7 @@ from bundlefs.errors import PackError
 from bundlefs.packing.merge import MergeOptions, merge
 from bundlefs.read.verify import verify
 from tests.conftest import flip_byte
+from tests.support.hostile import read_values
 from tests.support.legacy_trees import V1_FILES, build_v1_tree
 from tests.support.trees import assert_one_line_error, build_rich_tree, diff_r, run_cli
 
@@ -204,27 +205,37 @@ def test_shards_on_another_file_system_are_copied_and_said_so(pack_tree, tmp_pat
 # --- format versions and codecs ------------------------------------------------------------------
 
 
-def test_a_bundle_can_hold_shards_of_versions_1_to_5_and_of_lz4_and_zstd(tmp_path) -> None:
+def test_a_bundle_can_hold_shards_of_versions_1_to_6_and_of_lz4_and_zstd(tmp_path) -> None:
     tree = build_v1_tree(tmp_path / "src")
-    today = tmp_path / "v5.bundle"
+    today = tmp_path / "v6.bundle"
     pack(str(tree), str(today), PackOptions(block_size=512, record_size=4096, shard_size=4000))
     out = tmp_path / "all.bundle"
-    inputs = [DATA / f"v{v}-twelve-shards.bundle" for v in (1, 2, 3, 4)] + [today]
-    prefixes = ("v1", "v2", "v3", "v4", "v5")
+    inputs = [DATA / f"v{v}-twelve-shards.bundle" for v in (1, 2, 3, 4, 5)] + [today]
+    prefixes = ("v1", "v2", "v3", "v4", "v5", "v6")
     merge(inputs, str(out), MergeOptions(at=prefixes))
     with Bundle(out) as m:
         assert m.config.format_version == fmt.FORMAT_VERSION
         codecs = {m.content.shard_info(i).codec for i in range(m.config.shard_count)}
         assert codecs == {fmt.COMPRESSION_LZ4, fmt.COMPRESSION_ZSTD}
         versions = {m.content.shard_info(i).header_version for i in range(m.config.shard_count)}
-        assert versions == {1, 2, 3, 4, 5}
+        assert versions == {1, 2, 3, 4, 5, 6}
         for prefix in prefixes:
             for rel, _size, _compressible in V1_FILES:
                 assert m.read(f"{prefix}/{rel}") == (tree / rel).read_bytes(), (prefix, rel)
-                # A merge copies digests: only the version-5 input's files have one.
-                assert (m.stat(f"{prefix}/{rel}").digest is not None) == (prefix == "v5")
-            assert m.du(prefix) == m.du("v5")
+                # A merge copies digests: only the version-5 and -6 inputs' files have one.
+                digested = prefix in ("v5", "v6")
+                assert (m.stat(f"{prefix}/{rel}").digest is not None) == digested
+            assert m.du(prefix) == m.du("v6")
     assert verify(out).ok
+
+
+def test_a_merge_records_no_source_stats(pack_tree, tmp_path) -> None:
+    # docs/format.md §3.9: only a pack of a directory writes them; a merge's entries are renumbered
+    # and its inputs may be of any writer, so it writes none (its own inputs have them).
+    first, second = pack_tree({"a": b"one"}, "one"), pack_tree({"b": b"two"}, "two")
+    merge([first, second], str(tmp_path / "m"), MergeOptions(at=("x", "y")))
+    assert read_values(first, fmt.DB_SOURCES) != {}
+    assert read_values(tmp_path / "m", fmt.DB_SOURCES) == {}
 
 
 def test_special_files_of_the_inputs_are_merged_with_their_device_numbers(tmp_path) -> None:

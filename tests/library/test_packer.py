@@ -7,6 +7,7 @@ import logging
 import os
 import socket
 import stat
+import subprocess
 import time
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from tests.conftest import (
     pseudo_random_bytes,
     source_paths,
 )
+from tests.support.hostile import read_values
 
 MiB = 1024 * 1024
 R = fmt.DEFAULT_RECORD_SIZE
@@ -444,15 +446,45 @@ def test_two_packs_of_one_tree_are_byte_identical(
         assert one[name] == two[name], name
 
 
-def test_two_builds_of_one_spec_pack_identically(
+def test_two_builds_of_one_spec_pack_identically_without_source_records(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Different source directories (and inode numbers) with the same content and metadata.
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
     for name in ("x", "y"):
         src = build_tree(tmp_path / f"{name}.src", RICH_SPEC, mtime_ns=FIXED_MTIME_NS)
-        pack(str(src), str(tmp_path / f"{name}.bundle"))
+        pack(str(src), str(tmp_path / f"{name}.bundle"), PackOptions(record_sources=False))
     assert bundle_file_bytes(tmp_path / "x.bundle") == bundle_file_bytes(tmp_path / "y.bundle")
+    assert read_values(tmp_path / "x.bundle", fmt.DB_SOURCES) == {}
+
+
+def test_two_builds_of_one_spec_differ_only_in_their_source_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    for name in ("x", "y"):
+        src = build_tree(tmp_path / f"{name}.src", RICH_SPEC, mtime_ns=FIXED_MTIME_NS)
+        pack(str(src), str(tmp_path / f"{name}.bundle"))
+    x, y = tmp_path / "x.bundle", tmp_path / "y.bundle"
+    assert (x / "shard-00000000").read_bytes()[32:] == (y / "shard-00000000").read_bytes()[32:]
+    for db in fmt.ALL_DBS:
+        assert (read_values(x, db) == read_values(y, db)) == (db != fmt.DB_SOURCES), db
+    # One record per regular file holding content ("d" is "a"'s second name): its source's
+    # inode number and ctime, 16 bytes.
+    with Bundle(x) as b:
+        files = {b.resolve(p).ino: p for p in ("a", "b/c", "z")}
+    records = read_values(x, fmt.DB_SOURCES)
+    assert sorted(records) == sorted(fmt.entry_key(ino) for ino in files)
+    for ino, path in files.items():
+        st = os.lstat(tmp_path / "x.src" / path)
+        assert fmt.decode_source(ino, records[fmt.entry_key(ino)]) == (st.st_ctime_ns, st.st_ino)
+
+
+def test_an_archive_source_records_no_source_stats(tmp_path: Path) -> None:
+    src = build_tree(tmp_path / "src", RICH_SPEC, mtime_ns=FIXED_MTIME_NS)
+    subprocess.run(["tar", "-cf", str(tmp_path / "t.tar"), "-C", str(src), "."], check=True)
+    pack(str(tmp_path / "t.tar"), str(tmp_path / "t.bundle"))
+    assert read_values(tmp_path / "t.bundle", fmt.DB_SOURCES) == {}
 
 
 def test_writeback_started_while_packing_changes_no_byte(

@@ -100,7 +100,7 @@ def test_bundle_metadata_and_creation_time_are_in_info(described: Path) -> None:
         info = b.info().to_dict()
     assert info["meta"] == {"dataset": "demo", "licence": "CC-BY 4.0"}
     assert info["created_ns"] == 1_767_323_045 * 10**9
-    assert info["format_version"] == 5 and info["digests"] == "sha256-128"
+    assert info["format_version"] == 6 and info["digests"] == "sha256-128"
     text = run_cli("info", described).stdout.decode()
     assert "meta dataset" in text and "CC-BY 4.0" in text
     assert re.search(r"^created +2026-01-02 03:04:05 UTC$", text, re.M)

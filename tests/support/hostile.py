@@ -74,7 +74,7 @@ def damage(path: str | os.PathLike, op: str, offset: int, length: int = 1, byte:
 
 def read_values(bundle: str | os.PathLike, db: bytes) -> dict[bytes, bytes]:
     """Every key → value of one index database (through LMDB, no validation)."""
-    env = lmdb.open(os.path.join(bundle, fmt.INDEX_DIR), readonly=True, lock=False, max_dbs=8)
+    env = lmdb.open(os.path.join(bundle, fmt.INDEX_DIR), readonly=True, lock=False, max_dbs=10)
     try:
         with env.begin() as txn:
             return dict(txn.cursor(db=env.open_db(db, txn=txn, create=False)))

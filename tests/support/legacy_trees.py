@@ -22,6 +22,7 @@ V1_BUNDLE = DATA / "v1-twelve-shards.bundle"
 V2_BUNDLE = DATA / "v2-twelve-shards.bundle"
 V3_BUNDLE = DATA / "v3-twelve-shards.bundle"
 V4_BUNDLE = DATA / "v4-twelve-shards.bundle"
+V5_BUNDLE = DATA / "v5-twelve-shards.bundle"
 
 MTIME_NS = 1_650_000_000_000_000_000
 SOURCE_DATE_EPOCH = 1_650_000_000
@@ -43,6 +44,10 @@ V2_PACK_OPTIONS = dict(V1_PACK_OPTIONS, compression="zstd")
 # The version-4 bundle tests/data/v4-twelve-shards.bundle is the same tree packed by bundlefs at
 # 9791af2 (format version 4, the last version-4 writer) with V1_PACK_OPTIONS, the same
 # SOURCE_DATE_EPOCH and meta=(("made-by", "bundlefs 9791af2, format version 4"),)
+
+# The version-5 bundle tests/data/v5-twelve-shards.bundle is the same tree packed by bundlefs at
+# 5c0717b (format version 5, the last version-5 writer) with V1_PACK_OPTIONS, the same
+# SOURCE_DATE_EPOCH and meta=(("made-by", "bundlefs 5c0717b, format version 5"),)
 
 
 def _bytes(seed: str, size: int, compressible: bool) -> bytes:
@@ -84,7 +89,7 @@ def build_v1_tree(root: str | os.PathLike) -> Path:
 def graft_legacy_shards(bundle: str | os.PathLike) -> None:
     """Make ``bundle`` hold shards the committed bundles wrote, as a merge would link them in.
 
-    ``bundle`` is ``build_v1_tree`` packed today (format version 5) with ``V1_PACK_OPTIONS``. The
+    ``bundle`` is ``build_v1_tree`` packed today (format version 6) with ``V1_PACK_OPTIONS``. The
     three packs cut the tree into the same twelve shard streams, so its entries stay valid when its
     shards 0–3 become the version-1 bundle's and 4–7 the version-2 bundle's (zstd): the shard files
     are copied unchanged, headers included, with their records; the shard table names the header

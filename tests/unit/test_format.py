@@ -128,16 +128,16 @@ def _reseal(body: bytes) -> bytes:
     return body[:48] + struct.pack(">I", crc32c(body[:48]))
 
 
-def test_marker_is_written_in_version_5() -> None:
+def test_marker_is_written_in_version_6() -> None:
     data = fmt.encode_marker(MARKER, crc32c)
-    assert data[8:12] == struct.pack(">I", 5) == struct.pack(">I", fmt.FORMAT_VERSION)
+    assert data[8:12] == struct.pack(">I", 6) == struct.pack(">I", fmt.FORMAT_VERSION)
 
 
-@pytest.mark.parametrize("version", [0, 6, 2**32 - 1])
+@pytest.mark.parametrize("version", [0, 7, 2**32 - 1])
 def test_marker_of_an_unknown_version_is_unsupported(version: int) -> None:
     data = fmt.encode_marker(MARKER, crc32c)
     data = _reseal(data[:8] + struct.pack(">I", version) + data[12:])
-    with pytest.raises(UnsupportedVersionError, match="reads versions 1 to 5"):
+    with pytest.raises(UnsupportedVersionError, match="reads versions 1 to 6"):
         fmt.decode_marker(data, crc32c)
 
 
@@ -254,13 +254,13 @@ def test_config_with_the_wrong_magic_is_refused() -> None:
         fmt.decode_config(b"BUNDLEFZ" + fmt.encode_config(CONFIG)[8:])
 
 
-def test_config_is_written_in_version_5() -> None:
-    assert fmt.encode_config(CONFIG)[8:10] == b"\x00\x05"
+def test_config_is_written_in_version_6() -> None:
+    assert fmt.encode_config(CONFIG)[8:10] == b"\x00\x06"
 
 
-@pytest.mark.parametrize("version", [0, 6, 0xFFFF])
+@pytest.mark.parametrize("version", [0, 7, 0xFFFF])
 def test_config_of_an_unknown_version_is_unsupported(version: int) -> None:
-    with pytest.raises(UnsupportedVersionError, match="reads versions 1 to 5"):
+    with pytest.raises(UnsupportedVersionError, match="reads versions 1 to 6"):
         fmt.decode_config(_config_with(8, ">H", version))
 
 
@@ -1122,7 +1122,7 @@ def test_own_shard_descriptor_must_carry_its_own_index_and_the_bundles_version(
 # --- shard headers (§4) ---------------------------------------------------------------------------
 
 BUNDLE_ID = bytes(range(100, 116))
-OWN = _shard(header_version=5)  # shard 4, written by this (version 5) bundle
+OWN = _shard(header_version=6)  # shard 4, written by this (version 6) bundle
 FOREIGN = _shard(
     header_version=1, codec=fmt.COMPRESSION_LZ4, header_index=9, header_id=OTHER_BUNDLE
 )
@@ -1131,7 +1131,7 @@ FOREIGN = _shard(
 def test_shard_header_is_32_bytes_and_checks() -> None:
     header = fmt.encode_shard_header(4, BUNDLE_ID)
     assert len(header) == fmt.SHARD_HEADER_SIZE == 32
-    assert header == b"BNDLSHRD" + struct.pack(">II", 5, 4) + BUNDLE_ID
+    assert header == b"BNDLSHRD" + struct.pack(">II", 6, 4) + BUNDLE_ID
     fmt.check_shard_header(header + bytes(100), 4, BUNDLE_ID, OWN)
 
 
@@ -1143,7 +1143,7 @@ def test_shard_header_is_32_bytes_and_checks() -> None:
         (fmt.encode_shard_header(5, BUNDLE_ID), FormatError),
         (fmt.encode_shard_header(4, bytes(16)), FormatError),
         (fmt.encode_shard_header(4, OTHER_BUNDLE), FormatError),
-        (fmt.encode_shard_header(4, BUNDLE_ID, 6), UnsupportedVersionError),
+        (fmt.encode_shard_header(4, BUNDLE_ID, 7), UnsupportedVersionError),
         (fmt.encode_shard_header(4, BUNDLE_ID, 2), UnsupportedVersionError),
         (fmt.encode_shard_header(4, BUNDLE_ID, 1), UnsupportedVersionError),
     ],

@@ -1,11 +1,11 @@
 """The worked example of docs/format.md §8: bundles decoded from the document alone.
 
-The reader below reads every version the document defines: the worked example in version 5, the
+The reader below reads every version the document defines: the worked example in version 6, the
 committed version-1 bundle (twelve hex-named shards), version-2 bundle (twelve decimal-named zstd
-shards) and version-3 bundle, the same tree packed today, bundles whose shard tables name shards
-of those bundles (one ``bundlefs merge`` made, one made from the document alone), and the special
-files of version 4 (a FIFO, a socket and, as root, two devices: §3.3.2), and version 5's file
-digests and directory totals (§3.3, §3.8).
+shards), version-3, -4 and -5 bundles, the same tree packed today, bundles whose shard tables name
+shards of those bundles (one ``bundlefs merge`` made, one made from the document alone), the
+special files of version 4 (a FIFO, a socket and, as root, two devices: §3.3.2), version 5's file
+digests and directory totals (§3.3, §3.8) and version 6's source records (§3.9).
 
 Nothing here imports bundlefs except ``pack`` and ``merge`` (to write the bundles under test): the
 reader below
@@ -25,6 +25,7 @@ every entry with mtime 1_700_000_000_123_456_789 ns and, when the test runs as r
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import struct
@@ -45,6 +46,7 @@ V1_BUNDLE = Path(__file__).resolve().parents[1] / "data" / "v1-twelve-shards.bun
 V2_BUNDLE = Path(__file__).resolve().parents[1] / "data" / "v2-twelve-shards.bundle"
 V3_BUNDLE = Path(__file__).resolve().parents[1] / "data" / "v3-twelve-shards.bundle"
 V4_BUNDLE = Path(__file__).resolve().parents[1] / "data" / "v4-twelve-shards.bundle"
+V5_BUNDLE = Path(__file__).resolve().parents[1] / "data" / "v5-twelve-shards.bundle"
 
 CONTENT = b"hello, bundle\n"
 MTIME_NS = 1_700_000_000_123_456_789  # 0x17979cfe3d85cd15
@@ -64,7 +66,7 @@ def read_marker(bundle: Path) -> dict:
     data = (bundle / "COMPLETE").read_bytes()
     assert len(data) == 52
     magic, version, reserved, bundle_id, index_size, index_crc, shard_count = u("8sII16sQII", data)
-    assert magic == b"BNDLDONE" and version in (1, 2, 3, 4, 5) and reserved == 0
+    assert magic == b"BNDLDONE" and version in (1, 2, 3, 4, 5, 6) and reserved == 0
     (marker_crc,) = u("I", data, 48)
     assert marker_crc == crc32c.crc32c(data[:48])
     return dict(
@@ -102,14 +104,17 @@ class DocReader:
         check_index_file(bundle, self.marker)
         self.version = self.marker["version"]
         # §3: subdirectory mode, no lock file, five named databases (seven from version 2, eight
-        # from version 5).
-        self.env = lmdb.open(str(bundle / "index"), readonly=True, lock=False, max_dbs=8)
+        # from version 5, and from version 6 an optional ninth, "sources").
+        self.env = lmdb.open(str(bundle / "index"), readonly=True, lock=False, max_dbs=10)
         names = [b"config", b"entries", b"records", b"shards", b"owners"]
         if self.version >= 2:
             names += [b"types", b"meta"]
         if self.version >= 5:
             names += [b"totals"]
         self.dbs = {name: self.env.open_db(name, create=False) for name in names}
+        if self.version >= 6:
+            with contextlib.suppress(lmdb.NotFoundError):  # optional
+                self.dbs[b"sources"] = self.env.open_db(b"sources", create=False)
         self.txn = self.env.begin()
         self.config = self.decode_config(self.raw(b"config", b"config"))
         assert self.config["version"] == self.version
@@ -140,7 +145,7 @@ class DocReader:
             "created_ns",
         ]  # fmt: skip
         config = dict(zip(names, u("8sHHIIIIB3xIIQQQQQQq", v), strict=True))
-        assert config["magic"] == b"BUNDLEFS" and config["version"] in (1, 2, 3, 4, 5)
+        assert config["magic"] == b"BUNDLEFS" and config["version"] in (1, 2, 3, 4, 5, 6)
         assert config["incompatible"] == 0
         if config["version"] == 1:
             config["content_type_count"] = 0  # reserved in version 1
@@ -165,7 +170,7 @@ class DocReader:
         v = self.raw(b"entries", struct.pack(">I", ino))
         e, pos = self.compact_fixed(ino, v) if self.version >= 3 else self.fixed(ino, v)
         flags = e["flags"]
-        assert flags & ~{1: 0x07, 5: 0x1F}.get(self.version, 0x0F) == 0
+        assert flags & ~{1: 0x07, 5: 0x1F, 6: 0x1F}.get(self.version, 0x0F) == 0
         if e["mode"] & 0o170000 == 0o100000 and not flags & 0x01:  # a file that is not a LINK
             e["nlink"] = 1
             if flags & 0x04:  # NLINK
@@ -479,7 +484,7 @@ def test_golden_marker(tiny: Path, reader: DocReader) -> None:
     index = (tiny / "index" / "data.mdb").read_bytes()
     body = (
         b"BNDLDONE"  # 0: magic
-        + h("00 00 00 05")  # 8: format_version 5
+        + h("00 00 00 06")  # 8: format_version 6
         + h("00 00 00 00")  # 12: reserved
         + hashlib.blake2b(index).digest()[:16]  # 16: bundle_id
         + len(index).to_bytes(8, "big")  # 32: index_size
@@ -492,7 +497,7 @@ def test_golden_marker(tiny: Path, reader: DocReader) -> None:
 def test_golden_config(reader: DocReader) -> None:
     assert reader.raw(b"config", b"config") == (
         b"BUNDLEFS"  # 0: magic
-        + h("00 05")  # 8: format_version
+        + h("00 06")  # 8: format_version
         + h("00 01")  # 10: content_type_count: text/plain
         + h("00 00 00 00")  # 12: incompatible_features: none
         + h("00 00 10 00")  # 16: block_size 4096
@@ -618,7 +623,7 @@ def test_golden_shard_descriptor(reader: DocReader) -> None:
                 " 00 00 00 00 00 00 00 0e"  # 8: uncompressed_size 14
                 " 00 00 00 01"  # 16: record_count
                 " 01"  # 20: compression lz4 (the packer's; this shard's one record is RAW)
-                " 05"  # 21: header_version: this bundle's
+                " 06"  # 21: header_version: this bundle's
                 " 00 00"  # 22: reserved
                 " 00 00 00 00"  # 24: header_index: this shard's
                 " 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00"  # 28: header_bundle_id: zeros,
@@ -630,13 +635,27 @@ def test_golden_shard_descriptor(reader: DocReader) -> None:
 def test_golden_shard_file(tiny: Path, reader: DocReader) -> None:
     header = (
         b"BNDLSHRD"  # 0: magic
-        + h("00 00 00 05")  # 8: format_version: the shard table's header_version
+        + h("00 00 00 06")  # 8: format_version: the shard table's header_version
         + h("00 00 00 00")  # 12: shard_index: the shard table's header_index
         + reader.marker["bundle_id"]  # 16: as in COMPLETE (the shard table's id is zeros)
     )
     # The header block is padded to block_size; each record is padded to a block boundary.
     expected = header + bytes(4096 - 32) + CONTENT + bytes(4096 - len(CONTENT))
     assert (tiny / "shard-00000000").read_bytes() == expected
+
+
+def test_golden_source_records(tiny: Path, reader: DocReader) -> None:
+    # §3.9 (version 6): the one regular file, keyed by its inode number, with the ctime and inode
+    # number its source file had when it was packed (the source machine's stat); the symlink and
+    # the root have none.
+    st = os.lstat(tiny.parent / "src" / "hello.txt")
+    assert reader.items(b"sources") == [
+        (
+            h("00 00 00 02"),
+            st.st_ctime_ns.to_bytes(8, "big", signed=True)  # 0: i64 ctime_ns
+            + st.st_ino.to_bytes(8, "big"),  # 8: u64 st_ino
+        )
+    ]
 
 
 def test_entries_are_numbered_breadth_first_in_name_order(reader: DocReader) -> None:
@@ -741,24 +760,37 @@ def test_doc_reader_reads_the_version_4_bundle_without_digests_or_totals(v1_tree
         r.close()
 
 
+def test_doc_reader_reads_the_version_5_bundle_with_digests_and_totals(v1_tree: Path) -> None:
+    r = DocReader(V5_BUNDLE)
+    try:
+        assert r.version == 5 and r.marker["shard_count"] == 12
+        assert all(v[21] == 5 for _k, v in r.items(b"shards"))  # every shard its own, version 5
+        assert b"sources" not in r.dbs and "digest" in r.lookup("d0/f00.bin")
+        assert_reads_the_v1_tree(r, v1_tree)
+        r.check_totals()
+        assert r.meta() == {"made-by": "bundlefs 5c0717b, format version 5"}
+    finally:
+        r.close()
+
+
 @pytest.mark.parametrize(
     "options, codec", [(V1_PACK_OPTIONS, 1), (V2_PACK_OPTIONS, 2)], ids=["lz4", "zstd"]
 )
-def test_the_same_tree_packed_today_is_version_5_with_decimal_shard_names(
+def test_the_same_tree_packed_today_is_version_6_with_decimal_shard_names(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, v1_tree: Path, options: dict, codec: int
 ) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", str(V1_EPOCH))
-    dest = tmp_path / "v5.bundle"
+    dest = tmp_path / "v6.bundle"
     pack(str(v1_tree), str(dest), PackOptions(**options))
     r = DocReader(dest)
     try:
-        assert r.version == 5 and r.marker["shard_count"] == 12
+        assert r.version == 6 and r.marker["shard_count"] == 12
         names = sorted(p.name for p in dest.glob("shard-*"))
         assert names == [f"shard-{i:08d}" for i in range(12)]
         assert "shard-00000010" in names and "shard-00000011" in names
-        # Every shard is the bundle's own: its codec, version 5, its own index, zeros for the id.
+        # Every shard is the bundle's own: its codec, version 6, its own index, zeros for the id.
         for key, value in r.items(b"shards"):
-            assert value[20:] == bytes([codec, 5, 0, 0]) + key + bytes(16)
+            assert value[20:] == bytes([codec, 6, 0, 0]) + key + bytes(16)
         assert_reads_the_v1_tree(r, v1_tree)
         assert "digest" in r.lookup("d0/f00.bin") and "digest" in r.lookup("d1/f01.bin")
         r.check_totals()
@@ -773,12 +805,12 @@ def test_doc_reader_reads_a_bundle_holding_shards_of_version_1_2_and_3_bundles(
     # the bundle's own: each one's header and codec come from the shard table (§3.5).
     r = DocReader(grafted_bundle_path)
     try:
-        assert r.version == 5 and r.config["compression"] == 1
+        assert r.version == 6 and r.config["compression"] == 1
         v1_id = read_marker(V1_BUNDLE)["bundle_id"]
         v2_id = read_marker(V2_BUNDLE)["bundle_id"]
         table = [value for _key, value in r.items(b"shards")]
         assert [v[20] for v in table] == [1] * 4 + [2] * 4 + [1] * 4  # compression
-        assert [v[21] for v in table] == [1] * 4 + [2] * 4 + [5] * 4  # header_version
+        assert [v[21] for v in table] == [1] * 4 + [2] * 4 + [6] * 4  # header_version
         assert [v[24:28] for v in table] == [struct.pack(">I", i) for i in range(12)]
         assert [v[28:] for v in table] == [v1_id] * 4 + [v2_id] * 4 + [bytes(16)] * 4
         assert (grafted_bundle_path / "shard-00000000").read_bytes()[8:32] == (
@@ -789,37 +821,39 @@ def test_doc_reader_reads_a_bundle_holding_shards_of_version_1_2_and_3_bundles(
         r.close()
 
 
-def test_doc_reader_reads_a_merged_bundle_of_version_1_2_and_3_bundles(
+def test_doc_reader_reads_a_merged_bundle_of_version_1_2_3_5_and_6_bundles(
     tmp_path: Path, v1_tree: Path
 ) -> None:
-    # §8: the committed bundles and the tree packed today (version 5), merged at four prefixes. A
+    # §8: the committed bundles and the tree packed today (version 6), merged at five prefixes. A
     # merge links the inputs' shard files in unchanged, so every shard of the result is another
-    # bundle's. It copies digests: the files of today's bundle have theirs, the others none.
+    # bundle's. It copies digests: the files of the version-5 and today's bundles have theirs,
+    # the others none. It records no source stats (§3.9).
     from bundlefs.packing.merge import MergeOptions, merge
 
     today = tmp_path / "today.bundle"
     pack(str(v1_tree), str(today), PackOptions(**V1_PACK_OPTIONS))
     dest = tmp_path / "merged.bundle"
-    inputs = [V1_BUNDLE, V2_BUNDLE, V3_BUNDLE, today]
-    merge(inputs, str(dest), MergeOptions(at=("v1", "v2", "v3", "v5")))
+    inputs = [V1_BUNDLE, V2_BUNDLE, V3_BUNDLE, V5_BUNDLE, today]
+    merge(inputs, str(dest), MergeOptions(at=("v1", "v2", "v3", "v5", "v6")))
     r = DocReader(dest)
     try:
-        assert r.version == 5 and r.marker["shard_count"] == 48
+        assert r.version == 6 and r.marker["shard_count"] == 60
+        assert r.items(b"sources") == []
         ids = [read_marker(b)["bundle_id"] for b in inputs]
         for key, value in r.items(b"shards"):
             (shard,) = u("I", key)
-            version, index = (1, 2, 3, 5)[shard // 12], shard % 12
+            version, index = (1, 2, 3, 5, 6)[shard // 12], shard % 12
             codec = 2 if version == 2 else 1
             assert (
                 value[20:]
                 == bytes([codec, version, 0, 0]) + struct.pack(">I", index) + ids[shard // 12]
             )
         r.check_totals()
-        for prefix in ("v1", "v2", "v3", "v5"):
+        for prefix in ("v1", "v2", "v3", "v5", "v6"):
             for path in v1_tree.rglob("*"):
                 if path.is_file() and not path.is_symlink():
                     rel = f"{prefix}/{path.relative_to(v1_tree)}"
-                    assert ("digest" in r.lookup(rel)) == (prefix == "v5"), rel
+                    assert ("digest" in r.lookup(rel)) == (prefix in ("v5", "v6")), rel
                     assert r.read(rel) == path.read_bytes(), rel
             assert r.lookup(f"{prefix}/link-to-first")["symlink"] == b"d0/f00.bin"
     finally:
@@ -869,7 +903,7 @@ def specials(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_golden_special_file_entries(specials: Path) -> None:
     r = DocReader(specials)
     try:
-        assert r.version == 5
+        assert r.version == 6
         # Names sort bytewise: blk, chr, fifo, sock (inodes 2 to 5 as root, else fifo 2, sock 3).
         names = [b"blk", b"chr", b"fifo", b"sock"] if os.geteuid() == 0 else [b"fifo", b"sock"]
         # Layout 0x00, size u8 0, mtime u32 seconds 1_700_000_000; owner index 0 (the only owner

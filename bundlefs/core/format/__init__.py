@@ -1,18 +1,14 @@
-"""The bundlefs on-disk format, version 5 (versions 1 to 4 still read): layouts and keys.
+"""The bundlefs on-disk format, version 6 (versions 1 to 5 still read): layouts and keys.
 
-This package is docs/format.md in code. It is pure: it does no I/O and imports neither lmdb nor
-lz4. Every decoder validates what it decodes and raises ``FormatError`` for anything the document
-does not allow, so the layers above can trust a decoded value's ranges. Callers use it as one
+docs/format.md in code, pure (no I/O, no lmdb, no lz4). Every decoder validates what it decodes
+and raises ``FormatError`` for anything the document does not allow. Callers use it as one
 namespace, ``from bundlefs.core import format as fmt``: this module re-exports every public name
-and dispatches an entry to its version's layout.
-
-One room per job, each importing only the rooms before it in this order (bottom first):
-``constants`` (versions, names, limits, codes, flags) → ``keys`` (LMDB keys, shard file names, the
-version check, metadata, content types, directory totals) → ``bundle`` (marker, LMDB meta probe,
-config, owners) → ``entry`` (``Entry`` and the validation every layout shares) → ``entry_v2``
-(the layout of versions 1 and 2) and ``entry_v3`` (the compact layout of versions 3 to 5, and
-``reusable_file``) → ``records`` (records, the shard table, the shard header) → this module;
-``pages`` (the index's page checksums and LMDB's page layout, version 6) stands apart.
+and dispatches an entry to its version's layout. One room per job, each importing only the rooms
+before it: ``constants`` (versions, names, limits, codes, flags), ``keys`` (LMDB keys, shard file
+names, the version check, metadata, content types, directory totals, source records), ``bundle``
+(marker, LMDB meta probe, config, owners), ``entry`` (``Entry``, the shared validation),
+``entry_v2`` (versions 1, 2), ``entry_v3`` (versions 3 to 6, ``reusable_file``), ``records``
+(records, the shard table, the shard header); apart, ``pages`` (index page checks, version 6).
 
 Order (bottom first): constants, keys, bundle, entry, entry_v2 | entry_v3, records, pages
 
@@ -53,6 +49,7 @@ from bundlefs.core.format.constants import (
     DB_OWNERS,
     DB_RECORDS,
     DB_SHARDS,
+    DB_SOURCES,
     DB_TOTALS,
     DB_TYPES,
     DEFAULT_BLOCK_SIZE,
@@ -151,9 +148,11 @@ from bundlefs.core.format.keys import (
     decode_entry_key,
     decode_meta,
     decode_record_key,
+    decode_source,
     decode_totals,
     encode_content_type,
     encode_meta_value,
+    encode_source,
     encode_totals,
     entry_key,
     meta_key,
@@ -233,10 +232,9 @@ def decode_entry(ino: int, data: bytes, version: int = FORMAT_VERSION) -> Entry:
 def file_extents(
     values: Iterable[bytes], version: int = FORMAT_VERSION
 ) -> Iterator[tuple[int, int, int]]:
-    """(shard, offset, size) of each of the undecoded entry values ``values`` that is a regular
-    file holding its content (not a ``LINK``), the others skipped. Nothing else is decoded or
-    validated: for scans over every file's location (``storage.liveness``), which check the shard
-    themselves."""
+    """(shard, offset, size) of each undecoded value in ``values`` that is a regular file holding
+    its content (not a ``LINK``), nothing else decoded or validated: for scans over every file's
+    location (``storage.liveness``, which checks the shard)."""
     try:
         if version >= 3:
             yield from _file_extents_v3(values)
@@ -252,9 +250,8 @@ def file_extents(
 def relocate_files(
     values: Iterable[bytes], where: Callable[[int, int, int], tuple[int, int]]
 ) -> Iterator[bytes]:
-    """Version 3 and 4 entry values, each as it is but a file holding content, whose (shard,
-    offset, size) ``where`` maps to its new (shard, offset): only its location changes (and the
-    layout bits of its widths). Values in order, one out per one in."""
+    """Compact entry values (version 3 on), one out per one in, each as it is but a file holding
+    content: ``where`` maps its (shard, offset, size) to a new (shard, offset) (widths follow)."""
     try:
         yield from _relocate_files_v3(values, where)
     except (struct.error, IndexError):
@@ -262,6 +259,9 @@ def relocate_files(
 
 
 __all__ = [
+    "DB_SOURCES",
+    "encode_source",
+    "decode_source",
     "reusable_file",
     "totals_key",
     "encode_totals",

@@ -38,17 +38,23 @@ DB_OWNERS = b"owners"
 DB_TYPES = b"types"  # version 2
 DB_META = b"meta"  # version 2
 DB_TOTALS = b"totals"  # version 5
+DB_SOURCES = b"sources"  # version 6, optional: a directory source's (ctime_ns, st_ino) per file
 V1_DBS = (DB_CONFIG, DB_ENTRIES, DB_RECORDS, DB_SHARDS, DB_OWNERS)
 V2_DBS = (*V1_DBS, DB_TYPES, DB_META)
-ALL_DBS = (*V2_DBS, DB_TOTALS)
+V5_DBS = (*V2_DBS, DB_TOTALS)
+ALL_DBS = (*V5_DBS, DB_SOURCES)  # what a writer of this version makes (max_dbs: one more)
 FIRST_V5_VERSION = 5  # the first format version with directory totals and file digests
+FIRST_V6_VERSION = 6  # the first format version with a (optional) sources database
 
 
-def databases(version: int) -> tuple[bytes, ...]:
-    """The named databases a bundle of ``version`` has."""
+def databases(version: int, *, optional: bool = False) -> tuple[bytes, ...]:
+    """The named databases a bundle of ``version`` has; ``optional``: those it may lack
+    instead (a reader opens each if present)."""
+    if optional:
+        return (DB_SOURCES,) if version >= FIRST_V6_VERSION else ()
     if version == 1:
         return V1_DBS
-    return ALL_DBS if version >= FIRST_V5_VERSION else V2_DBS
+    return V5_DBS if version >= FIRST_V5_VERSION else V2_DBS
 
 
 CONFIG_KEY = b"config"

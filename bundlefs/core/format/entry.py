@@ -1,6 +1,6 @@
 """The entry every version decodes to: ``Entry``, the name rule, and the validation all entry
 layouts share (docs/format.md §3.3). The layouts themselves live in ``entry_v2`` (versions 1 and
-2) and ``entry_v3`` (versions 3 to 5; version 4 adds the special files of §3.3.2, version 5 the
+2) and ``entry_v3`` (versions 3 to 6; version 4 adds the special files of §3.3.2, version 5 the
 ``DIGEST`` part, which follows the name-less optional parts here in every layout that has it).
 
 May import: the standard library, ``bundlefs.errors``, ``bundlefs.core.format.constants``,

@@ -1,8 +1,8 @@
-"""The compact entry layout of versions 3 to 5 (docs/format.md §3.3.1): mode, flags and a layout
+"""The compact entry layout of versions 3 to 6 (docs/format.md §3.3.1): mode, flags and a layout
 byte, then each field only as wide as its value needs. A small file's entry is 19 bytes before its
 name, not the 34 of versions 1 and 2 (index bytes per file: docs/scale.md). Version 4 adds the
 special files (§3.3.2), version 5 the 16-byte ``DIGEST`` part of a regular file (§3.3: 35 bytes
-before the name); nothing else changed.
+before the name); nothing else changed (version 6 neither).
 
 May import: the standard library, ``bundlefs.errors``, ``bundlefs.core.format.constants``,
 ``bundlefs.core.format.keys``, ``bundlefs.core.format.entry``.
@@ -189,7 +189,7 @@ def _reusable_spec(flags: int, layout: int) -> tuple | None:
 
 def reusable_file(data: bytes) -> tuple[int, int, int, int, int, int] | None:
     """(mode, size, mtime_ns, owner, shard, content_type) of a plain regular file's value in the
-    layout of versions 3 to 5 that ``_encode_entry_v3`` would write back byte for byte from its
+    layout of versions 3 to 6 that ``_encode_entry_v3`` would write back byte for byte from its
     fields (widths the narrowest, flags only CONTENT_TYPE and DIGEST, content and a name): what
     a pack on a base copies for a file that did not change instead of decoding and encoding it
     (``packing.delta``). None for any other value: decode that in full."""

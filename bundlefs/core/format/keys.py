@@ -1,5 +1,5 @@
 """Keys and small values: the LMDB keys of every database, shard file names, the version check,
-metadata items, content types and directory totals (docs/format.md §3).
+metadata items, content types, directory totals and source records (docs/format.md §3).
 
 May import: the standard library, ``bundlefs.errors``, ``bundlefs.core.format.constants``.
 """
@@ -25,6 +25,7 @@ _U32 = struct.Struct(">I")
 _RECORD_KEY = struct.Struct(">IQ")
 _TOTALS = struct.Struct(">QQQQ")  # files, dirs, bytes, entries
 TOTALS_SIZE = _TOTALS.size
+_SOURCE = struct.Struct(">qQ")  # ctime_ns, st_ino
 
 
 def entry_key(ino: int) -> bytes:
@@ -182,3 +183,20 @@ def decode_totals(ino: int, data: bytes) -> TreeTotals:
     if len(data) != TOTALS_SIZE:
         raise FormatError(f"the totals of directory {ino} are {len(data)} bytes, not {TOTALS_SIZE}")
     return TreeTotals(*_TOTALS.unpack(data))
+
+
+def encode_source(ctime_ns: int, st_ino: int) -> bytes:
+    """A file's value in ``sources`` (version 6; its key is ``entry_key``): what its source's
+    stat said when it was packed."""
+    try:
+        return _SOURCE.pack(ctime_ns, st_ino)
+    except struct.error:
+        raise FormatError(f"source stat out of range: ctime {ctime_ns}, inode {st_ino}") from None
+
+
+def decode_source(ino: int, data: bytes) -> tuple[int, int]:
+    """(ctime_ns, st_ino) of file ``ino``'s value in ``sources``."""
+    if len(data) != _SOURCE.size:
+        raise FormatError(f"the source record of inode {ino} is {len(data)} bytes, not 16")
+    ctime_ns, st_ino = _SOURCE.unpack(data)
+    return ctime_ns, st_ino

@@ -1,5 +1,5 @@
-"""``verify``'s entry phase: every entry, the directory tree they form, the hard links and (format
-version 5) the directory totals.
+"""``verify``'s entry phase: every entry, the directory tree they form, the hard links, (format
+version 5) the directory totals and (version 6) the source records.
 
 Every entry is read once into ``InodeTable``, one byte per inode (its kind, and whether its name
 sorts after the previous inode's), so millions of entries fit; the tree's rules (core/integrity.py,
@@ -168,7 +168,22 @@ class TreeCheck:
         self._check_links(tree, links, nlinks)
         if config.format_version >= fmt.FIRST_V5_VERSION:
             self._check_totals(tree)
+        self._check_sources(tree)
         return tree
+
+    def _check_sources(self, tree: InodeTable) -> None:
+        """Each key of ``sources`` a regular file's own inode (no LINK), each value 16 bytes."""
+        try:
+            for key, value in self.tree_model.stored_sources():
+                try:
+                    ino = fmt.decode_entry_key(key)
+                    if not tree.is_file(ino):
+                        raise FormatError(f"inode {ino} has a source record but is not a file")
+                    fmt.decode_source(ino, value)
+                except FormatError as e:
+                    self.findings.problem("sources", f"source record {key.hex()}: {e}")
+        except FormatError as e:
+            self.findings.problem("sources", str(e))
 
     def _check_tree(self, tree: InodeTable) -> None:
         kinds = tree.kinds
