@@ -4,7 +4,7 @@ a lookup could touch each page (``IndexPageGuard``).
 
 Before version 6 a reader checked the CRC of the whole index at open: 1 ms per 10 MB, a second at
 10M files, a minute at a billion. From version 6 ``index/pages`` holds a CRC per LMDB page
-(docs/format.md §3.9) and ``IndexPageGuard`` checks, at open, only that table, the meta pages
+(docs/format.md §3.10) and ``IndexPageGuard`` checks, at open, only that table, the meta pages
 and the main database (a few pages), and later each page before LMDB reads it: a lookup first
 follows LMDB's own search from the database's root to the leaf (core/format/pages.py decodes and
 validates each page on the way), checking every page it passes that is not checked yet. The key
@@ -178,22 +178,39 @@ class IndexPageGuard:
         """Check both meta pages and every page of the main database (LMDB reads them at open
         and when a database is opened by name); the named databases' roots."""
         metas = [lp.meta_main_root(self._page(n), self._last_pg) for n in (0, 1)]
-        main = metas[1][1] if metas[1][0] > metas[0][0] else metas[0][1]  # as mdb_env_pick_meta
+        # The larger txnid, the first on a tie, as mdb_env_pick_meta.
+        _txnid, self._last_pg, main = max(metas, key=lambda m: m[0])
         roots: dict[bytes, lp.DatabaseRoot] = {}
         if main.root != lp.INVALID_PAGE:
-            self._check_tree(main, roots)
+            self._check_main_page(main, main.root, 0, b"", None, roots, set())
         return roots
 
-    def _check_tree(self, main: lp.DatabaseRoot, roots: dict[bytes, lp.DatabaseRoot]) -> None:
-        level = [main.root]
-        for depth in range(main.depth):
-            pages = [lp.tree_page(self._page(n), n, self._last_pg, main=True) for n in level]
-            if any(p.leaf != (depth == main.depth - 1) for p in pages):
-                raise FormatError("the index's main database is not as deep as it says")
-            if depth == main.depth - 1:
-                for page in pages:
-                    roots.update(lp.database_roots(page, self._last_pg))
-            level = [child for p in pages for child in p.children]
+    def _check_main_page(
+        self,
+        main: lp.DatabaseRoot,
+        pgno: int,
+        depth: int,
+        lo: bytes,
+        hi: bytes | None,
+        roots: dict[bytes, lp.DatabaseRoot],
+        seen: set[int],
+    ) -> None:
+        """Check page ``pgno`` of the main database and the pages below it: each reached once,
+        its keys inside its parent's range, its leaves all at ``md_depth``."""
+        if pgno in seen:
+            raise FormatError("the index's main database reaches one page twice")
+        seen.add(pgno)
+        page = lp.tree_page(self._page(pgno), pgno, self._last_pg, main=True)
+        lp.check_bounds(page, pgno, lo, hi)
+        if page.leaf != (depth == main.depth - 1):
+            raise FormatError("the index's main database is not as deep as it says")
+        if page.leaf:
+            roots.update(lp.database_roots(page, self._last_pg))
+        for i, child in enumerate(page.children):
+            below = page.keys[i + 1] if i + 1 < len(page.keys) else hi
+            self._check_main_page(
+                main, child, depth + 1, page.keys[i] if i else lo, below, roots, seen
+            )
 
     def bind(self, handles: dict[bytes, object]) -> None:
         """Learn LMDB's handle of each named database (the reader passes handles, not names)."""
@@ -269,6 +286,10 @@ class IndexPageGuard:
             return lo, hi, None  # an empty database: LMDB reads no page
         for depth in range(root.depth):
             page = self._tree_page(pgno)
+            try:
+                lp.check_bounds(page, pgno, lo, None if hi == END else hi)
+            except FormatError as e:
+                raise CorruptDataError(str(e), bundle=self._bundle) from None
             if page.leaf:
                 if depth != root.depth - 1:
                     break
@@ -287,14 +308,13 @@ class IndexPageGuard:
             return page
         try:
             page = lp.tree_page(self._page(pgno), pgno, self._last_pg)
+            for first, size in page.overflow:
+                self._check_overflow(first, size)
         except CorruptDataError:
             raise
         except FormatError as e:  # checksum right, layout wrong: damage all the same
             raise CorruptDataError(str(e), bundle=self._bundle) from None
-        if page.leaf:
-            for first, size in page.overflow:
-                self._check_overflow(first, size)
-        else:
+        if not page.leaf:
             if len(self._branches) >= _MAX_BRANCHES:
                 self._branches.clear()
             self._branches[pgno] = page

@@ -227,7 +227,7 @@ def seal(work: str, shard_count: int, own_shards: Iterable[int] | None = None) -
             pages += page_crcs(chunk, page_size, crc32c)
             size += len(chunk)
     bundle_id = blake.digest()[:16]
-    # Version 6: a CRC per index page, so readers check pages as they use them (§3.9).
+    # Version 6: a CRC per index page, so readers check pages as they use them (§3.10).
     with open(os.path.join(work, fmt.INDEX_DIR, PAGES_FILE), "wb") as f:
         f.write(encode_page_table(page_size, bundle_id, pages, crc32c))
         os.fsync(f.fileno())

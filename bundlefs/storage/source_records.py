@@ -35,8 +35,10 @@ def source_record(index: IndexReader, ino: int) -> tuple[int, int] | None:
     db = index._dbs.get(fmt.DB_SOURCES)
     if db is None:
         return None
+    key = fmt.entry_key(ino)
+    index._pages.key(db, key)  # version 6: the page checked before LMDB reads it
     try:
-        value = index._txn().get(fmt.entry_key(ino), db=db)
+        value = index._txn().get(key, db=db)
     except lmdb.Error as e:
         raise FormatError(f"index is damaged reading a source record: {e}") from None
     return None if value is None else fmt.decode_source(ino, value)
@@ -47,6 +49,7 @@ def iter_source_records(index: IndexReader) -> Iterator[tuple[bytes, bytes]]:
     db = index._dbs.get(fmt.DB_SOURCES)
     if db is None:
         return
+    index._pages.span(db)
     try:
         yield from index._txn().cursor(db=db)
     except lmdb.Error as e:

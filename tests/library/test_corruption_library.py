@@ -196,7 +196,7 @@ def test_shard_of_another_bundle_is_refused(lz4_bundle, raw_bundle, copy_bundle)
 def test_flipped_byte_in_the_index_is_refused_before_its_page_is_used(
     lz4_bundle, copy_bundle
 ) -> None:
-    # Version 6 checks each index page before LMDB reads it (docs/format.md §3.9): the bundle
+    # Version 6 checks each index page before LMDB reads it (docs/format.md §3.10): the bundle
     # may open, but no byte built on the damaged page is served, and verify names the page.
     with Bundle(lz4_bundle) as b:
         expected = {path: b.read(path) for path in b.paths() if b.isfile(path)}

@@ -115,7 +115,7 @@ def test_a_damaged_index_file_is_refused_or_reads_correctly(
 def test_a_damaged_index_page_whose_checksums_were_made_to_agree_never_crashes_or_lies(
     bundles, prober, sample_tree, which, how
 ):
-    # A hostile index (docs/format.md §3.9): the page table and the marker vouch for the
+    # A hostile index (docs/format.md §3.10): the page table and the marker vouch for the
     # damaged pages, so only the page checks' decoding stands between them and LMDB.
     bundle = _damaged_copy(bundles[which])
     op, offset, length, byte = how

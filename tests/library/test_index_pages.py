@@ -1,4 +1,4 @@
-"""Format version 6 checks the index page by page (docs/format.md §3.9): opening reads a few
+"""Format version 6 checks the index page by page (docs/format.md §3.10): opening reads a few
 pages, each other page is checked before LMDB first reads it, and damage in one page costs the
 entries behind it, not the bundle.
 
@@ -12,6 +12,8 @@ import bisect
 import errno
 import os
 import struct
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +29,7 @@ from bundlefs.read.verify import verify
 from bundlefs.storage.index import IndexReader
 from bundlefs.storage.index_check import END, IndexPageGuard, KeyRanges
 from tests.conftest import flip_byte
+from tests.support.hostile import reseal
 from tests.support.trees import assert_one_line_error, run_cli
 
 FILES = 6000
@@ -301,3 +304,112 @@ def test_a_mount_answers_eio_behind_a_damaged_index_page_and_serves_the_rest(
     assert eio > 0 and ok > FILES * 0.8
     assert m.process.poll() is None
     assert "index page" in m.log_path.read_text()
+
+
+# --- hostile pages whose checksums agree: refused before LMDB sees them ----------------------
+
+_PROBE = """
+import sys
+from bundlefs import Bundle
+from bundlefs.errors import BundleError
+try:
+    with Bundle(sys.argv[1]) as b:
+        for path in b.paths():
+            if b.isfile(path):
+                b.read(path)
+except BundleError as e:
+    print("refused:", e)
+else:
+    print("read")
+"""
+
+
+def _probe(bundle: Path) -> str:
+    """Open and read everything in a child process (LMDB aborts or faults on what the guard
+    lets through): its outcome, asserting it did not crash."""
+    result = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(bundle)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def _edit_page(bundle: Path, pgno: int, edit) -> None:
+    """Apply ``edit(bytearray of the page)`` and reseal: marker and page table agree."""
+    path = bundle / fmt.INDEX_DIR / fmt.INDEX_FILE
+    data = bytearray(path.read_bytes())
+    page = data[pgno * 4096 : (pgno + 1) * 4096]
+    edit(page)
+    data[pgno * 4096 : (pgno + 1) * 4096] = page
+    path.write_bytes(bytes(data))
+    reseal(bundle)
+
+
+def _root_of(bundle: Path, db: bytes) -> int:
+    with _reader(bundle) as index:
+        return _guard(index)._roots[db].root
+
+
+def test_a_branch_of_one_node_is_refused_where_lmdb_would_abort(paged, tmp_path) -> None:
+    bundle = _copy(paged, tmp_path)
+    _edit_page(
+        bundle,
+        _root_of(bundle, fmt.DB_ENTRIES),
+        lambda p: p.__setitem__(slice(12, 14), struct.pack("<H", 18)),
+    )
+    assert "holds too few nodes" in _probe(bundle)
+
+
+def test_a_database_with_lmdb_flags_is_refused(paged, tmp_path) -> None:
+    bundle = _copy(paged, tmp_path)
+    index = (bundle / fmt.INDEX_DIR / fmt.INDEX_FILE).read_bytes()
+    metas = [lp.meta_main_root(index[n * 4096 : (n + 1) * 4096], 10**9) for n in (0, 1)]
+    root = max(metas, key=lambda m: m[0])[2].root  # the main database: one leaf here
+    page = index[root * 4096 : (root + 1) * 4096]
+    # The node of ``entries``: flags F_SUBDATA, key size, the name, then its MDB_db.
+    at = root * 4096 + page.find(struct.pack("<HH", 2, len(fmt.DB_ENTRIES)) + fmt.DB_ENTRIES)
+    flags_at = at + 4 + len(fmt.DB_ENTRIES) + 4  # md_flags, after md_pad
+
+    def set_flags(page: bytearray) -> None:
+        page[flags_at % 4096] = 0x08  # MDB_INTEGERKEY: LMDB would order the keys as integers
+
+    _edit_page(bundle, at // 4096, set_flags)
+    assert "flags this format does not use" in _probe(bundle)
+
+
+def test_meta_pages_that_disagree_on_the_page_size_are_refused(paged, tmp_path) -> None:
+    bundle = _copy(paged, tmp_path)
+
+    def second_meta(page: bytearray) -> None:
+        page[40:44] = struct.pack("<I", 8192)
+        page[144:152] = struct.pack("<Q", 2**40)  # the larger txnid: LMDB would pick this one
+
+    _edit_page(bundle, 1, second_meta)
+    assert "meta pages disagree" in _probe(bundle)
+
+
+def test_a_leaf_holding_a_key_outside_its_parents_range_is_refused(paged, tmp_path) -> None:
+    bundle = _copy(paged, tmp_path)
+    leaf = _leaf_pages(bundle, fmt.DB_ENTRIES)[5]
+
+    def lower_first_key(page: bytearray) -> None:
+        ptr = struct.unpack_from("<H", page, 16)[0]
+        (first,) = struct.unpack_from(">I", page, ptr + 8)
+        page[ptr + 8 : ptr + 12] = struct.pack(">I", first - 1)  # still below the second key
+
+    _edit_page(bundle, leaf, lower_first_key)
+    assert "outside its parent's range" in _probe(bundle)
+
+
+def test_a_damaged_source_record_page_is_refused_by_strict_lookups_and_verify(
+    paged, tmp_path
+) -> None:
+    from bundlefs.storage.source_records import source_record
+
+    bundle = _copy(paged, tmp_path)
+    leaf = _leaf_pages(bundle, fmt.DB_SOURCES)[0]
+    flip_byte(bundle / fmt.INDEX_DIR / fmt.INDEX_FILE, leaf * 4096 + 2048)
+    with _reader(bundle) as index, pytest.raises(CorruptDataError, match=f"index page {leaf}"):
+        for ino in range(1, index.config.entry_count + 1):
+            source_record(index, ino)
+    assert f"index page {leaf} fails its checksum" in [p.message for p in verify(bundle).problems]

@@ -84,7 +84,7 @@ def read_values(bundle: str | os.PathLike, db: bytes) -> dict[bytes, bytes]:
 
 def reseal(bundle: str | os.PathLike) -> None:
     """Rewrite ``COMPLETE`` so it vouches for the index as it is now (size and CRC), and from
-    version 6 the page table (docs/format.md §3.9) too."""
+    version 6 the page table (docs/format.md §3.10) too."""
     marker_path = os.path.join(bundle, fmt.MARKER_NAME)
     with open(marker_path, "rb") as f:
         old = fmt.decode_marker(f.read(), crc32c)

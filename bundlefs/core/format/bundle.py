@@ -98,6 +98,11 @@ def check_lmdb_meta(head: bytes, file_size: int) -> None:
         raise FormatError(f"index has an invalid LMDB page size {page_size}")
     if len(head) < page_size + 144 or file_size < 2 * page_size:
         raise FormatError("index is too short to hold both LMDB meta pages")
+    # LMDB takes the page size from the meta it picks (the larger txnid): the second must agree,
+    # or LMDB would address every page at another size.
+    second = struct.unpack_from("<II", head, page_size + 16)
+    if second != (magic, version) or struct.unpack_from("<I", head, page_size + 40)[0] != page_size:
+        raise FormatError("the index's two LMDB meta pages disagree")
     for meta in (0, page_size):
         last_pg = struct.unpack_from("<Q", head, meta + 136)[0]
         if (last_pg + 1) * page_size > file_size:

@@ -1,6 +1,6 @@
 """The index's page checksums (version 6) and the part of LMDB's page layout a reader checks.
 
-docs/format.md §3.9: ``index/pages`` holds a CRC32C for every page of ``index/data.mdb``, so a
+docs/format.md §3.10: ``index/pages`` holds a CRC32C for every page of ``index/data.mdb``, so a
 reader checks a page the first time a lookup could touch it instead of the whole file at open.
 To know which pages a lookup touches, the reader follows LMDB's own search through the B-tree;
 this module decodes the pages on that path (meta, branch, leaf and the first overflow page) and
@@ -34,6 +34,7 @@ NODE_HEADER = 8  # mn_lo u16, mn_hi u16, mn_flags u16, mn_ksize u16
 P_BRANCH, P_LEAF, P_OVERFLOW, P_META, P_LEAF2 = 0x01, 0x02, 0x04, 0x08, 0x20
 F_BIGDATA, F_SUBDATA, F_DUPDATA = 0x01, 0x02, 0x04
 MAX_DEPTH = 32  # LMDB's CURSOR_STACK: no tree it reads is deeper
+MAX_KEY = 511  # LMDB's MDB_MAXKEYSIZE, which it enforces on writes only
 INVALID_PAGE = 0xFFFFFFFFFFFFFFFF  # md_root of an empty database
 META_MAIN_DB = 16 + 72  # the main database's MDB_db in a meta page (after the free one's)
 META_TXNID = 144
@@ -117,20 +118,23 @@ class TreePage:
     values: list[bytes]  # leaf of the main database: each named database's MDB_db; else empty
 
 
-def meta_main_root(meta: bytes, last_pg: int) -> tuple[int, DatabaseRoot]:
-    """(txnid, the main database) of a meta page; LMDB reads the meta with the larger txnid."""
+def meta_main_root(meta: bytes, file_last_pg: int) -> tuple[int, int, DatabaseRoot]:
+    """(txnid, last page, the main database) of a meta page (``check_lmdb_meta`` has checked its
+    magic, version and page size); LMDB reads the meta with the larger txnid and refuses a page
+    past its ``mm_last_pg`` (mdb_page_get), so that, not the file's end, bounds page numbers."""
     flags = struct.unpack_from("<H", meta, 10)[0]
-    if not flags & P_META:
+    if flags != P_META:
         raise FormatError("an LMDB meta page is not marked as one")
-    txnid = struct.unpack_from("<Q", meta, META_TXNID)[0]
-    return txnid, _database(meta[META_MAIN_DB : META_MAIN_DB + MDB_DB_SIZE], last_pg)
+    last_pg, txnid = struct.unpack_from("<QQ", meta, META_TXNID - 8)
+    last_pg = min(last_pg, file_last_pg)
+    return txnid, last_pg, _database(meta[META_MAIN_DB : META_MAIN_DB + MDB_DB_SIZE], last_pg)
 
 
 def _database(value: bytes, last_pg: int) -> DatabaseRoot:
     if len(value) != MDB_DB_SIZE:
         raise FormatError("an LMDB database record has the wrong size")
     _pad, flags, depth, _b, _l, _o, entries, root = _MDB_DB.unpack(value)
-    if flags & ~0x08:  # MDB_REVERSEKEY, DUPSORT, INTEGERKEY, ...: none of ours (0x08: CREATE)
+    if flags:  # REVERSEKEY, DUPSORT, INTEGERKEY (0x08: another key order), ...: none of ours
         raise FormatError("an index database has flags this format does not use")
     if root != INVALID_PAGE and not (2 <= root <= last_pg and 1 <= depth <= MAX_DEPTH):
         raise FormatError("an index database's root page is out of range")
@@ -150,13 +154,13 @@ def tree_page(page: bytes, pgno: int, last_pg: int, *, main: bool = False) -> Tr
     number, _pad, flags, lower, upper = struct.unpack_from("<QHHHH", page)
     if number != pgno:
         raise FormatError(f"index page {pgno} says it is page {number}")
-    if flags & (P_OVERFLOW | P_META | P_LEAF2) or (flags & (P_BRANCH | P_LEAF)) not in (1, 2):
+    if flags not in (P_BRANCH, P_LEAF):  # LMDB's other flags are never on a written page
         raise FormatError(f"index page {pgno} is neither a branch nor a leaf")
     if lower < PAGE_HEADER or lower > upper or upper > size or lower % 2:
         raise FormatError(f"index page {pgno} has inconsistent bounds")
     leaf = bool(flags & P_LEAF)
     count = (lower - PAGE_HEADER) // 2
-    if count == 0:
+    if count < (1 if leaf else 2):  # LMDB asserts (aborts) on a branch of one node
         raise FormatError(f"index page {pgno} holds too few nodes")
     keys: list[bytes] = []
     children: list[int] = []
@@ -167,8 +171,8 @@ def tree_page(page: bytes, pgno: int, last_pg: int, *, main: bool = False) -> Tr
             raise FormatError(f"index page {pgno} has a node outside its body")
         lo, hi, nflags, ksize = struct.unpack_from("<HHHH", page, ptr)
         start = ptr + NODE_HEADER
-        if start + ksize > size:
-            raise FormatError(f"index page {pgno} has a key past its end")
+        if start + ksize > size or ksize > MAX_KEY or (ksize == 0 and (leaf or keys)):
+            raise FormatError(f"index page {pgno} has a key of a size LMDB never writes")
         keys.append(page[start : start + ksize])
         if not leaf:
             child = lo | hi << 16 | nflags << 32
@@ -183,9 +187,18 @@ def tree_page(page: bytes, pgno: int, last_pg: int, *, main: bool = False) -> Tr
     return TreePage(leaf, keys, children, overflow, values)
 
 
+def check_bounds(page: TreePage, pgno: int, lo: bytes, hi: bytes | None) -> None:
+    """A page's keys lie within the range its parent gave it, ``[lo, hi)`` (``hi`` None: no
+    end): true of every tree LMDB writes, and what makes the search that found the page and
+    LMDB's moves to a neighbour by position land on the same pages."""
+    keys = page.keys if page.leaf else page.keys[1:]
+    if keys[0] < lo or (not page.leaf and keys[0] == lo) or (hi is not None and keys[-1] >= hi):
+        raise FormatError(f"index page {pgno} holds keys outside its parent's range")
+
+
 def _leaf_value(page, pgno, at, dsize, nflags, main, overflow, values) -> None:
     """Check one leaf node's value; note a big value's overflow page, a main-database record."""
-    if nflags & F_DUPDATA or bool(nflags & F_SUBDATA) != main:
+    if nflags & ~(F_BIGDATA | F_SUBDATA) or bool(nflags & F_SUBDATA) != main:
         raise FormatError(f"index page {pgno} has a node of a kind this format does not use")
     if nflags & F_BIGDATA:
         if main or at + 8 > len(page):

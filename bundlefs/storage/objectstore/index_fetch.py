@@ -171,7 +171,7 @@ def _download_page_table(
     location: Location, fetcher: Fetcher, marker: fmt.Marker, tmp: str
 ) -> None:
     """Version 6: the index's page table beside it, for ``verify`` (a download was checked
-    whole, so readers of the copy need no page checks; docs/format.md §3.9)."""
+    whole, so readers of the copy need no page checks; docs/format.md §3.10)."""
     url = location.child(f"{fmt.INDEX_DIR}/{PAGES_FILE}")
     try:  # at most 4 bytes per page of 512 bytes or more, and its header and CRC
         table = fetcher.get(url, 0, marker.index_size // 128 + PAGES_HEAD_SIZE + 8)
