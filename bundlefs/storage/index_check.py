@@ -28,7 +28,7 @@ from bisect import bisect_left, bisect_right
 from bundlefs.core import format as fmt
 from bundlefs.core.checksum import crc32c, file_checksum
 from bundlefs.core.format import pages as lp
-from bundlefs.errors import CorruptDataError, FormatError, NotABundleError
+from bundlefs.errors import BundleClosedError, CorruptDataError, FormatError, NotABundleError
 
 END = b"\xff" * 512  # above every LMDB key (at most 511 bytes): the end of a database
 _MAX_RANGES = 8_192  # per database; past it the ranges are forgotten (walked again when needed)
@@ -329,6 +329,8 @@ class IndexPageGuard:
 
     def _page(self, pgno: int) -> bytes:
         """Page ``pgno``'s bytes, its CRC checked the first time."""
+        if self._fd < 0:
+            raise BundleClosedError("the bundle is closed")
         at = pgno * self._page_size
         try:
             data = os.pread(self._fd, self._page_size, at)

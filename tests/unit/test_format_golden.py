@@ -93,6 +93,14 @@ def check_index_file(bundle: Path, marker: dict) -> None:
     for meta in (0, page_size):
         (last_pg,) = struct.unpack_from("<Q", data, meta + 136)
         assert (last_pg + 1) * page_size <= len(data)
+    if marker["version"] >= 6:  # §3.10: the page table, one CRC32C per page
+        table = (bundle / "index" / "pages").read_bytes()
+        magic, size, _zero, bundle_id, count = struct.unpack_from(">8sII16sQ", table)
+        assert (magic, size, bundle_id) == (b"BNDLPAGE", page_size, marker["bundle_id"])
+        assert count * page_size == len(data) and len(table) == 40 + 4 * count + 4
+        assert struct.unpack_from(">I", table, len(table) - 4)[0] == crc32c.crc32c(table[:-4])
+        for n, crc in enumerate(struct.unpack_from(f">{count}I", table, 40)):
+            assert crc == crc32c.crc32c(data[n * page_size : (n + 1) * page_size])
 
 
 class DocReader:
