@@ -24,10 +24,11 @@ from bundlefs.read.bundle import Bundle
 log = logging.getLogger("bundlefs")
 
 _RECORD_BUFFER_MMAP_THRESHOLD = 128 * 1024
-# A process that loads inline (one thread): buffers up to the largest record (16 MiB) and every
-# READ reply (1 MiB) come from the heap, which keeps up to this much free at its top.
-_INLINE_MMAP_THRESHOLD = 32 * 1024 * 1024
-_INLINE_TRIM_THRESHOLD = 32 * 1024 * 1024
+# A process that loads inline (one thread): records up to 4 MiB (the default is 256 KiB) and
+# every READ reply (at most 1 MiB) come from the heap, which keeps up to 8 MiB free at its top
+# (inside the soak test's 64 MiB margin per process).
+_INLINE_MMAP_THRESHOLD = 4 * 1024 * 1024
+_INLINE_TRIM_THRESHOLD = 8 * 1024 * 1024
 
 
 def return_freed_buffers_to_the_os() -> None:
