@@ -105,10 +105,10 @@ def pack(
     paths = source_paths(source)
     location, remote = check_destination(paths, dest, options)
     opened = None
+    if base is None and options.materialize:
+        raise PackError("--materialize copies a base's shards: it goes with --base")
     if base is not None:
-        if remote is not None:
-            raise PackError("a pack on a base (--base) writes a local bundle for now, not a URL")
-        opened = _open_base(os.fspath(base), paths, dest, options)
+        opened = _open_base(os.fspath(base), paths, dest, options, remote)
     try:
         summary, where = _publish(source, location, remote, options, progress, opened)
     finally:
@@ -124,11 +124,17 @@ def pack(
     return summary
 
 
-def _open_base(base: str, paths: list[str] | None, dest: str, options: PackOptions) -> Base:
+def _open_base(
+    base: str,
+    paths: list[str] | None,
+    dest: str,
+    options: PackOptions,
+    remote: RemotePublisher | None,
+) -> Base:
     """The base of a pack, opened; ``PackError`` if the source is not one directory."""
     if paths is None or len(paths) != 1 or not os.path.isdir(paths[0]) or options.files_from:
         raise PackError("a pack on a base (--base) needs one directory SRC, without --files-from")
-    return Base(base, dest, options)
+    return Base(base, dest, options, remote)
 
 
 def _publish(

@@ -7,5 +7,5 @@ the LMDB environment rules and where a bundle lives; then the read and write hal
 and the shards; then publishing; then the object store, which uses all of them.
 
 Order (bottom first): location | marker | codec | store | lmdb_env | entry_scan,
-index | index_writer | shards | shard_writer, liveness | publish, objectstore
+index | index_writer | shards | shard_writer, liveness | publish, objectstore, bases, remove
 """

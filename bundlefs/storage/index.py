@@ -24,11 +24,7 @@ from bundlefs.core import format as fmt
 from bundlefs.core import integrity
 from bundlefs.core.checksum import file_checksum
 from bundlefs.core.libc import ResidentMapping
-from bundlefs.errors import (
-    BundleClosedError,
-    FormatError,
-    NotABundleError,
-)
+from bundlefs.errors import BundleClosedError, FormatError, NotABundleError
 from bundlefs.storage import lmdb_env
 from bundlefs.storage.entry_scan import value_chunks
 from bundlefs.storage.marker import read_marker
@@ -92,6 +88,7 @@ class IndexReader:
             self.content_types = self._load_content_types()
             self.meta()  # checked once at open: at most 1,024 items, so a bad one fails here
             _check_totals(self)
+            self.bases = _load_bases(self)  # version 6: base bundles the shard table names
         except BaseException:
             self.close()  # else the shared environment would stay open for the process's life
             raise
@@ -197,12 +194,8 @@ class IndexReader:
     # -- queries ---------------------------------------------------------------------------------
 
     def _load_owners(self) -> list[tuple[int, int]]:
-        owners = []
-        for i in range(self.config.owner_count):
-            owners.append(
-                fmt.decode_owner(self._get(self._dbs[fmt.DB_OWNERS], fmt.owner_key(i), "owner"))
-            )
-        return owners
+        db, count = self._dbs[fmt.DB_OWNERS], self.config.owner_count
+        return [fmt.decode_owner(self._get(db, fmt.owner_key(i), "owner")) for i in range(count)]
 
     def _load_content_types(self) -> list[str]:
         """The media types entries name by index (version 2; none in version 1)."""
@@ -340,7 +333,10 @@ class IndexReader:
         if not 0 <= shard < self.config.shard_count:
             raise FormatError(f"shard {shard} does not exist")
         value = self._get(self._dbs[fmt.DB_SHARDS], fmt.shard_key(shard), f"shard {shard}")
-        return fmt.decode_shard_info(value, self.marker.format_version, shard, self.config)
+        info = fmt.decode_shard_info(value, self.marker.format_version, shard, self.config)
+        if info.base > len(self.bases):
+            raise FormatError(f"shard {shard} is in base {info.base}, which the index lacks")
+        return info
 
     def _shard_codec(self, shard: int) -> int | None:
         """How ``shard``'s compressed records are stored; None (the config says) before
@@ -353,7 +349,17 @@ class IndexReader:
         return codec
 
 
-# -- directory totals (version 5): the reader's, outside its class (at its size budget) -----------
+# -- directory totals (version 5) and bases (version 6): outside the class (its size budget) ------
+
+
+def _load_bases(index: IndexReader) -> list[fmt.BaseRef]:
+    """Version 6: the base bundles, keys 1 … n without gaps (``bases[k - 1]`` is base k)."""
+    db = index._dbs.get(fmt.DB_BASES)
+    try:
+        items = [] if db is None else list(index._txn().cursor(db=db))
+    except lmdb.Error as e:
+        raise FormatError(f"index is damaged reading its bases: {e}") from None
+    return [fmt.decode_base(n, key, value) for n, (key, value) in enumerate(items, 1)]
 
 
 def tree_totals(index: IndexReader, ino: int) -> fmt.TreeTotals | None:

@@ -1,4 +1,4 @@
-"""The bundlefs on-disk format, version 5 (versions 1 to 4 still read): layouts and keys.
+"""The bundlefs on-disk format, version 6 (versions 1 to 5 still read): layouts and keys.
 
 This package is docs/format.md in code. It is pure: it does no I/O and imports neither lmdb nor
 lz4. Every decoder validates what it decodes and raises ``FormatError`` for anything the document
@@ -10,10 +10,10 @@ One room per job, each importing only the rooms before it in this order (bottom 
 ``constants`` (versions, names, limits, codes, flags) → ``keys`` (LMDB keys, shard file names, the
 version check, metadata, content types, directory totals) → ``bundle`` (marker, LMDB meta probe,
 config, owners) → ``entry`` (``Entry`` and the validation every layout shares) → ``entry_v2``
-(the layout of versions 1 and 2) and ``entry_v3`` (the compact layout of versions 3 to 5, and
-``reusable_file``) → ``records`` (records, the shard table, the shard header) → this module.
+(versions 1 and 2) and ``entry_v3`` (the compact layout of versions 3 to 6, ``reusable_file``) →
+``records`` (records, the shard table, the shard header) → ``bases`` (version 6) → this module.
 
-Order (bottom first): constants, keys, bundle, entry, entry_v2 | entry_v3, records
+Order (bottom first): constants, keys, bundle, entry, entry_v2 | entry_v3, records, bases
 
 May import: the standard library, ``bundlefs.errors``, ``bundlefs.core.format.*``.
 """
@@ -23,6 +23,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterable, Iterator
 
+from bundlefs.core.format.bases import BaseRef, base_key, decode_base, encode_base, store_name
 from bundlefs.core.format.bundle import (
     CONFIG_SIZE,
     LMDB_META_PROBE,
@@ -46,6 +47,7 @@ from bundlefs.core.format.constants import (
     COMPRESSION_ZSTD,
     CONFIG_KEY,
     CONFIG_MAGIC,
+    DB_BASES,
     DB_CONFIG,
     DB_ENTRIES,
     DB_META,
@@ -60,6 +62,7 @@ from bundlefs.core.format.constants import (
     DEVICE_KINDS,
     DIGEST_NAME,
     DIGEST_SIZE,
+    FIRST_BASES_VERSION,
     FIRST_SPECIAL_VERSION,
     FIRST_V5_VERSION,
     FLAG_CONTENT_TYPE,
@@ -114,11 +117,7 @@ from bundlefs.core.format.constants import (
     XATTR_USER_DATA,
     databases,
 )
-from bundlefs.core.format.entry import (
-    Entry,
-    makedev,
-    validate_name,
-)
+from bundlefs.core.format.entry import Entry, makedev, validate_name
 from bundlefs.core.format.entry_v2 import (
     _decode_entry_v2,
     _encode_entry_v2,
@@ -397,3 +396,5 @@ __all__ = [
     "validate_layout",
     "validate_name",
 ]
+__all__ += ["BaseRef", "base_key", "decode_base", "encode_base", "store_name"]
+__all__ += ["DB_BASES", "FIRST_BASES_VERSION"]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import stat as statmod
 
-FORMAT_VERSION = 5  # what the packer writes
-SUPPORTED_VERSIONS = (1, 2, 3, 4, 5)  # what readers read (docs/format.md §7: what each added)
+FORMAT_VERSION = 6  # what the packer writes
+SUPPORTED_VERSIONS = (1, 2, 3, 4, 5, 6)  # what readers read (docs/format.md §7: what each added)
 
 MARKER_NAME = "COMPLETE"
 
@@ -38,17 +38,22 @@ DB_OWNERS = b"owners"
 DB_TYPES = b"types"  # version 2
 DB_META = b"meta"  # version 2
 DB_TOTALS = b"totals"  # version 5
+DB_BASES = b"bases"  # version 6
 V1_DBS = (DB_CONFIG, DB_ENTRIES, DB_RECORDS, DB_SHARDS, DB_OWNERS)
 V2_DBS = (*V1_DBS, DB_TYPES, DB_META)
-ALL_DBS = (*V2_DBS, DB_TOTALS)
+V5_DBS = (*V2_DBS, DB_TOTALS)
+ALL_DBS = (*V5_DBS, DB_BASES)
 FIRST_V5_VERSION = 5  # the first format version with directory totals and file digests
+FIRST_BASES_VERSION = 6  # the first with shards in base bundles (the shard table's base)
 
 
 def databases(version: int) -> tuple[bytes, ...]:
     """The named databases a bundle of ``version`` has."""
     if version == 1:
         return V1_DBS
-    return ALL_DBS if version >= FIRST_V5_VERSION else V2_DBS
+    if version >= FIRST_BASES_VERSION:
+        return ALL_DBS
+    return V5_DBS if version >= FIRST_V5_VERSION else V2_DBS
 
 
 CONFIG_KEY = b"config"
@@ -71,6 +76,7 @@ _COMPRESSIONS_OF_VERSION = {
     3: tuple(COMPRESSION_NAMES.values()),
     4: tuple(COMPRESSION_NAMES.values()),
     5: tuple(COMPRESSION_NAMES.values()),
+    6: tuple(COMPRESSION_NAMES.values()),
 }
 _COMPRESSION_BY_CODE = {code: name for name, code in COMPRESSION_NAMES.items()}
 
