@@ -91,9 +91,11 @@ def pack(
     disk, a store that refuses the upload. Nothing is left behind then, and an existing DEST is
     untouched (but a URL replaced with ``force`` no longer opens: its old marker goes first).
 
-    With ``base`` (a local bundle, OLD), the new bundle reuses OLD's stored bytes for every file
-    of the directory ``source`` that did not change since OLD (``options.check`` says how that is
-    known) and stores only the others: ``delta`` says how, docs/versions.md when to.
+    With ``base`` (a bundle, OLD), the new bundle reuses OLD's stored bytes for every file of the
+    directory ``source`` that did not change since OLD (``options.check`` says how that is known)
+    and stores only the others: ``delta`` says how, docs/versions.md when to. OLD's shards are
+    linked (a local OLD), or referenced where they are (an OLD on the object store ``dest`` is on;
+    ``options.materialize``: copied there server-side), ``remote_base``.
 
     ``dedup`` (``options.dedup`` when None): store each distinct content once; a later file with
     the same content gets an entry of its own at the first copy's place (``content.DedupTable``).

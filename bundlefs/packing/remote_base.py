@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from bundlefs.core import format as fmt
 from bundlefs.errors import BundleError, PackError
 from bundlefs.packing.options import PackOptions
-from bundlefs.storage.bases import bundle_store, check_base, relative_location, resolve_base
+from bundlefs.storage.bases import bundle_store, relative_location, resolve_base
 from bundlefs.storage.index import IndexReader
 from bundlefs.storage.index_writer import IndexWriter
 from bundlefs.storage.location import Location
@@ -56,10 +56,9 @@ class RemoteBase:
         self.old = old
         self.new = new
         self.materialize = materialize
-        # The base's own bases, checked now: the new bundle names them directly (flat chains).
+        # The base's own bases (checked when its store is opened, ``bundle_store``): the new
+        # bundle names them directly (flat chains).
         self.older = [resolve_base(old, base.location) for base in reader.bases]
-        for number, (base, where) in enumerate(zip(reader.bases, self.older, strict=True), 1):
-            check_base(old.url, number, base, where)
 
     def take(self, index: IndexWriter, used: Iterable[int]) -> SharedShards:
         """The base's shards ``used`` into ``index`` at their own numbers (records and
