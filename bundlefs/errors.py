@@ -26,6 +26,11 @@ class IncompleteBundleError(NotABundleError):
     """The directory looks like a bundle under construction or an interrupted pack."""
 
 
+class BaseBundleError(BundleError):
+    """A bundle's shards are in a base bundle (format version 6) that is missing, was replaced
+    by another bundle, or cannot be reached: the message names the base and says which."""
+
+
 class BundleClosedError(BundleError):
     """The bundle was used after ``close()``."""
 

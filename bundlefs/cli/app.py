@@ -46,6 +46,7 @@ from bundlefs.cli import (
     merge,
     mount,
     pack,
+    rm,
     scrub,
     verify,
 )
@@ -167,6 +168,13 @@ COMMANDS: list[Command] = [
     ),
     Command("umount", "unmount a bundle", mount.add_umount_arguments, mount.run_umount),
     Command("gc", "remove what killed packs left in a directory", gc.add_arguments, gc.run),
+    Command(
+        "rm",
+        "remove a bundle (refused while others use its shards)",
+        rm.add_arguments,
+        rm.run,
+        (STORAGE,),
+    ),
     Command(
         "completion",
         "print a shell completion script (bash, zsh, fish)",

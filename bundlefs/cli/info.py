@@ -208,6 +208,8 @@ def _info_rows(facts: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("digests", str(facts["digests"])))
     for key, value in facts.get("meta", {}).items():
         rows.append((f"meta {key}", value))
+    for base in facts.get("bases", []):  # version 6: shards read from other bundles
+        rows.append(("base", f"{base['location']} (bundle id {base['bundle_id'][:12]}…)"))
     if "replaced_on_disk_by" in facts:
         replaced = f"replaced by {facts['replaced_on_disk_by']} since it was mounted"
         where = "on store" if facts.get("location") else "on disk"

@@ -158,10 +158,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--base",
         metavar="OLD",
-        help="a local bundle of an earlier version of SRC: files unchanged since it are not read "
-        "or stored again, their entries point at OLD's bytes (OLD's shards are hard-linked, else "
-        "reflinked, else copied; OLD is never modified); docs/versions.md (default: no base, every "
-        "file read and stored)",
+        help="a bundle of an earlier version of SRC: files unchanged since it are not read or "
+        "stored again, their entries point at OLD's bytes (a local OLD's shards are hard-linked, "
+        "else reflinked, else copied; a DEST on the object store OLD is on references OLD's "
+        "shards there, uploading none of them; OLD is never modified); docs/versions.md "
+        "(default: no base, every file read and stored)",
+    )
+    p.add_argument(
+        "--materialize",
+        action="store_true",
+        help="with --base on an object store: have the store copy OLD's shards that DEST uses "
+        "into DEST (server-side, nothing downloaded), so DEST stands alone, instead of "
+        "referencing them (default: reference)",
     )
     p.add_argument(
         "--check",
@@ -349,6 +357,7 @@ def _options(args: argparse.Namespace) -> PackOptions:
         files_from=read_files_from(args.files_from, args.null) if args.files_from else None,
         check=args.check,
         racy_seconds=args.racy_seconds,
+        materialize=args.materialize,
         dedup=args.dedup,
     )
 

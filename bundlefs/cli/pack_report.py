@@ -80,7 +80,8 @@ def upload_line(u: UploadProgress) -> str:
 
 def reuse_line(reuse: BaseReuse) -> str:
     """``reused 99,000 files (1.9 GB) from OLD, 10 read and found unchanged (2.0 MB), stored
-    1,000 (20 MB); linked 3 of its 4 shards``."""
+    1,000 (20 MB); linked 3 of its 4 shards`` (``referenced``, ``copied on the store``: a base
+    on an object store)."""
     line = (
         f"reused {count(reuse.reused_files, 'file')} ({format_size(reuse.reused_bytes)}) "
         f"from {reuse.base}"
@@ -89,7 +90,11 @@ def reuse_line(reuse: BaseReuse) -> str:
         line += f", {reuse.same_files:,} read and found unchanged ({format_size(reuse.same_bytes)})"
     line += f", stored {reuse.stored_files:,} ({format_size(reuse.stored_bytes)})"
     total = reuse.shards_linked + reuse.shards_left
-    line += f"; linked {reuse.shards_linked:,} of its {count(total, 'shard')}"
+    # On an object store the shards are referenced where they are, or copied there (issue 26).
+    verb = {"reference": "referenced", "server-side copy": "copied on the store"}.get(
+        next(iter(reuse.ways), ""), "linked"
+    )
+    line += f"; {verb} {reuse.shards_linked:,} of its {count(total, 'shard')}"
     if reuse.unrecorded_files:
         line += (
             f"; --check strict compared {count(reuse.unrecorded_files, 'file')} by content "

@@ -56,6 +56,7 @@ from bundlefs.core.checksum import ContentDigest
 from bundlefs.errors import BundleError, PackError
 from bundlefs.packing.compare import same_bytes, same_stream
 from bundlefs.packing.options import BaseReuse, PackOptions
+from bundlefs.packing.remote_base import RemoteBase, open_remote_base
 from bundlefs.packing.reuse import ReusedShards
 from bundlefs.packing.sources.base import (
     Content,
@@ -68,11 +69,12 @@ from bundlefs.packing.sources.directory import DirectorySource
 from bundlefs.storage.codec import zstd_module
 from bundlefs.storage.index import IndexReader
 from bundlefs.storage.index_writer import IndexWriter
-from bundlefs.storage.location import parse_location
+from bundlefs.storage.location import Location, parse_location
+from bundlefs.storage.objectstore.upload import RemotePublisher
 from bundlefs.storage.shard_writer import ShardWriter
 from bundlefs.storage.shards import ShardSet
 from bundlefs.storage.source_records import source_record
-from bundlefs.storage.store import LocalShardStore
+from bundlefs.storage.store import LocalShardStore, ShardStore
 
 _EMPTY_DIGEST = ContentDigest().digest()  # an empty file needs no shard, but has a digest
 
@@ -85,29 +87,24 @@ class Base:
     """The base bundle of a pack, opened: its index, its shards (to compare content), and what
     the pack took from it (``used`` shards, the ``reuse`` counts)."""
 
-    def __init__(self, path: str, dest: str, options: PackOptions) -> None:
+    def __init__(
+        self, path: str, dest: str, options: PackOptions, publisher: RemotePublisher | None = None
+    ) -> None:
         try:
-            location = parse_location(path)
+            location = parse_location(path, options.storage_options)
+            new = parse_location(dest, options.storage_options)
         except BundleError as e:
             raise PackError(str(e)) from None
-        if not location.is_local:
-            raise PackError(
-                f"{path}: a base must be a local bundle for now (object-store bases are not "
-                "supported yet)"
-            )
-        self.path = location.path
-        if not os.path.isdir(self.path):
-            raise PackError(f"the base {path} is not a bundle (no such directory)")
-        here, there = os.path.realpath(self.path), os.path.realpath(os.path.abspath(dest))
-        if _inside(here, there) or _inside(there, here):
-            raise PackError(f"{dest} overlaps the base {path}, which a pack never modifies")
-        try:
-            self.reader = IndexReader(self.path)
-        except BundleError as e:
-            raise PackError(f"the base {path} is not a bundle that can be read: {e}") from None
-        self.shards = ShardSet(
-            LocalShardStore(self.path), self.reader.marker, self.reader.shard_info
-        )
+        self.path = location.path if location.is_local else location.url
+        self.publisher = publisher  # a pack to a URL: told what it need not upload
+        self.remote: RemoteBase | None = None  # a base on an object store
+        store: ShardStore
+        if location.is_local:
+            self.reader = self._open_local(path, dest, new)
+            store = LocalShardStore(self.path)
+        else:
+            self.reader, store, self.remote = open_remote_base(location, new, options)
+        self.shards = ShardSet(store, self.reader.marker, self.reader.shard_info)
         config = self.reader.config
         self.count = config.shard_count
         self.check = options.check
@@ -119,6 +116,17 @@ class Base:
         # Values of unchanged files are copied as they are when OLD's layout is the pack's
         # (version 5's entries are version 6's, byte for byte).
         self.copies = self.check != "content" and config.format_version >= fmt.FIRST_V5_VERSION
+
+    def _open_local(self, path: str, dest: str, new: Location) -> IndexReader:
+        if not os.path.isdir(self.path):
+            raise PackError(f"the base {path} is not a bundle (no such directory)")
+        here, there = os.path.realpath(self.path), os.path.realpath(os.path.abspath(new.path))
+        if new.is_local and (_inside(here, there) or _inside(there, here)):
+            raise PackError(f"{dest} overlaps the base {path}, which a pack never modifies")
+        try:
+            return IndexReader(self.path)
+        except BundleError as e:
+            raise PackError(f"the base {path} is not a bundle that can be read: {e}") from None
 
     def close(self) -> None:
         self.shards.close()
@@ -163,11 +171,17 @@ class Base:
                 zstd_module()  # what the new bundle's config will say it needs
             except BundleError as e:
                 raise PackError(str(e)) from None
-        reused = ReusedShards(
-            [self.reader], [self.path], select=[sorted(self.used)], keep_numbers=True
-        )
-        ways = reused.link(work)
-        reused.import_table(index, append=False)  # the new bundle's own records are in
+        if self.remote is not None:  # the files stay on the store: referenced, or copied there
+            assert self.publisher is not None  # a local NEW on a remote base was refused
+            self.publisher.shared = self.remote.take(index, sorted(self.used))
+            way = "server-side copy" if self.remote.materialize else "reference"
+            ways = [way] * len(self.used)
+        else:
+            reused = ReusedShards(
+                [self.reader], [self.path], select=[sorted(self.used)], keep_numbers=True
+            )
+            ways = reused.link(work)
+            reused.import_table(index, append=False)  # the new bundle's own records are in
         empty = [s for s in range(self.count) if s not in self.used]
         for shard in empty:
             path = os.path.join(work, fmt.shard_filename(shard))

@@ -84,6 +84,10 @@ class PackOptions:
     # Whole-file dedup (``pack --dedup``, packing/content.py): a file whose content a file stored
     # before in the same pack holds gets that file's place instead of a copy.
     dedup: bool = False
+    # A pack to an object store on a base there (packing/remote_base.py): copy the base's shards
+    # the new bundle uses into its own prefix, server-side, instead of referencing them (the new
+    # bundle then stands alone). A local base's are linked either way.
+    materialize: bool = False
 
 
 def parse_compression(spec: str) -> tuple[str, int | None]:
@@ -148,7 +152,9 @@ class BaseReuse:
     unrecorded_files: int = 0
     stored_files: int = 0  # new or changed: stored in the new bundle's own shards
     stored_bytes: int = 0
-    shards_linked: int = 0  # the base's shards the new bundle holds (ways: link, reflink, copy)
+    # the base's shards the new bundle holds (ways: link, reflink, copy; on an object store
+    # "reference", or "server-side copy" with materialize)
+    shards_linked: int = 0
     shards_left: int = 0  # the base's shards no file needs any more: not linked
     ways: dict[str, int] = field(default_factory=dict)
 

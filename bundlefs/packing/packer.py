@@ -92,10 +92,12 @@ def pack(
     disk, a store that refuses the upload. Nothing is left behind then, and an existing DEST is
     untouched (but a URL replaced with ``force`` no longer opens: its old marker goes first).
 
-    With ``base`` (a local bundle, OLD), the new bundle reuses OLD's stored bytes for every file
-    of the directory ``source`` that did not change since OLD (``options.check`` says how that is
-    known; ``check``, when given, is it: "stat", "strict" or "content") and stores only the
-    others: ``delta`` says how, docs/versions.md when to.
+    With ``base`` (a bundle, OLD), the new bundle reuses OLD's stored bytes for every file of the
+    directory ``source`` that did not change since OLD (``options.check`` says how that is known;
+    ``check``, when given, is it: "stat", "strict" or "content") and stores only the others:
+    ``delta`` says how, docs/versions.md when to. OLD's shards are linked (a local OLD), or
+    referenced where they are (an OLD on the object store ``dest`` is on; ``options.materialize``:
+    copied there server-side), ``remote_base``.
 
     ``dedup`` (``options.dedup`` when None): store each distinct content once; a later file with
     the same content gets an entry of its own at the first copy's place (``content.DedupTable``).
@@ -109,10 +111,10 @@ def pack(
     paths = source_paths(source)
     location, remote = check_destination(paths, dest, options)
     opened = None
+    if base is None and options.materialize:
+        raise PackError("--materialize copies a base's shards: it goes with --base")
     if base is not None:
-        if remote is not None:
-            raise PackError("a pack on a base (--base) writes a local bundle for now, not a URL")
-        opened = _open_base(os.fspath(base), paths, dest, options)
+        opened = _open_base(os.fspath(base), paths, dest, options, remote)
     try:
         summary, where = _publish(source, location, remote, options, progress, opened)
     finally:
@@ -128,11 +130,17 @@ def pack(
     return summary
 
 
-def _open_base(base: str, paths: list[str] | None, dest: str, options: PackOptions) -> Base:
+def _open_base(
+    base: str,
+    paths: list[str] | None,
+    dest: str,
+    options: PackOptions,
+    remote: RemotePublisher | None,
+) -> Base:
     """The base of a pack, opened; ``PackError`` if the source is not one directory."""
     if paths is None or len(paths) != 1 or not os.path.isdir(paths[0]) or options.files_from:
         raise PackError("a pack on a base (--base) needs one directory SRC, without --files-from")
-    return Base(base, dest, options)
+    return Base(base, dest, options, remote)
 
 
 def _publish(

@@ -2,7 +2,8 @@
 
 The one place a bundle is opened from its location: the index (the bundle's own, or one fetched
 into the local cache and checked against the marker), the shard store (a directory, or a
-``RemoteShardStore`` bounded by the shard table's sizes), the ``ShardSet`` over it, and the two
+``RemoteShardStore`` bounded by the shard table's sizes; with bases, format version 6, a
+``BasedShardStore`` over it and its bases' stores), the ``ShardSet`` over it, and the two
 models above them, ``TreeModel`` and ``ContentReader`` — closing what was opened if a later step
 fails. ``Bundle`` is a facade over one; ``verify`` opens one with its own settings (no records on
 disk, the index already checked). The record cache is a parameter, so a caller may share one.
@@ -13,6 +14,7 @@ May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``, ``bund
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from bundlefs.core import format as fmt
@@ -21,6 +23,7 @@ from bundlefs.read.cache import RecordCache
 from bundlefs.read.content import ContentReader
 from bundlefs.read.options import ReadOptions
 from bundlefs.read.tree import TreeModel
+from bundlefs.storage.bases import BasedShardStore, RemoteStoreFactory, bundle_store
 from bundlefs.storage.codec import zstd_module
 from bundlefs.storage.index import IndexReader
 from bundlefs.storage.location import Location
@@ -28,7 +31,7 @@ from bundlefs.storage.objectstore.client import DEFAULT_STORE_TIMEOUT, check_sto
 from bundlefs.storage.objectstore.index_fetch import fetch_index
 from bundlefs.storage.objectstore.shard_store import RemoteShardStore
 from bundlefs.storage.shards import ShardSet
-from bundlefs.storage.store import FailedRead, LocalShardStore
+from bundlefs.storage.store import FailedRead, ShardStore
 
 
 def store_timeout(options: ReadOptions) -> float:
@@ -51,21 +54,22 @@ def index_directory(location: Location, options: ReadOptions) -> str:
     )
 
 
-def _remote_store(location: Location, index: IndexReader, options: ReadOptions) -> RemoteShardStore:
-    marker = index.marker
-    # The shards' sizes bound coalesced GETs to each object (one index get per shard).
-    sizes = {
-        fmt.shard_filename(i, marker.format_version): index.shard_info(i).file_size
-        for i in range(index.config.shard_count)
-    }
-    return RemoteShardStore(
-        location,
-        marker.bundle_id,
-        shard_sizes=sizes,
-        disk_cache=options.remote.disk_cache,
-        disk_cache_size=options.remote.disk_cache_size,
-        store_timeout=store_timeout(options),
-    )
+def _remote_stores(options: ReadOptions) -> RemoteStoreFactory:
+    """What makes the ``RemoteShardStore`` of a bundle (or a base) at a URL with ``options``."""
+    timeout = store_timeout(options)
+
+    def remote(location: Location, bundle_id: bytes, sizes: dict[str, int]) -> ShardStore:
+        # The shards' sizes bound coalesced GETs to each object (one index get per shard).
+        return RemoteShardStore(
+            location,
+            bundle_id,
+            shard_sizes=sizes,
+            disk_cache=options.remote.disk_cache,
+            disk_cache_size=options.remote.disk_cache_size,
+            store_timeout=timeout,
+        )
+
+    return remote
 
 
 @dataclass
@@ -75,7 +79,7 @@ class BundleParts:
     location: Location
     path: str  # a local bundle's directory, or the URL: what messages name
     index: IndexReader
-    store: LocalShardStore | RemoteShardStore
+    store: ShardStore  # local, remote, or a BasedShardStore over those (a bundle with bases)
     shards: ShardSet
     tree: TreeModel
     content: ContentReader
@@ -101,14 +105,11 @@ class BundleParts:
             index = IndexReader(
                 index_dir or index_directory(location, options), check_checksum=False
             )
-        store: LocalShardStore | RemoteShardStore
         try:
             if index.config.record_codec == fmt.COMPRESSION_ZSTD:
                 zstd_module()  # a missing binding is refused at open, not at the first read
-            if location.is_local:
-                store = LocalShardStore(path)
-            else:
-                store = _remote_store(location, index, options)
+            # Its own shards' store; with bases (version 6), each base checked and routed to.
+            store = bundle_store(location, index, _remote_stores(options), path)
         except BaseException:
             index.close()
             raise
@@ -125,8 +126,25 @@ class BundleParts:
 
     @property
     def remote(self) -> RemoteShardStore | None:
-        """The object store a bundle at a URL is read from; None for a local bundle."""
-        return self.store if isinstance(self.store, RemoteShardStore) else None
+        """The object store a bundle at a URL is read from (its own shards'); None for a local
+        bundle."""
+        own = self.store.own if isinstance(self.store, BasedShardStore) else self.store
+        return own if isinstance(own, RemoteShardStore) else None
+
+    def where(self, name: str) -> str:
+        """The path or URL of shard ``name`` (``fmt.store_name``): in this bundle or a base."""
+        store = self.store
+        place = store.where(name) if isinstance(store, BasedShardStore) else None
+        return self.location.child(name) if place is None else place
+
+    def size_and_header(self, name: str) -> tuple[int, bytes]:
+        """Shard ``name``'s (``fmt.store_name``) size and header block, as its store holds them
+        now (not from a cache): what ``verify`` checks of each shard."""
+        store = self.store
+        if isinstance(store, BasedShardStore | RemoteShardStore):
+            return store.size_and_header(name, fmt.SHARD_HEADER_SIZE)
+        with open(self.location.child(name), "rb") as f:
+            return os.fstat(f.fileno()).st_size, f.read(fmt.SHARD_HEADER_SIZE)
 
     def storage_stats(self) -> dict[str, object] | None:
         """A bundle at a URL: its store's counters; None for a local bundle."""

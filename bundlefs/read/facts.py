@@ -61,6 +61,7 @@ class BundleInfo:
     location: str | None = None
     storage: dict[str, object] | None = None
     liveness: Liveness | None = None  # asked for (``Bundle.info(dead=True)``): O(files)
+    bases: list[fmt.BaseRef] | None = None  # version 6: the bundles it keeps shards in
 
     @classmethod
     def of(
@@ -78,6 +79,7 @@ class BundleInfo:
             location=None if parts.location.is_local else parts.location.url,
             storage=parts.storage_stats(),
             liveness=liveness,
+            bases=parts.index.bases,
         )
 
     def to_dict(self) -> dict[str, object]:
@@ -110,6 +112,10 @@ class BundleInfo:
             # What every file's digest is (format version 5), or None: the bundle has none.
             "digests": fmt.DIGEST_NAME if c.format_version >= fmt.FIRST_V5_VERSION else None,
             "meta": dict(self.meta or {}),
+            # Version 6: the bundles whose shards it reads (location as stored, bundle id).
+            "bases": [
+                {"location": b.location, "bundle_id": b.bundle_id.hex()} for b in self.bases or []
+            ],
         }
         if self.location is not None:
             facts["location"] = self.location

@@ -24,11 +24,7 @@ import lmdb
 from bundlefs.core import format as fmt
 from bundlefs.core import integrity
 from bundlefs.core.libc import ResidentMapping
-from bundlefs.errors import (
-    BundleClosedError,
-    FormatError,
-    NotABundleError,
-)
+from bundlefs.errors import BundleClosedError, FormatError, NotABundleError
 from bundlefs.storage import lmdb_env
 from bundlefs.storage.entry_scan import value_chunks
 from bundlefs.storage.index_check import check_index_file
@@ -69,6 +65,7 @@ class IndexReader:
             self.content_types = _load_content_types(self)
             self.meta()  # checked once at open: at most 1,024 items, so a bad one fails here
             _check_totals(self)
+            self.bases = _load_bases(self)  # version 6: base bundles the shard table names
         except BaseException:
             self.close()  # else the shared environment would stay open for the process's life
             raise
@@ -310,7 +307,10 @@ class IndexReader:
         if not 0 <= shard < self.config.shard_count:
             raise FormatError(f"shard {shard} does not exist")
         value = self._get(self._dbs[fmt.DB_SHARDS], fmt.shard_key(shard), f"shard {shard}")
-        return fmt.decode_shard_info(value, self.marker.format_version, shard, self.config)
+        info = fmt.decode_shard_info(value, self.marker.format_version, shard, self.config)
+        if info.base > len(self.bases):
+            raise FormatError(f"shard {shard} is in base {info.base}, which the index lacks")
+        return info
 
     def _shard_codec(self, shard: int) -> int | None:
         """How ``shard``'s compressed records are stored; None (the config says) before
@@ -323,16 +323,12 @@ class IndexReader:
         return codec
 
 
-# -- what open loads, and directory totals (version 5): outside the class (at its size budget) ---
+# -- what open loads, directory totals (version 5), bases (version 6): outside the class (budget) --
 
 
 def _load_owners(index: IndexReader) -> list[tuple[int, int]]:
-    owners = []
-    for i in range(index.config.owner_count):
-        owners.append(
-            fmt.decode_owner(index._get(index._dbs[fmt.DB_OWNERS], fmt.owner_key(i), "owner"))
-        )
-    return owners
+    db, count = index._dbs[fmt.DB_OWNERS], index.config.owner_count
+    return [fmt.decode_owner(index._get(db, fmt.owner_key(i), "owner")) for i in range(count)]
 
 
 def _load_content_types(index: IndexReader) -> list[str]:
@@ -350,6 +346,18 @@ def _load_content_types(index: IndexReader) -> list[str]:
         fmt.decode_content_type(index._get(db, fmt.content_type_key(i), "content type"))
         for i in range(count)
     ]
+
+
+def _load_bases(index: IndexReader) -> list[fmt.BaseRef]:
+    """Version 6: the base bundles, keys 1 … n without gaps (``bases[k - 1]`` is base k)."""
+    db = index._dbs.get(fmt.DB_BASES)
+    if db is not None:
+        index._pages.span(db)
+    try:
+        items = [] if db is None else list(index._txn().cursor(db=db))
+    except lmdb.Error as e:
+        raise FormatError(f"index is damaged reading its bases: {e}") from None
+    return [fmt.decode_base(n, key, value) for n, (key, value) in enumerate(items, 1)]
 
 
 def tree_totals(index: IndexReader, ino: int) -> fmt.TreeTotals | None:

@@ -129,6 +129,11 @@ class IndexWriter:
         value = fmt.encode_shard_info(info, fmt.FORMAT_VERSION, index)
         self._put(fmt.DB_SHARDS, fmt.shard_key(index), value, append=append)
 
+    def put_bases(self, bases: list[fmt.BaseRef]) -> None:
+        """The base bundles the shard table names (version 6), base k at ``bases[k - 1]``."""
+        for number, base in enumerate(bases, 1):
+            self._put(fmt.DB_BASES, fmt.base_key(number), fmt.encode_base(base), append=True)
+
     def put_owner(self, index: int, uid: int, gid: int) -> None:
         self._put(fmt.DB_OWNERS, fmt.owner_key(index), fmt.encode_owner(uid, gid), append=True)
 

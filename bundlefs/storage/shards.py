@@ -108,8 +108,9 @@ class ShardSet:
             return name
         if not 0 <= shard < self._marker.shard_count:
             raise FormatError(f"shard {shard} does not exist")
-        name = fmt.shard_filename(shard, self._marker.format_version)
         info = self._shard_info(shard)
+        # A shard in a base (version 6) is named for the store that routes it there.
+        name = fmt.store_name(shard, self._marker.format_version, info)
         problem = self._header_problem(name, shard, info, nowait)
         if problem is not None and self._holds_copies and not nowait:
             # Perhaps only the store's copy is damaged (a cache file): drop it, read it again.

@@ -253,10 +253,17 @@ def test_a_base_that_is_not_a_bundle_is_one_sentence(tmp_path: Path) -> None:
         _pack(src, tmp_path / "new", tmp_path / "plain")
 
 
-def test_an_object_store_base_is_refused_for_now(tmp_path: Path) -> None:
+def test_a_local_bundle_on_an_object_store_base_is_refused(tmp_path: Path) -> None:
     src = _tree(tmp_path / "src", files=2)
-    with pytest.raises(PackError, match="a base must be a local bundle for now"):
+    with pytest.raises(PackError, match="a local bundle cannot be packed on s3://bucket/old"):
         _pack(src, tmp_path / "new", "s3://bucket/old.bundle")
+    assert not (tmp_path / "new").exists()
+
+
+def test_materialize_without_a_base_is_refused(tmp_path: Path) -> None:
+    src = _tree(tmp_path / "src", files=2)
+    with pytest.raises(PackError, match="--materialize .* goes with --base"):
+        _pack(src, tmp_path / "new", materialize=True)
 
 
 def test_a_dest_that_is_the_base_is_refused(tmp_path: Path) -> None:

@@ -98,6 +98,9 @@ def graft_legacy_shards(bundle: str | os.PathLike) -> None:
     §4). Written from docs/format.md alone: no bundlefs code takes part.
     """
     bundle = Path(bundle)
+    packed = struct.unpack(">I", (bundle / "COMPLETE").read_bytes()[8:12])[0]  # the packer's
+    # Version 6 adds u32 base and u32 base_shard (0: the file is in this bundle) to the 44 bytes.
+    based = bytes(8) if packed >= 6 else b""
     env = lmdb.open(str(bundle / "index"), lock=False, max_dbs=7, map_size=1 << 30)
     with env.begin(write=True) as txn:
         shards, records = (env.open_db(db, txn=txn, create=False) for db in (b"shards", b"records"))
@@ -116,7 +119,7 @@ def graft_legacy_shards(bundle: str | os.PathLike) -> None:
                     key = struct.pack(">I", i)
                     descriptor = old_txn.get(key, db=old_shards)  # versions 1 and 2: 20 bytes
                     header = bytes([codec, version, 0, 0]) + key + source_id
-                    txn.put(key, descriptor + header, db=shards)
+                    txn.put(key, descriptor + header + based, db=shards)
                     cursor = txn.cursor(db=records)
                     cursor.set_range(key)
                     while cursor.key()[:4] == key:
@@ -134,8 +137,7 @@ def graft_legacy_shards(bundle: str | os.PathLike) -> None:
         with open(bundle / f"shard-{i:08d}", "r+b") as f:
             f.seek(16)
             f.write(bundle_id)
-    version = struct.unpack(">I", (bundle / "COMPLETE").read_bytes()[8:12])[0]  # the packer's
-    body = struct.pack(">8sII16sQII", b"BNDLDONE", version, 0, bundle_id, len(index),
+    body = struct.pack(">8sII16sQII", b"BNDLDONE", packed, 0, bundle_id, len(index),
                        crc32c.crc32c(index), 12)  # fmt: skip
     (bundle / "COMPLETE").write_bytes(body + struct.pack(">I", crc32c.crc32c(body)))
     if version >= 6:  # §3.10: a CRC32C per page of the index, after a header naming the bundle

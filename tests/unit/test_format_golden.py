@@ -354,10 +354,12 @@ class DocReader:
             compression = 1 if self.version == 1 else self.config["compression"]
             header_version, header_index, header_id = self.version, index, bytes(16)
         else:
-            assert len(v) == 44
+            assert len(v) == (52 if self.version >= 6 else 44)  # version 6: base, base_shard
             (file_size, stream_size, record_count, compression, header_version, reserved,
-             header_index, header_id) = u("QQIBBHI16s", v)  # fmt: skip
+             header_index, header_id) = u("QQIBBHI16s", v[:44])  # fmt: skip
             assert reserved == 0
+            # This reader reads bundles that keep every shard file themselves (base 0, §3.11).
+            assert self.version < 6 or v[44:] == bytes(8)
             assert compression in (0, 1, 2)
             assert 1 <= header_version <= self.version
             assert header_version > 1 or compression == 1  # a version-1 shard says lz4
@@ -635,7 +637,10 @@ def test_golden_shard_descriptor(reader: DocReader) -> None:
                 " 00 00"  # 22: reserved
                 " 00 00 00 00"  # 24: header_index: this shard's
                 " 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00"  # 28: header_bundle_id: zeros,
-            ),  # this bundle's own (the packer wrote the shard before the bundle id existed)
+                # this bundle's own (the packer wrote the shard before the bundle id existed)
+                " 00 00 00 00"  # 44: base: 0, the file is in this bundle's directory (version 6)
+                " 00 00 00 00"  # 48: base_shard: 0 when base is 0
+            ),
         )
     ]
 

@@ -1,16 +1,15 @@
 """The bundlefs on-disk format, version 6 (versions 1 to 5 still read): layouts and keys.
 
-docs/format.md in code, pure (no I/O, no lmdb, no lz4). Every decoder validates what it decodes
-and raises ``FormatError`` for anything the document does not allow. Callers use it as one
-namespace, ``from bundlefs.core import format as fmt``: this module re-exports every public name
-and dispatches an entry to its version's layout. One room per job, each importing only the rooms
-before it: ``constants`` (versions, names, limits, codes, flags), ``keys`` (LMDB keys, shard file
-names, the version check, metadata, content types, directory totals, source records), ``bundle``
-(marker, LMDB meta probe, config, owners), ``entry`` (``Entry``, the shared validation),
-``entry_v2`` (versions 1, 2), ``entry_v3`` (versions 3 to 6, ``reusable_file``), ``records``
-(records, the shard table, the shard header); apart, ``pages`` (index page checks, version 6).
+docs/format.md in code, pure (no I/O, lmdb, lz4). Every decoder validates what it decodes and
+raises ``FormatError`` for what the document does not allow. One namespace for callers, ``from
+bundlefs.core import format as fmt``: this module re-exports every name and dispatches entries.
+Rooms, each importing only those before it: ``constants`` (versions, names, limits, codes, flags),
+``keys`` (LMDB keys, shard file names, the version check, metadata, content types, totals, source
+records), ``bundle`` (marker, LMDB meta probe, config, owners), ``entry`` (``Entry``, the shared
+validation), ``entry_v2`` (versions 1, 2), ``entry_v3`` (versions 3 to 6, ``reusable_file``),
+``records`` (records, shard table, shard header), ``bases`` (version 6); apart, ``pages``.
 
-Order (bottom first): constants, keys, bundle, entry, entry_v2 | entry_v3, records, pages
+Order (bottom first): constants, keys, bundle, entry, entry_v2 | entry_v3, records, bases | pages
 
 May import: the standard library, ``bundlefs.errors``, ``bundlefs.core.format.*``.
 """
@@ -20,6 +19,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterable, Iterator
 
+from bundlefs.core.format.bases import BaseRef, base_key, decode_base, encode_base, store_name
 from bundlefs.core.format.bundle import (
     CONFIG_SIZE,
     LMDB_META_PROBE,
@@ -43,6 +43,7 @@ from bundlefs.core.format.constants import (
     COMPRESSION_ZSTD,
     CONFIG_KEY,
     CONFIG_MAGIC,
+    DB_BASES,
     DB_CONFIG,
     DB_ENTRIES,
     DB_META,
@@ -58,6 +59,7 @@ from bundlefs.core.format.constants import (
     DEVICE_KINDS,
     DIGEST_NAME,
     DIGEST_SIZE,
+    FIRST_BASES_VERSION,
     FIRST_SPECIAL_VERSION,
     FIRST_V5_VERSION,
     FLAG_CONTENT_TYPE,
@@ -112,11 +114,7 @@ from bundlefs.core.format.constants import (
     XATTR_USER_DATA,
     databases,
 )
-from bundlefs.core.format.entry import (
-    Entry,
-    makedev,
-    validate_name,
-)
+from bundlefs.core.format.entry import Entry, makedev, validate_name
 from bundlefs.core.format.entry_v2 import (
     _decode_entry_v2,
     _encode_entry_v2,
@@ -398,3 +396,5 @@ __all__ = [
     "validate_layout",
     "validate_name",
 ]
+__all__ += ["BaseRef", "DB_BASES", "FIRST_BASES_VERSION", "base_key", "decode_base", "encode_base"]
+__all__ += ["store_name"]

@@ -39,12 +39,15 @@ DB_TYPES = b"types"  # version 2
 DB_META = b"meta"  # version 2
 DB_TOTALS = b"totals"  # version 5
 DB_SOURCES = b"sources"  # version 6, optional: a directory source's (ctime_ns, st_ino) per file
+DB_BASES = b"bases"  # version 6: the bundles whose directories hold some of the shards
 V1_DBS = (DB_CONFIG, DB_ENTRIES, DB_RECORDS, DB_SHARDS, DB_OWNERS)
 V2_DBS = (*V1_DBS, DB_TYPES, DB_META)
 V5_DBS = (*V2_DBS, DB_TOTALS)
-ALL_DBS = (*V5_DBS, DB_SOURCES)  # what a writer of this version makes (max_dbs: one more)
+V6_DBS = (*V5_DBS, DB_BASES)
+ALL_DBS = (*V6_DBS, DB_SOURCES)  # what a writer of this version makes (max_dbs: one more)
 FIRST_V5_VERSION = 5  # the first format version with directory totals and file digests
-FIRST_V6_VERSION = 6  # the first format version with a (optional) sources database
+FIRST_V6_VERSION = 6  # the first with an (optional) sources database and shards in bases
+FIRST_BASES_VERSION = FIRST_V6_VERSION
 
 
 def databases(version: int, *, optional: bool = False) -> tuple[bytes, ...]:
@@ -54,6 +57,8 @@ def databases(version: int, *, optional: bool = False) -> tuple[bytes, ...]:
         return (DB_SOURCES,) if version >= FIRST_V6_VERSION else ()
     if version == 1:
         return V1_DBS
+    if version >= FIRST_V6_VERSION:
+        return V6_DBS
     return V5_DBS if version >= FIRST_V5_VERSION else V2_DBS
 
 

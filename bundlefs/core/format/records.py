@@ -15,6 +15,7 @@ from bundlefs.core.format.constants import (
     _COMPRESSIONS_OF_VERSION,
     COMPRESSION_LZ4,
     COMPRESSION_NONE,
+    FIRST_BASES_VERSION,
     FORMAT_VERSION,
     MAX_SHARD_STREAM,
     RECORD_RAW,
@@ -82,6 +83,7 @@ def decode_record(
 
 _SHARD_INFO = struct.Struct(">QQI")  # versions 1 and 2: 20 bytes
 _SHARD_ENTRY = struct.Struct(">QQIBB2xI16s")  # version 3, the shard table: 44 bytes
+_SHARD_BASE = struct.Struct(">II")  # version 6: base, base_shard after those (52 bytes)
 _SHARD_HEADER = struct.Struct(">8sII16s")
 SHARD_HEADER_SIZE = _SHARD_HEADER.size
 OWN_BUNDLE_ID = bytes(16)  # a shard table entry's header_id for a shard this bundle wrote
@@ -101,6 +103,8 @@ class ShardInfo:
     header_version: int = FORMAT_VERSION  # the format version in the shard file's header
     header_index: int | None = None  # the shard index in its header; None: its index here
     header_id: bytes = OWN_BUNDLE_ID  # the bundle id in its header; zeros: this bundle's
+    base: int = 0  # version 6: 0, the file is this bundle's; k, it is in base k (``bases``)
+    base_shard: int = 0  # its index in that base (named shard-%08d there); 0 when base is 0
 
 
 def encode_shard_info(s: ShardInfo, version: int = FORMAT_VERSION, index: int = 0) -> bytes:
@@ -108,7 +112,7 @@ def encode_shard_info(s: ShardInfo, version: int = FORMAT_VERSION, index: int = 
     if version < 3:
         return _SHARD_INFO.pack(s.file_size, s.uncompressed_size, s.record_count)
     header_index = index if s.header_index is None else s.header_index
-    return _SHARD_ENTRY.pack(
+    value = _SHARD_ENTRY.pack(
         s.file_size,
         s.uncompressed_size,
         s.record_count,
@@ -117,6 +121,11 @@ def encode_shard_info(s: ShardInfo, version: int = FORMAT_VERSION, index: int = 
         header_index,
         s.header_id,
     )
+    if version < FIRST_BASES_VERSION:
+        if s.base:
+            raise FormatError(f"a version {version} bundle has no bases")
+        return value
+    return value + _SHARD_BASE.pack(s.base, s.base_shard)
 
 
 def decode_shard_info(data: bytes, version: int, index: int, config: Config) -> ShardInfo:
@@ -127,11 +136,14 @@ def decode_shard_info(data: bytes, version: int, index: int, config: Config) -> 
         size, stream, records = _SHARD_INFO.unpack(data)
         info = ShardInfo(size, stream, records, config.record_codec, version, index)
     else:
-        if len(data) != _SHARD_ENTRY.size:
-            raise FormatError(f"shard value of {len(data)} bytes, expected {_SHARD_ENTRY.size}")
-        size, stream, records, codec, header_version, header_index, header_id = _SHARD_ENTRY.unpack(
-            data
+        based = version >= FIRST_BASES_VERSION
+        expected = _SHARD_ENTRY.size + (_SHARD_BASE.size if based else 0)
+        if len(data) != expected:
+            raise FormatError(f"shard value of {len(data)} bytes, expected {expected}")
+        size, stream, records, codec, header_version, header_index, header_id = (
+            _SHARD_ENTRY.unpack_from(data)
         )
+        base, base_shard = _SHARD_BASE.unpack_from(data, _SHARD_ENTRY.size) if based else (0, 0)
         if header_version not in SUPPORTED_VERSIONS or header_version > version:
             raise FormatError(f"shard {index}: header version {header_version} is not valid here")
         if codec not in _COMPRESSIONS_OF_VERSION[header_version]:
@@ -140,7 +152,13 @@ def decode_shard_info(data: bytes, version: int, index: int, config: Config) -> 
             raise FormatError(f"shard {index}: a version 1 shard's records are lz4")
         if header_id == OWN_BUNDLE_ID and (header_version, header_index) != (version, index):
             raise FormatError(f"shard {index}: this bundle's own shard must carry its index")
-        info = ShardInfo(size, stream, records, codec, header_version, header_index, header_id)
+        if base and header_id == OWN_BUNDLE_ID:
+            raise FormatError(f"shard {index}: a shard in a base cannot carry this bundle's id")
+        if not base and base_shard:
+            raise FormatError(f"shard {index}: a base_shard without a base")
+        info = ShardInfo(
+            size, stream, records, codec, header_version, header_index, header_id, base, base_shard
+        )
     if info.uncompressed_size > MAX_SHARD_STREAM:
         raise FormatError("shard stream size out of range")
     return info

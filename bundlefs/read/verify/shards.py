@@ -10,6 +10,7 @@ May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``, ``bund
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
 
 from bundlefs.core import format as fmt
@@ -100,7 +101,7 @@ class ShardScan:
         """Every ``shard-*`` file must be one the index lists, named as the bundle's version
         names shards: a hex name in a version-2 bundle (or the reverse) is a shard renamed by
         hand or copied from another bundle, and a stray shard is not part of this bundle."""
-        expected = {fmt.shard_filename(i, self.version) for i in range(shard_count)}
+        expected = {fmt.shard_filename(i, self.version) for i in self._own_shards(shard_count)}
         path = self.parts.path
         try:
             names = self._listed_names()
@@ -127,21 +128,25 @@ class ShardScan:
                 message = f"{name} is not a shard of this bundle (the index lists {shard_count})"
             self.problem("shard", message)
 
-    def _size_and_header(self, name: str) -> tuple[int, bytes]:
-        """The shard file's size and header block, as the store holds them now."""
-        remote = self.parts.remote
-        if remote is not None:
-            return remote.size_and_header(name, fmt.SHARD_HEADER_SIZE)
-        with open(self.parts.location.child(name), "rb") as f:
-            return os.fstat(f.fileno()).st_size, f.read(fmt.SHARD_HEADER_SIZE)
+    def _own_shards(self, shard_count: int) -> list[int]:
+        """The shards whose files are in this bundle's directory (not in a base, version 6)."""
+        if not self.parts.index.bases:
+            return list(range(shard_count))
+        own = []
+        for shard in range(shard_count):
+            with contextlib.suppress(FormatError):  # reported when the shard is checked
+                if not self.parts.index.shard_info(shard).base:
+                    own.append(shard)
+        return own
 
     def _check_file(self, shard: int, info: fmt.ShardInfo) -> int | None:
-        """The shard file's size (None: unreadable), its header checked."""
-        name = fmt.shard_filename(shard, self.version)
+        """The shard file's size (None: unreadable), its header checked; a shard in a base
+        (version 6) is checked where it is, as every bundle that uses it checks it."""
+        name = fmt.store_name(shard, self.version, info)
         try:
-            size, header = self._size_and_header(name)
+            size, header = self.parts.size_and_header(name)
         except OSError as e:
-            where = self.parts.location.child(name)
+            where = self.parts.where(name)
             reason = e.strerror or str(e)
             self.problem("shard", f"shard {shard}: cannot read {where}: {reason}", shard=shard)
             return None

@@ -6,15 +6,16 @@ the packer builds and seals the bundle in a local staging directory as always, t
 
 1. list what is under the URL now: nothing, a bundle (``COMPLETE`` there: refused without
    ``force``), what an interrupted upload left (bundle objects, no ``COMPLETE``: overwritten,
-   as a killed local pack leaves nothing at DEST), or anything else (refused even with ``force``);
+   as a killed local pack leaves nothing at DEST), or anything else (refused even with ``force``;
+   a bundle others keep shards in is refused too, references.py);
 2. with ``force``, delete the old ``COMPLETE`` first: from then on nothing opens the URL, so no
    reader can ever pair the old marker with new objects;
-3. upload the index and the shards in parallel (bounded; fsspec's ``put_file``, which s3fs turns
-   into a multipart upload for large objects), counting bytes as the back-end reports them (s3fs:
-   per multipart part, or per object below two parts) for ``UploadProgress``;
+3. upload the index and the shards in parallel but those in a base (``shared``: references, or
+   server-side copies; fsspec's ``put_file``, a multipart upload for large objects), counting
+   bytes as the back-end reports them (s3fs: per multipart part, or per object) for the progress;
 4. check what landed with cheap requests: every object's size (a HEAD each) and every shard's
    header (a 32-byte ranged GET: it names the bundle, so a concurrent pack to the same URL that
-   overwrote a shard is caught here rather than by a reader);
+   overwrote a shard is caught here rather than by a reader), then leave the bases' markers;
 5. upload ``COMPLETE`` (one small PUT, atomic on the stores fsspec reaches);
 6. delete the old bundle's objects the new one does not have (extra shards).
 
@@ -48,6 +49,11 @@ from bundlefs.errors import BundleError, PackError, note_cleanup
 from bundlefs.storage.location import Location
 from bundlefs.storage.marker import not_a_bundle, read_marker
 from bundlefs.storage.objectstore.client import error_reason, profile_of, remote_filesystem
+from bundlefs.storage.objectstore.references import (
+    REFERENCED_BY,
+    SharedShards,
+    refuse_if_referenced,
+)
 from bundlefs.storage.objectstore.upload_progress import ByteCounter, Upload, UploadProgress
 
 log = logging.getLogger(__name__)
@@ -72,8 +78,10 @@ _INDEX_OBJECT = f"{fmt.INDEX_DIR}/{fmt.INDEX_FILE}"
 _PAGES_OBJECT = f"{fmt.INDEX_DIR}/{PAGES_FILE}"  # version 6: the index's page checksums
 # What a bundle (or an interrupted upload of one) may hold under its URL: the marker, the index
 # (a lock file a tool left is harmless) and shards named as either format version names them.
+# A bundle others keep shards in (version 6) also holds their markers (references.py).
 _BUNDLE_OBJECT = re.compile(
-    rf"{fmt.MARKER_NAME}|{fmt.INDEX_DIR}/(data\.mdb|lock\.mdb|{PAGES_FILE})|{fmt.SHARD_PREFIX}[0-9a-f]{{8}}"
+    rf"{fmt.MARKER_NAME}|{fmt.INDEX_DIR}/(data\.mdb|lock\.mdb|{PAGES_FILE})"
+    rf"|{fmt.SHARD_PREFIX}[0-9a-f]{{8}}|{REFERENCED_BY}/[0-9a-f]{{32}}"
 )
 
 
@@ -133,6 +141,8 @@ class RemotePublisher:
         self.uploaded: UploadProgress | None = None  # the last publish's, once it ran
         self._upload_count = Upload(UploadProgress(0, 0), None)
         self._running: list[Future[None]] = []  # uploads under way when an interruption came
+        # Shards not uploaded: in a base, or copied from one on the store (a pack on a base).
+        self.shared: SharedShards | None = None
 
     # -- errors ------------------------------------------------------------------------------------
 
@@ -196,6 +206,9 @@ class RemotePublisher:
             raise not_a_bundle(self.url)
         if state.complete and not force:
             raise PackError(f"{self.url} already exists (use --force to replace it)")
+        if state.complete:
+            with self._store_errors("looking for bundles that use its shards"):
+                refuse_if_referenced(self.location, self.fs, "replaced")
         return state
 
     # -- publishing ------------------------------------------------------------------------------
@@ -215,9 +228,9 @@ class RemotePublisher:
         was uploaded and how long it took, as ``self.uploaded`` keeps it.
         """
         marker = read_marker(work)
-        names = [_INDEX_OBJECT] + [
-            fmt.shard_filename(i, marker.format_version) for i in range(marker.shard_count)
-        ]
+        shared = self.shared or SharedShards()
+        shards = (fmt.shard_filename(i, marker.format_version) for i in range(marker.shard_count))
+        names = [_INDEX_OBJECT] + [name for name in shards if name not in shared.names]
         if marker.format_version >= FIRST_PAGE_CHECK_VERSION:
             names.append(_PAGES_OBJECT)
         sizes = {name: os.path.getsize(os.path.join(work, name)) for name in names}
@@ -234,19 +247,26 @@ class RemotePublisher:
             self._parallel(
                 names, lambda name: self._upload(work, name, uploaded), "uploading the bundle"
             )
+            copies = list(shared.copies)
+            if copies:
+                self._parallel(copies, lambda n: shared.copy(self.fs, self.root, n), "copying")
             self._parallel(
                 names,
                 lambda name: self._check_uploaded(work, name, sizes[name]),
                 "checking uploads",
             )
+            with self._store_errors("checking the shards in the base"):
+                shared.check(self.fs, self.root, self.url)
+                shared.mark(self.fs, self.url, marker.bundle_id)  # before COMPLETE: never missed
             with self._store_errors("writing the completion marker"):
                 self._upload(work, fmt.MARKER_NAME, uploaded, small=True)
                 self._check_uploaded(work, fmt.MARKER_NAME, fmt.MARKER_SIZE, published=True)
         except KeyboardInterrupt as e:
-            note_cleanup(e, self._withdraw([fmt.MARKER_NAME, *names], replaced=state.complete))
+            withdrawn = [fmt.MARKER_NAME, *names, *shared.copies]
+            note_cleanup(e, self._withdraw(withdrawn, replaced=state.complete))
             raise
         counted.seconds = time.monotonic() - counted.started
-        stale = sorted(set(state.objects) - set(names) - {fmt.MARKER_NAME})
+        stale = sorted(set(state.objects) - set(names) - set(shared.copies) - {fmt.MARKER_NAME})
         if stale:
             self._remove_stale(stale)
         return counted
