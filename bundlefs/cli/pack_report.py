@@ -1,5 +1,6 @@
 """What ``bundlefs pack`` says when it is done: the one-line summary, the reuse line of a pack on a
-base (``--base``), the dedup line (``--dedup``), the upload progress line and the exit status.
+base (``--base``) and its compaction line (``--compact``), the dedup line (``--dedup``), the
+upload progress line and the exit status.
 
 May import: the library layers, ``bundlefs.cli.output``.
 """
@@ -20,7 +21,7 @@ from bundlefs.cli.output import (
 from bundlefs.core.units import format_size
 
 if TYPE_CHECKING:
-    from bundlefs.packing.options import BaseReuse, PackSummary
+    from bundlefs.packing.options import BaseReuse, CompactSummary, PackSummary
     from bundlefs.storage.objectstore.upload_progress import UploadProgress
 
 
@@ -90,6 +91,17 @@ def reuse_line(reuse: BaseReuse) -> str:
     line += f", stored {reuse.stored_files:,} ({format_size(reuse.stored_bytes)})"
     total = reuse.shards_linked + reuse.shards_left
     return line + f"; linked {reuse.shards_linked:,} of its {count(total, 'shard')}"
+
+
+def compaction_line(done: CompactSummary) -> str:
+    """``compacted: 16 shards rewritten into 5 (83 records copied), 12 of OLD's linked; dead
+    bytes 3.4 MiB -> 656 KiB``."""
+    before, after = done.before.dead_bytes, done.dead_bytes
+    return (
+        f"compacted: {count(done.rewritten, 'shard')} rewritten into {done.written:,} "
+        f"({count(done.records_copied, 'record')} copied), {done.kept:,} kept; dead bytes "
+        f"{format_size(before)} -> {format_size(after)}"
+    )
 
 
 def dedup_line(files: int, size: int) -> str:

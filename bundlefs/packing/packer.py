@@ -10,7 +10,8 @@ uploads it) only once complete. Every failure is a ``PackError`` naming what wen
 leaves nothing behind. The options and the summary are ``options``'s.
 
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``, ``bundlefs.packing``
-below it (``options``, ``sources``, ``content``, ``builder``, ``destination``).
+below it (``options``, ``sources``, ``content``, ``builder``, ``destination``, ``delta``,
+``compact``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -26,6 +28,7 @@ from bundlefs.core import format as fmt
 from bundlefs.core.content_types import ContentTypeRules
 from bundlefs.errors import IndexWriteError, PackError
 from bundlefs.packing.builder import EntryBuilder
+from bundlefs.packing.compact import CompactOptions, Compactor
 from bundlefs.packing.content import ContentWriter
 from bundlefs.packing.delta import Base, DeltaSource
 from bundlefs.packing.destination import (
@@ -54,10 +57,13 @@ from bundlefs.packing.sources.listed import ListedSource
 from bundlefs.packing.sources.objects import ObjectSource
 from bundlefs.packing.sources.streams import STDIN
 from bundlefs.storage import publish
+from bundlefs.storage.index import IndexReader
 from bundlefs.storage.index_writer import IndexWriter
 from bundlefs.storage.location import Location
 from bundlefs.storage.objectstore.upload import RemotePublisher
 from bundlefs.storage.objectstore.upload_progress import UploadProgress
+
+_PACKED = "packed"  # pack --base --compact: the pack's own result, in NEW's partial directory
 
 
 def _describe(source: PackSource) -> str:
@@ -75,6 +81,7 @@ def pack(
     *,
     base: str | os.PathLike[str] | None = None,
     dedup: bool | None = None,
+    compact: bool | None = None,
 ) -> PackSummary:
     """Pack the tree at ``source`` into a new bundle at ``dest``: a directory, or a URL
     (``s3://bucket/x.bundle``: built locally, then uploaded,
@@ -97,11 +104,13 @@ def pack(
 
     ``dedup`` (``options.dedup`` when None): store each distinct content once; a later file with
     the same content gets an entry of its own at the first copy's place (``content.DedupTable``).
+
+    ``compact`` (``options.compact`` when None), with ``base``: NEW is what ``compact`` makes of
+    the pack on the base, published once (``_pack_compacted``): the shards less live than
+    ``options.min_live`` rewritten, small ones merged on the geometric rule.
     """
     started = time.monotonic()
-    if dedup is not None:
-        options = dataclasses.replace(options, dedup=dedup)
-    options = check_options(options)
+    options = _checked(options, base is not None, dedup=dedup, compact=compact)
     paths = source_paths(source)
     location, remote = check_destination(paths, dest, options)
     opened = None
@@ -122,6 +131,22 @@ def pack(
         summary.uploaded_bytes = remote.uploaded.total_bytes
         summary.seconds = time.monotonic() - started
     return summary
+
+
+def _checked(
+    options: PackOptions, on_base: bool, *, dedup: bool | None, compact: bool | None
+) -> PackOptions:
+    """``options`` with ``pack``'s keyword choices (None: the options'), checked."""
+    options = check_options(
+        dataclasses.replace(
+            options,
+            dedup=options.dedup if dedup is None else dedup,
+            compact=options.compact if compact is None else compact,
+        )
+    )
+    if options.compact and not on_base:
+        raise PackError("compacting (--compact) is for a pack on a base: give a base (--base OLD)")
+    return options
 
 
 def _open_base(base: str, paths: list[str] | None, dest: str, options: PackOptions) -> Base:
@@ -150,12 +175,63 @@ def _publish(
     return publish_built(
         location,
         remote,
-        lambda work, work_id: _Packer(source, work, work_id, options, progress, base).run(),
+        lambda work, work_id: _build(source, work, work_id, options, progress, base),
         force=options.force,
         staging=options.staging,
         what=f"cannot pack {_describe(source)}",
         upload_progress=uploading,
     )
+
+
+def _build(
+    source: PackSource,
+    work: str,
+    work_id: tuple[int, int],
+    options: PackOptions,
+    progress: Callable[[PackProgress], None] | None,
+    base: Base | None,
+) -> PackSummary:
+    """One pack into ``work``, compacted there if asked (``_pack_compacted``)."""
+    if base is None or not options.compact:
+        return _Packer(source, work, work_id, options, progress, base).run()
+    return _pack_compacted(
+        _Packer(source, os.path.join(work, _PACKED), work_id, options, progress, base),
+        work,
+        work_id,
+    )
+
+
+def _pack_compacted(packer: _Packer, work: str, work_id: tuple[int, int]) -> PackSummary:
+    """``pack --base --compact``: the pack on the base into ``work/packed``, then compacted
+    from there into ``work`` (``compact.Compactor``): its own shards kept are moved (adopted),
+    OLD's are linked, the others' live records copied; ``packed`` is removed before NEW is
+    sealed. Time and memory: a compact's after the pack's (one more index written)."""
+    assert packer.base is not None
+    started = time.monotonic()
+    os.mkdir(packer.work)
+    summary = packer.run()
+    reader = IndexReader(packer.work)
+    options = CompactOptions(min_live=packer.options.min_live, shard_size=packer.options.shard_size)
+    open_readers = [reader]
+
+    def discard() -> None:
+        open_readers.pop().close()
+        shutil.rmtree(packer.work)
+
+    compacting = time.monotonic()
+    try:
+        compaction = Compactor(reader, packer.work, options, adopt=True).run(work, work_id, discard)
+    finally:
+        for left in open_readers:
+            left.close()
+    compaction.seconds = time.monotonic() - compacting
+    reuse, ways = packer.base.reuse, [w for w in compaction.ways if w != "move"]
+    reuse.shards_linked, reuse.shards_left = len(ways), packer.base.count - len(ways)
+    reuse.ways = {way: ways.count(way) for way in sorted(set(ways))}
+    summary.config, summary.compaction = compaction.config, compaction
+    summary.stored_bytes, summary.index_bytes = compaction.own_bytes, compaction.index_bytes
+    summary.seconds = time.monotonic() - started
+    return summary
 
 
 class _Packer:
