@@ -18,11 +18,12 @@ creation time, a new bundle id — where:
 
 A file's new location is its record's new place plus its offset in the record (records move
 whole). B is never modified; NEW is built and published by ``destination.publish_built``, as
-a pack's is, so a killed compact leaves nothing that opens as NEW.
+a pack's is, so a killed compact leaves nothing that opens as NEW. ``compact_into`` compacts a
+bundle built inside NEW's partial directory only to be compacted (``pack --base --compact``):
+its own shards are moved in, not linked, and it is gone before NEW is sealed.
 
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``, ``bundlefs.packing``
-below it (``options``, ``destination``, ``reuse``); ``packer`` runs a ``Compactor`` over a
-pack's own result for ``pack --base --compact``.
+below it (``options``, ``destination``, ``reuse``).
 """
 
 from __future__ import annotations
@@ -31,18 +32,22 @@ import bisect
 import contextlib
 import dataclasses
 import os
+import shutil
 import time
 from array import array
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from bundlefs.core import format as fmt
 from bundlefs.core import integrity
 from bundlefs.core.checksum import crc32c
 from bundlefs.errors import BundleError, PackError
 from bundlefs.packing.destination import check_places, publish_built
-from bundlefs.packing.options import DEFAULT_SHARD_SIZE, CompactSummary
+from bundlefs.packing.options import (
+    DEFAULT_SHARD_SIZE,
+    GEOMETRIC_FACTOR,
+    CompactOptions,
+    CompactSummary,
+)
 from bundlefs.packing.reuse import ReusedShards, check_linked
 from bundlefs.storage import publish
 from bundlefs.storage.index import IndexReader, iter_totals
@@ -53,17 +58,6 @@ from bundlefs.storage.objectstore.upload import RemotePublisher
 from bundlefs.storage.shard_writer import ShardWriter
 
 SMALL_SHARD = 0.25  # a shard under this fraction of the target size is small: merged geometrically
-GEOMETRIC_FACTOR = 2.0  # git repack --geometric's default
-
-
-@dataclass(frozen=True)
-class CompactOptions:
-    min_live: float = DEFAULT_MIN_LIVE  # a shard less live than this is rewritten
-    shard_size: int = DEFAULT_SHARD_SIZE  # where new shards are cut; a quarter of it is "small"
-    factor: float = GEOMETRIC_FACTOR  # the geometric rule's progression
-    force: bool = False
-    storage_options: dict[str, Any] | None = None  # a DEST that is a URL
-    staging: str | None = None  # where a URL's bundle is built (None: the temporary directory)
 
 
 def plan(
@@ -147,6 +141,29 @@ def compact(
     finally:
         reader.close()
     summary.dest = where
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def compact_into(
+    path: str, work: str, work_id: tuple[int, int], options: CompactOptions
+) -> CompactSummary:
+    """Compact the bundle just built at ``path``, a directory inside ``work``, into ``work``
+    and seal it there: the shards it wrote that are kept are moved in as NEW's own, and ``path``
+    is removed before NEW is sealed (``pack --base --compact``: one publish)."""
+    started = time.monotonic()
+    readers = [IndexReader(path)]
+
+    def discard() -> None:
+        readers.pop().close()
+        shutil.rmtree(path)
+
+    try:
+        compactor = Compactor(readers[0], path, options, adopt=True)
+        summary = compactor.run(work, work_id, discard)
+    finally:
+        for reader in readers:
+            reader.close()
     summary.seconds = time.monotonic() - started
     return summary
 

@@ -1,7 +1,7 @@
 """The packer's vocabulary: ``PackOptions``, ``PackProgress``, ``PackSummary``, ``PackSource``,
-``UserData``, ``CompactSummary`` (``compact``'s, and a ``pack --compact``'s part), and the option
-checks every pack, merge and distributed pack makes before reading anything (``check_options``,
-``parse_compression``, ``creation_time``).
+``UserData``, ``CompactOptions`` and ``CompactSummary`` (``compact``'s, and ``pack --compact``'s),
+and the option checks every pack, merge and distributed pack makes before reading anything
+(``check_options``, ``parse_compression``, ``creation_time``).
 
 Every other module of ``bundlefs.packing`` imports these from here, never from ``packer``: the
 packer orchestrates the modules below it and is imported by none of them.
@@ -27,6 +27,7 @@ from bundlefs.storage.liveness import DEFAULT_MIN_LIVE, Liveness
 from bundlefs.storage.objectstore.upload_progress import UploadProgress
 
 DEFAULT_SHARD_SIZE = 4 * 1024**3
+GEOMETRIC_FACTOR = 2.0  # compact's geometric rule: git repack --geometric's default
 CHECKS = ("stat", "content")  # how a pack on a base knows a file unchanged (PackOptions.check)
 ZSTD_LEVELS = (-7, 22)  # the levels zstd:LEVEL accepts (zstd's fast levels to its slowest)
 
@@ -152,6 +153,19 @@ class BaseReuse:
 
     def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class CompactOptions:
+    """How ``compact`` rewrites a bundle (``pack --base --compact`` takes ``min_live`` and
+    ``shard_size`` from its ``PackOptions``)."""
+
+    min_live: float = DEFAULT_MIN_LIVE  # a shard less live than this is rewritten
+    shard_size: int = DEFAULT_SHARD_SIZE  # where new shards are cut; a quarter of it is "small"
+    factor: float = GEOMETRIC_FACTOR  # the geometric rule's progression
+    force: bool = False
+    storage_options: dict[str, Any] | None = None  # a DEST that is a URL
+    staging: str | None = None  # where a URL's bundle is built (None: the temporary directory)
 
 
 @dataclass

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -28,7 +27,7 @@ from bundlefs.core import format as fmt
 from bundlefs.core.content_types import ContentTypeRules
 from bundlefs.errors import IndexWriteError, PackError
 from bundlefs.packing.builder import EntryBuilder
-from bundlefs.packing.compact import CompactOptions, Compactor
+from bundlefs.packing.compact import CompactOptions, compact_into
 from bundlefs.packing.content import ContentWriter
 from bundlefs.packing.delta import Base, DeltaSource
 from bundlefs.packing.destination import (
@@ -57,7 +56,6 @@ from bundlefs.packing.sources.listed import ListedSource
 from bundlefs.packing.sources.objects import ObjectSource
 from bundlefs.packing.sources.streams import STDIN
 from bundlefs.storage import publish
-from bundlefs.storage.index import IndexReader
 from bundlefs.storage.index_writer import IndexWriter
 from bundlefs.storage.location import Location
 from bundlefs.storage.objectstore.upload import RemotePublisher
@@ -117,7 +115,7 @@ def pack(
     if base is not None:
         if remote is not None:
             raise PackError("a pack on a base (--base) writes a local bundle for now, not a URL")
-        opened = _open_base(os.fspath(base), paths, dest, options)
+        opened = _open_base(os.fspath(base), source, paths, dest, options)
     try:
         summary, where = _publish(source, location, remote, options, progress, opened)
     finally:
@@ -149,8 +147,13 @@ def _checked(
     return options
 
 
-def _open_base(base: str, paths: list[str] | None, dest: str, options: PackOptions) -> Base:
-    """The base of a pack, opened; ``PackError`` if the source is not one directory."""
+def _open_base(
+    base: str, source: PackSource, paths: list[str] | None, dest: str, options: PackOptions
+) -> Base:
+    """The base of a pack, opened; ``PackError`` if the source is not one directory (or a
+    ``DirectorySource``: a distributed pack's partition of one)."""
+    if isinstance(source, DirectorySource):
+        return Base(base, dest, options)
     if paths is None or len(paths) != 1 or not os.path.isdir(paths[0]) or options.files_from:
         raise PackError("a pack on a base (--base) needs one directory SRC, without --files-from")
     return Base(base, dest, options)
@@ -203,28 +206,15 @@ def _build(
 
 def _pack_compacted(packer: _Packer, work: str, work_id: tuple[int, int]) -> PackSummary:
     """``pack --base --compact``: the pack on the base into ``work/packed``, then compacted
-    from there into ``work`` (``compact.Compactor``): its own shards kept are moved (adopted),
-    OLD's are linked, the others' live records copied; ``packed`` is removed before NEW is
-    sealed. Time and memory: a compact's after the pack's (one more index written)."""
+    from there into ``work`` (``compact.compact_into``: its own shards kept are moved, OLD's
+    linked, the others' live records copied; ``packed`` removed before NEW is sealed). Time and
+    memory: a compact's after the pack's (one more index written)."""
     assert packer.base is not None
     started = time.monotonic()
     os.mkdir(packer.work)
     summary = packer.run()
-    reader = IndexReader(packer.work)
     options = CompactOptions(min_live=packer.options.min_live, shard_size=packer.options.shard_size)
-    open_readers = [reader]
-
-    def discard() -> None:
-        open_readers.pop().close()
-        shutil.rmtree(packer.work)
-
-    compacting = time.monotonic()
-    try:
-        compaction = Compactor(reader, packer.work, options, adopt=True).run(work, work_id, discard)
-    finally:
-        for left in open_readers:
-            left.close()
-    compaction.seconds = time.monotonic() - compacting
+    compaction = compact_into(packer.work, work, work_id, options)
     reuse, ways = packer.base.reuse, [w for w in compaction.ways if w != "move"]
     reuse.shards_linked, reuse.shards_left = len(ways), packer.base.count - len(ways)
     reuse.ways = {way: ways.count(way) for way in sorted(set(ways))}
