@@ -258,7 +258,13 @@ def _pack_on_dask(
         raise UsageError(f"--partitions {args.partitions}: at least 1")
     with on_dask.connect(args.dask) as client:
         return on_dask.pack_with_dask(
-            source, args.dest, client, options, partitions=args.partitions, progress=progress
+            source,
+            args.dest,
+            client,
+            options,
+            partitions=args.partitions,
+            progress=progress,
+            base=args.base,
         )
 
 
@@ -270,10 +276,10 @@ def run(args: argparse.Namespace) -> int:
     sources = expand_sources(args.sources)
     source: str | list[str] = sources[0] if len(sources) == 1 else sources
     progress = None if args.quiet else _progress([] if args.files_from else source)
-    if args.base is not None and (args.dask is not None or args.files_from):
-        raise UsageError(
-            "--base packs one directory in one process: not with --dask or --files-from"
-        )
+    if args.base is not None and args.files_from:
+        raise UsageError("--base packs one whole directory: not with --files-from")
+    if args.compact and args.dask is not None:
+        raise UsageError("--compact compacts in one process: not with --dask")
     if args.compact and args.base is None:
         raise UsageError("--compact compacts a pack on a base: give --base OLD too")
     if args.min_live is not None and not args.compact:

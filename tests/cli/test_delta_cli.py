@@ -68,10 +68,33 @@ def test_a_missing_base_is_a_one_line_error(versions, tmp_path):
     assert "is not a bundle (no such directory)" in assert_one_line_error(result)
 
 
-def test_base_with_dask_is_a_usage_error(versions, tmp_path):
+def test_base_with_dask_packs_on_the_cluster_and_says_what_it_reused(versions, tmp_path):
+    pytest.importorskip("distributed")
     src, old = versions
-    result = run_cli("pack", src, tmp_path / "n.bundle", "--base", old, "--dask", "local:1")
-    assert "--base packs one directory in one process" in assert_one_line_error(result, 2)
+    new = tmp_path / "n.bundle"
+    args = ("--base", old, "--dask", "local:2", "--partitions", "3")
+    result = run_cli("pack", src, new, *args)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.decode().splitlines()
+    assert lines[0].startswith("packed 1,601 files")
+    assert lines[1].startswith(f"reused 800 files (9.4 MiB) from {old}, stored 801 (")
+    assert verify(new).ok
+
+
+def test_base_with_files_from_is_a_usage_error(versions, tmp_path):
+    src, old = versions
+    (tmp_path / "list").write_text("added.txt\n")
+    result = run_cli(
+        "pack", src, tmp_path / "n.bundle", "--base", old, "--files-from", tmp_path / "list"
+    )
+    assert "--base packs one whole directory" in assert_one_line_error(result, 2)
+
+
+def test_compact_with_dask_is_a_usage_error(versions, tmp_path):
+    src, old = versions
+    args = ("--base", old, "--compact", "--dask", "local:1")
+    result = run_cli("pack", src, tmp_path / "n.bundle", *args)
+    assert "--compact compacts in one process" in assert_one_line_error(result, 2)
 
 
 def test_an_unknown_check_is_a_usage_error(versions, tmp_path):

@@ -1,11 +1,12 @@
 """One task of a distributed pack: ``pack_partition`` packs one ``Partition`` into its own
 complete bundle, ``AREA/part-NNNNN``, wherever the executor runs it.
 
-It is an ordinary ``pack`` of a ``PartitionSource``, of the partition's share of an object
-listing, or of its run of tar shards; it stops at its next progress tick once the driver marks
-the area aborted. A retried task finds what a killed attempt left (an unlocked
-``.part-NNNNN.partial-PID``) and ``publish.stage`` removes it. What it reports back
-(``PartResult``) is small, whatever the partition held.
+It is an ordinary ``pack`` of a ``PartitionSource`` (on the base bundle, for a pack on a base:
+its unchanged files reuse the base's records, the base's shards at their own numbers before the
+partition's own), of the partition's share of an object listing, or of its run of tar shards;
+it stops at its next progress tick once the driver marks the area aborted. A retried task finds
+what a killed attempt left (an unlocked ``.part-NNNNN.partial-PID``) and ``publish.stage``
+removes it. What it reports back (``PartResult``) is small, whatever the partition held.
 
 May import: ``bundlefs.storage``, ``bundlefs.packing`` below it (``options``, ``sources``,
 ``user_data``, ``packer``, ``distributed``'s ``plan``, ``source``, ``area``).
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from bundlefs.packing.distributed.area import check_area
 from bundlefs.packing.distributed.plan import Partition
 from bundlefs.packing.distributed.source import PartitionSource
-from bundlefs.packing.options import PackOptions, PackProgress, PackSource
+from bundlefs.packing.options import BaseReuse, PackOptions, PackProgress, PackSource
 from bundlefs.packing.packer import pack
 from bundlefs.packing.sources.base import SourceErrors
 from bundlefs.packing.sources.objects import ObjectSource
@@ -43,6 +44,7 @@ class PartTask:
     token: str  # what the driver wrote in the area's TOKEN file
     prefix: Location | None = None
     owner: tuple[int, int] | None = None
+    base: str | None = None  # a pack on a base: the base bundle (a local path every worker sees)
 
     @property
     def dest(self) -> str:
@@ -64,6 +66,7 @@ class PartResult:
     skipped: tuple[str, ...] = ()
     changed: tuple[str, ...] = ()
     user_data_used: frozenset[bytes] = frozenset()
+    reuse: BaseReuse | None = None  # a pack on a base: what it took from the base
 
 
 class _AbortCheck:
@@ -112,7 +115,7 @@ def pack_partition(task: PartTask, options: PackOptions) -> PartResult:
     else:
         source = list(task.partition.archives)
     try:
-        summary = pack(source, task.dest, options, progress=_AbortCheck(task))
+        summary = pack(source, task.dest, options, progress=_AbortCheck(task), base=task.base)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
@@ -132,4 +135,5 @@ def pack_partition(task: PartTask, options: PackOptions) -> PartResult:
         skipped=tuple(summary.skipped),
         changed=tuple(summary.changed),
         user_data_used=used,
+        reuse=summary.reuse,
     )
