@@ -94,13 +94,13 @@ def reuse_line(reuse: BaseReuse) -> str:
 
 
 def compaction_line(done: CompactSummary) -> str:
-    """``compacted: 16 shards rewritten into 5 (83 records copied), 12 of OLD's linked; dead
-    bytes 3.4 MiB -> 656 KiB``."""
+    """``compacted: 4 shards rewritten into 2 (83 records copied), 16 kept, 16 dropped; dead
+    bytes 3.4 MiB -> 656 KiB`` (dropped: no live record left, never copied)."""
     before, after = done.before.dead_bytes, done.dead_bytes
     return (
-        f"compacted: {count(done.rewritten, 'shard')} rewritten into {done.written:,} "
-        f"({count(done.records_copied, 'record')} copied), {done.kept:,} kept; dead bytes "
-        f"{format_size(before)} -> {format_size(after)}"
+        f"compacted: {count(done.rewritten - done.dropped, 'shard')} rewritten into "
+        f"{done.written:,} ({count(done.records_copied, 'record')} copied), {done.kept:,} kept, "
+        f"{done.dropped:,} dropped; dead bytes {format_size(before)} -> {format_size(after)}"
     )
 
 

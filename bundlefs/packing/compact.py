@@ -246,6 +246,7 @@ class Compactor:
             before=Liveness.of(self.shards, self.options.min_live),
             kept=len(self.keep),
             rewritten=len(self.rewrite),
+            dropped=sum(1 for s in self.rewrite if not any(self.shards[s].live)),
             written=len(copier.done),
             records_copied=copier.records,
             ways=ways,

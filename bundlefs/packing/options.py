@@ -176,13 +176,14 @@ class CompactSummary:
     config: fmt.Config
     before: Liveness  # B's stored, live and dead bytes
     kept: int  # shards reused as they are
-    rewritten: int  # shards whose live records were copied
+    rewritten: int  # shards whose live records were copied (``dropped`` included)
     written: int  # new shards
     records_copied: int
     ways: list[str]  # how each kept shard came: "link", "reflink" or "copy"
     stored_bytes: int  # NEW's shard files, added up
     index_bytes: int
     own_bytes: int = 0  # of them, the shards NEW wrote (or adopted: ``pack --base --compact``)
+    dropped: int = 0  # of those rewritten, the shards without a live record
     dead_bytes: int = 0  # NEW's dead bytes: those of the shards kept
     seconds: float = 0.0
 
@@ -194,6 +195,7 @@ class CompactSummary:
             "shards": self.config.shard_count,
             "kept": self.kept,
             "rewritten": self.rewritten,
+            "dropped": self.dropped,
             "written": self.written,
             "linked": self.ways.count("link"),
             "reflinked": self.ways.count("reflink"),
