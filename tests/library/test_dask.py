@@ -661,6 +661,19 @@ def test_a_dask_pack_on_a_base_stores_only_the_changed_file(tmp_path: Path, clie
         assert b.read("d05/f002.bin") == b"changed " * 1000
 
 
+def test_a_touched_file_is_compared_with_the_base_on_its_worker_and_stores_nothing(
+    tmp_path: Path, client: Client
+) -> None:
+    src, old = _versioned(tmp_path)
+    os.utime(src / "d03" / "f001.bin", ns=(MTIME_NS + 1, MTIME_NS + 1))
+    summary = pack_with_dask(
+        str(src), str(tmp_path / "new.bundle"), client, OPTIONS, partitions=3, base=old
+    )
+    assert summary.reuse is not None
+    assert (summary.reuse.same_files, summary.reuse.stored_files) == (1, 0)
+    assert summary.stored_bytes == 0
+
+
 def test_a_dask_pack_on_a_base_reads_as_a_plain_pack(tmp_path: Path, client: Client) -> None:
     src, old = _versioned(tmp_path)
     (src / "d01" / "f000.bin").write_bytes(b"rewritten")
