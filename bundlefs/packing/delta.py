@@ -81,7 +81,7 @@ class Base:
     """The base bundle of a pack, opened: its index, its shards (to compare content), and what
     the pack took from it (``used`` shards, the ``reuse`` counts)."""
 
-    def __init__(self, path: str, dest: str, options: PackOptions) -> None:
+    def __init__(self, path: str, dest: str, options: PackOptions, *, linked: bool = True) -> None:
         try:
             location = parse_location(path)
         except BundleError as e:
@@ -110,6 +110,9 @@ class Base:
         # An mtime at or after this is too close to OLD's creation to be trusted by stat.
         self.racy_limit = config.created_ns - int(options.racy_seconds * 10**9)
         self.used: set[int] = set()
+        # Not ``linked``: a task of a distributed pack on this base, whose partial bundle only
+        # describes OLD's shards (``finish``); the merge links the ones used, once.
+        self.linked = linked
         self.reuse = BaseReuse(base=path)
         # Values of unchanged files are copied as they are when OLD's layout is the pack's.
         self.copies = self.check == "stat" and config.format_version == fmt.FORMAT_VERSION
@@ -151,12 +154,18 @@ class Base:
 
     def finish(self, work: str, index: IndexWriter, config: fmt.Config) -> list[int]:
         """OLD's used shards linked into ``work`` and their table imported; an empty shard of
-        the new bundle in place of each unused one. Returns those (the new bundle's own)."""
+        the new bundle in place of each unused one. Returns those (the new bundle's own). Not
+        ``linked``: OLD's shard descriptors only (a partial bundle of a distributed pack, which
+        ``merge(..., base=)`` alone reads: it never opens those shards)."""
         if fmt.COMPRESSION_ZSTD in {self.reader.shard_info(s).codec for s in self.used}:
             try:
                 zstd_module()  # what the new bundle's config will say it needs
             except BundleError as e:
                 raise PackError(str(e)) from None
+        if not self.linked:  # OLD's shard table only, no file: read by a merge on OLD alone
+            whole = ReusedShards([self.reader], [self.path], keep_numbers=True)
+            whole.import_table(index, append=False, records=False)
+            return []
         reused = ReusedShards(
             [self.reader], [self.path], select=[sorted(self.used)], keep_numbers=True
         )

@@ -77,7 +77,7 @@ def pack(
     options: PackOptions = PackOptions(),  # noqa: B008 - frozen, safe as a default
     progress: Callable[[PackProgress], None] | None = None,
     *,
-    base: str | os.PathLike[str] | None = None,
+    base: str | os.PathLike[str] | Base | None = None,
     dedup: bool | None = None,
     compact: bool | None = None,
 ) -> PackSummary:
@@ -98,7 +98,8 @@ def pack(
 
     With ``base`` (a local bundle, OLD), the new bundle reuses OLD's stored bytes for every file
     of the directory ``source`` that did not change since OLD (``options.check`` says how that is
-    known) and stores only the others: ``delta`` says how, docs/versions.md when to.
+    known) and stores only the others: ``delta`` says how, docs/versions.md when to. ``base``
+    may be a ``delta.Base`` already opened (a distributed pack's task), which ``pack`` closes.
 
     ``dedup`` (``options.dedup`` when None): store each distinct content once; a later file with
     the same content gets an entry of its own at the first copy's place (``content.DedupTable``).
@@ -115,7 +116,7 @@ def pack(
     if base is not None:
         if remote is not None:
             raise PackError("a pack on a base (--base) writes a local bundle for now, not a URL")
-        opened = _open_base(os.fspath(base), source, paths, dest, options)
+        opened = base if isinstance(base, Base) else _open_base(base, source, paths, dest, options)
     try:
         summary, where = _publish(source, location, remote, options, progress, opened)
     finally:
@@ -148,15 +149,19 @@ def _checked(
 
 
 def _open_base(
-    base: str, source: PackSource, paths: list[str] | None, dest: str, options: PackOptions
+    base: str | os.PathLike[str],
+    source: PackSource,
+    paths: list[str] | None,
+    dest: str,
+    options: PackOptions,
 ) -> Base:
     """The base of a pack, opened; ``PackError`` if the source is not one directory (or a
     ``DirectorySource``: a distributed pack's partition of one)."""
     if isinstance(source, DirectorySource):
-        return Base(base, dest, options)
+        return Base(os.fspath(base), dest, options)
     if paths is None or len(paths) != 1 or not os.path.isdir(paths[0]) or options.files_from:
         raise PackError("a pack on a base (--base) needs one directory SRC, without --files-from")
-    return Base(base, dest, options)
+    return Base(os.fspath(base), dest, options)
 
 
 def _publish(

@@ -106,11 +106,13 @@ class ReusedShards:
                 linked(os.path.getsize(dst))
         return ways
 
-    def import_table(self, index: IndexWriter, *, append: bool = True) -> list[int]:
-        """Every reused shard's records and descriptor into ``index``, renumbered; not
-        ``append``: records of later shards are written already (a delta pack's own). Returns
-        the shards adopted (``adopt``), for ``seal`` to stamp with the new bundle's id."""
-        for reader, _number, shard, new in self._each():
+    def import_table(
+        self, index: IndexWriter, *, append: bool = True, records: bool = True
+    ) -> list[int]:
+        """Every reused shard's records (unless not ``records``) and descriptor into ``index``,
+        renumbered; not ``append``: records of later shards are written already (a delta pack's
+        own). Returns the shards adopted (``adopt``), for ``seal`` to stamp with NEW's id."""
+        for reader, _number, shard, new in self._each() if records else ():
             for record in reader.iter_records(shard):
                 record.shard = new
                 index.put_record(record, append=append)
