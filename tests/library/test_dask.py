@@ -704,6 +704,21 @@ def test_a_dask_pack_on_a_base_reads_as_a_plain_pack(tmp_path: Path, client: Cli
     )
 
 
+def test_a_chain_of_dask_packs_on_bases_reads_as_a_plain_pack(
+    tmp_path: Path, client: Client
+) -> None:
+    src, base = _versioned(tmp_path)
+    for generation in range(1, 4):
+        for d in range(generation, 12, 3):
+            (src / f"d{d:02d}" / "f000.bin").write_bytes(b"generation %d" % generation * 99)
+        new = tmp_path / f"gen{generation}.bundle"
+        pack_with_dask(str(src), str(new), client, OPTIONS, partitions=3, base=base)
+        base = new
+    plain = tmp_path / "plain.bundle"
+    pack(str(src), str(plain), OPTIONS)
+    assert_same_as_single_machine(plain, base)
+
+
 def test_a_dask_pack_on_a_base_refuses_archives(tmp_path: Path, client: Client) -> None:
     _src, old = _versioned(tmp_path)
     shard = tmp_path / "a.tar"
