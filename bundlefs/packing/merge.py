@@ -99,9 +99,9 @@ def merge(
     directory, or a URL: built locally, then uploaded).
 
     ``base``: the inputs are packs on that base bundle (the tasks of a distributed pack on a
-    base), each holding the base's shards at their own numbers before its own: the merged bundle
-    holds them once, the base's used shards linked from the base (``delta.Base.finish``), and
-    each input's own shards after them.
+    base), each describing the base's shards at their own numbers before its own (holding their
+    files or not: they are never read from an input): the merged bundle holds them once, those
+    a file uses linked from the base (``delta.Base.finish``), and each input's own after them.
 
     Raises ``PackError`` for every failure (an input that is not a bundle, inputs that cannot
     share one bundle, a clash the rule refuses, a DEST that overlaps an input), and leaves
