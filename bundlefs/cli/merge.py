@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import argparse
 
-from bundlefs.cli.options import storage_options
+from bundlefs.cli.options import key_value_pairs, parse_time, storage_options
 from bundlefs.cli.output import EXIT_OK, count, out, out_json, warn
-from bundlefs.cli.pack import key_value_pairs, parse_time
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

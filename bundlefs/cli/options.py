@@ -9,6 +9,7 @@ take ``--disk-cache DIR`` and ``--disk-cache-size SIZE``, the on-disk record cac
 bundle, and ``--store-timeout SECONDS``, what a read waits for a store that does not answer.
 ``cli.app`` adds them to a command as argparse parents (``PARENTS``), so each is defined once;
 ``remote_options`` turns what was given into the ``RemoteOptions`` of ``Bundle`` and ``verify``.
+Also the value parsers ``pack`` and ``merge`` share: ``key_value_pairs``, ``parse_time``.
 
 May import: the library layers, ``bundlefs.cli.output``.
 """
@@ -16,9 +17,11 @@ May import: the library layers, ``bundlefs.cli.output``.
 from __future__ import annotations
 
 import argparse
+import re
 from typing import TYPE_CHECKING, Any
 
 from bundlefs.cli.output import size
+from bundlefs.errors import UsageError
 from bundlefs.read.options import ReadOptions, RemoteOptions
 from bundlefs.storage.location import merged_storage_options
 
@@ -144,3 +147,35 @@ def open_bundle(path: str, args: argparse.Namespace, **keywords: Any) -> Bundle:
 
 
 BUNDLE_HELP = "the bundle: its directory, or a URL (s3://BUCKET/KEY)"
+
+
+def key_value_pairs(items: list[str], option: str) -> tuple[tuple[str, str], ...]:
+    """``--meta``'s and ``--content-type``'s ``KEY=VALUE`` items as pairs (pack, merge)."""
+    pairs = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{option} {item!r}: expected {option[2:].upper()}=VALUE")
+        pairs.append((key, value))
+    return tuple(pairs)
+
+
+def parse_time(text: str) -> int:
+    """``--created``: seconds since the epoch (``1700000000``, ``1700000000.5``) or ISO 8601
+    -> ns (pack, merge)."""
+    try:
+        return round(float(text) * 10**9) if re.fullmatch(r"-?\d+(\.\d+)?", text) else _iso(text)
+    except ValueError:
+        raise UsageError(
+            f"--created {text!r} is neither seconds since the epoch nor an ISO 8601 time"
+        ) from None
+
+
+def _iso(text: str) -> int:
+    import datetime
+
+    moment = datetime.datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)  # a bare time is UTC, not local
+    since = moment - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    return (since.days * 86400 + since.seconds) * 10**9 + since.microseconds * 1000

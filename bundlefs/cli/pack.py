@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import time
 from typing import TYPE_CHECKING
 
-from bundlefs.cli.options import storage_options
+from bundlefs.cli.options import fraction, key_value_pairs, parse_time, storage_options
 from bundlefs.cli.output import (
     count,
     out,
@@ -24,6 +23,7 @@ from bundlefs.cli.output import (
     warn,
 )
 from bundlefs.cli.pack_report import (
+    compaction_line,
     dedup_line,
     exit_status,
     reuse_line,
@@ -34,6 +34,7 @@ from bundlefs.cli.pack_sources import SourceTotals, expand_sources, read_files_f
 from bundlefs.core import format as fmt
 from bundlefs.core.units import format_size
 from bundlefs.errors import PackError, UsageError
+from bundlefs.storage.liveness import DEFAULT_MIN_LIVE
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -190,6 +191,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(default: 2)",
     )
     p.add_argument(
+        "--compact",
+        action="store_true",
+        help="with --base, compact as 'bundlefs compact' would, in the same publish: OLD's "
+        "shards less live than --min-live are rewritten (their live records copied as stored), "
+        "small shards merged on a geometric rule, new shards cut at --shard-size (default: "
+        "OLD's shards linked as they are)",
+    )
+    p.add_argument(
+        "--min-live",
+        type=fraction,
+        default=None,
+        metavar="FRACTION",
+        help=f"with --compact, rewrite the shards less live than this (0.5 or 50%%; default: "
+        f"{DEFAULT_MIN_LIVE})",
+    )
+    p.add_argument(
         "--dedup",
         action="store_true",
         help="store each distinct file content once: a file whose content an earlier file of "
@@ -217,16 +234,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def key_value_pairs(items: list[str], option: str) -> tuple[tuple[str, str], ...]:
-    pairs = []
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"{option} {item!r}: expected {option[2:].upper()}=VALUE")
-        pairs.append((key, value))
-    return tuple(pairs)
-
-
 def check_values(
     compression: str, meta: tuple[tuple[str, str], ...], types: tuple[tuple[str, str], ...]
 ) -> None:
@@ -244,26 +251,6 @@ def check_values(
                 fmt.encode_content_type(media_type)
     except (PackError, fmt.FormatError) as e:
         raise UsageError(str(e)) from None
-
-
-def parse_time(text: str) -> int:
-    """Seconds since the epoch (``1700000000``, ``1700000000.5``) or ISO 8601 -> ns."""
-    try:
-        return round(float(text) * 10**9) if re.fullmatch(r"-?\d+(\.\d+)?", text) else _iso(text)
-    except ValueError:
-        raise UsageError(
-            f"--created {text!r} is neither seconds since the epoch nor an ISO 8601 time"
-        ) from None
-
-
-def _iso(text: str) -> int:
-    import datetime
-
-    moment = datetime.datetime.fromisoformat(text)
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.UTC)  # a bare time is UTC, not local
-    since = moment - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-    return (since.days * 86400 + since.seconds) * 10**9 + since.microseconds * 1000
 
 
 def _pack_on_dask(
@@ -287,7 +274,13 @@ def _pack_on_dask(
         raise UsageError(f"--partitions {args.partitions}: at least 1")
     with on_dask.connect(args.dask) as client:
         return on_dask.pack_with_dask(
-            source, args.dest, client, options, partitions=args.partitions, progress=progress
+            source,
+            args.dest,
+            client,
+            options,
+            partitions=args.partitions,
+            progress=progress,
+            base=args.base,
         )
 
 
@@ -299,10 +292,14 @@ def run(args: argparse.Namespace) -> int:
     sources = expand_sources(args.sources)
     source: str | list[str] = sources[0] if len(sources) == 1 else sources
     progress = None if args.quiet else _progress([] if args.files_from else source)
-    if args.base is not None and (args.dask is not None or args.files_from):
-        raise UsageError(
-            "--base packs one directory in one process: not with --dask or --files-from"
-        )
+    if args.base is not None and args.files_from:
+        raise UsageError("--base packs one whole directory: not with --files-from")
+    if args.compact and args.dask is not None:
+        raise UsageError("--compact compacts in one process: not with --dask")
+    if args.compact and args.base is None:
+        raise UsageError("--compact compacts a pack on a base: give --base OLD too")
+    if args.min_live is not None and not args.compact:
+        raise UsageError("--min-live says what --compact rewrites: give --compact too")
     if args.dask is not None and args.dedup:
         raise UsageError("--dedup packs in one process; it does not go with --dask")
     if args.dask is not None and args.files_from:
@@ -323,6 +320,8 @@ def run(args: argparse.Namespace) -> int:
         out(summary_line(summary))
         if summary.reuse is not None:
             out(reuse_line(summary.reuse))
+        if summary.compaction is not None:
+            out(compaction_line(summary.compaction))
         if summary.dedup_files:
             out(dedup_line(summary.dedup_files, summary.dedup_bytes))
     return done
@@ -359,6 +358,8 @@ def _options(args: argparse.Namespace) -> PackOptions:
         racy_seconds=args.racy_seconds,
         materialize=args.materialize,
         dedup=args.dedup,
+        compact=args.compact,
+        min_live=DEFAULT_MIN_LIVE if args.min_live is None else args.min_live,
     )
 
 

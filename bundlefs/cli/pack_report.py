@@ -1,5 +1,6 @@
 """What ``bundlefs pack`` says when it is done: the one-line summary, the reuse line of a pack on a
-base (``--base``), the dedup line (``--dedup``), the upload progress line and the exit status.
+base (``--base``) and its compaction line (``--compact``), the dedup line (``--dedup``), the
+upload progress line and the exit status.
 
 May import: the library layers, ``bundlefs.cli.output``.
 """
@@ -20,7 +21,7 @@ from bundlefs.cli.output import (
 from bundlefs.core.units import format_size
 
 if TYPE_CHECKING:
-    from bundlefs.packing.options import BaseReuse, PackSummary
+    from bundlefs.packing.options import BaseReuse, CompactSummary, PackSummary
     from bundlefs.storage.objectstore.upload_progress import UploadProgress
 
 
@@ -101,6 +102,17 @@ def reuse_line(reuse: BaseReuse) -> str:
             "(OLD has no source record of them)"
         )
     return line
+
+
+def compaction_line(done: CompactSummary) -> str:
+    """``compacted: 4 shards rewritten into 2 (83 records copied), 16 kept, 16 dropped; dead
+    bytes 3.4 MiB -> 656 KiB`` (dropped: no live record left, never copied)."""
+    before, after = done.before.dead_bytes, done.dead_bytes
+    return (
+        f"compacted: {count(done.rewritten - done.dropped, 'shard')} rewritten into "
+        f"{done.written:,} ({count(done.records_copied, 'record')} copied), {done.kept:,} kept, "
+        f"{done.dropped:,} dropped; dead bytes {format_size(before)} -> {format_size(after)}"
+    )
 
 
 def dedup_line(files: int, size: int) -> str:

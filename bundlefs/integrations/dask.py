@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import tempfile
 import time
 import warnings
@@ -53,6 +54,8 @@ def pack_with_dask(
     options: PackOptions = PackOptions(),  # noqa: B008 - frozen, safe as a default
     partitions: int | None = None,
     progress: Callable[[PackProgress], None] | None = None,
+    *,
+    base: str | os.PathLike[str] | None = None,
 ) -> PackSummary:
     """Pack ``source`` into the bundle ``dest`` on the cluster ``client`` is connected to.
 
@@ -68,9 +71,16 @@ def pack_with_dask(
 
     The result holds what ``pack(source, dest, options)`` would (every path, byte, mode, owner,
     mtime), and is the same bytes for the same source, partition count and creation time.
+    With ``base`` (a local bundle every worker sees, OLD; ``source`` a directory), the result
+    is what ``pack(source, dest, options, base=base)`` makes: each task decides per file against
+    OLD's index whether it changed and stores only those that did, and the merge links OLD's
+    shards that unchanged files use (``merge.merge(..., base=)``).
+
     Raises ``PackError`` for every failure, leaving nothing at DEST and no staging area.
     """
-    job = DistributedPack.prepare(source, dest, options)
+    job = DistributedPack.prepare(
+        source, dest, options, base=None if base is None else os.fspath(base)
+    )
     fit = partitions is None  # a count the caller chose is kept; ours follows the data
     if partitions is None:
         partitions = default_partitions(worker_count(client))

@@ -11,18 +11,19 @@ Modules import one way, bottom first (a module imports only those on lines above
 4. ``content`` (file content into shards), then ``builder`` (entries into the index)
 5. ``sources.archive``, ``sources.objects``, ``sources.stored`` (layers of stored bundles),
    ``sources.added`` (what a ``Writer`` is given)
-6. ``destination`` (check DEST; build, seal and publish), ``compare`` (a source file against a
-   base's stored bytes), then ``delta`` (a pack on a base bundle: its unchanged files arrive
-   stored at the base's bytes, or as its entry values, copied)
-7. ``packer`` (``pack``) | ``writer`` (``Writer``: a bundle built from Python, one entry at a time)
-8. ``reuse`` (another bundle's shards in a new one), then ``merge`` and ``compact`` (a bundle
-   without its dead records)
+6. ``reuse`` (another bundle's shards in a new one), ``destination`` (check DEST; build, seal
+   and publish), ``compare`` (a source file against a base's stored bytes), then ``delta`` (a
+   pack on a base bundle: its unchanged files arrive stored at the base's bytes, or as its entry
+   values, copied) and ``compact`` (a bundle without its dead records)
+7. ``packer`` (``pack``; ``pack --base --compact`` runs ``compact`` over its own result) |
+   ``writer`` (``Writer``: a bundle built from Python, one entry at a time)
+8. ``merge``
 9. ``distributed``: ``cutter``, ``plan``, ``source``, ``area``, ``task``, ``driver``
 
 As the layering test reads it (a sub-package is one child; ``sources`` orders its own inside):
 
 Order (bottom first): user_data | reuse, sources, options, content, builder, destination,
-compare | remote_base, delta, packer | writer, merge | compact, distributed
+compare | remote_base, delta | compact, packer | writer, merge, distributed
 
 Where the next features go: a new archive format is one module in ``sources`` over ``synthetic``
 and ``streams``; object-store bases of a delta pack go in ``delta`` (over ``reuse``).

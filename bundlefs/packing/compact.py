@@ -18,7 +18,9 @@ creation time, a new bundle id — where:
 
 A file's new location is its record's new place plus its offset in the record (records move
 whole). B is never modified; NEW is built and published by ``destination.publish_built``, as
-a pack's is, so a killed compact leaves nothing that opens as NEW.
+a pack's is, so a killed compact leaves nothing that opens as NEW. ``compact_into`` compacts a
+bundle built inside NEW's partial directory only to be compacted (``pack --base --compact``):
+its own shards are moved in, not linked, and it is gone before NEW is sealed.
 
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``, ``bundlefs.packing``
 below it (``options``, ``destination``, ``reuse``).
@@ -30,18 +32,22 @@ import bisect
 import contextlib
 import dataclasses
 import os
+import shutil
 import time
 from array import array
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
 
 from bundlefs.core import format as fmt
 from bundlefs.core import integrity
 from bundlefs.core.checksum import crc32c
 from bundlefs.errors import BundleError, PackError
 from bundlefs.packing.destination import check_places, publish_built
-from bundlefs.packing.options import DEFAULT_SHARD_SIZE
+from bundlefs.packing.options import (
+    DEFAULT_SHARD_SIZE,
+    GEOMETRIC_FACTOR,
+    CompactOptions,
+    CompactSummary,
+)
 from bundlefs.packing.reuse import ReusedShards, check_linked
 from bundlefs.storage import publish
 from bundlefs.storage.index import IndexReader, iter_totals
@@ -52,52 +58,6 @@ from bundlefs.storage.objectstore.upload import RemotePublisher
 from bundlefs.storage.shard_writer import ShardWriter
 
 SMALL_SHARD = 0.25  # a shard under this fraction of the target size is small: merged geometrically
-GEOMETRIC_FACTOR = 2.0  # git repack --geometric's default
-
-
-@dataclass(frozen=True)
-class CompactOptions:
-    min_live: float = DEFAULT_MIN_LIVE  # a shard less live than this is rewritten
-    shard_size: int = DEFAULT_SHARD_SIZE  # where new shards are cut; a quarter of it is "small"
-    factor: float = GEOMETRIC_FACTOR  # the geometric rule's progression
-    force: bool = False
-    storage_options: dict[str, Any] | None = None  # a DEST that is a URL
-    staging: str | None = None  # where a URL's bundle is built (None: the temporary directory)
-
-
-@dataclass
-class CompactSummary:
-    dest: str
-    config: fmt.Config
-    before: Liveness  # B's stored, live and dead bytes
-    kept: int  # shards reused as they are
-    rewritten: int  # shards whose live records were copied
-    written: int  # new shards
-    records_copied: int
-    ways: list[str]  # how each kept shard came: "link", "reflink" or "copy"
-    stored_bytes: int  # NEW's shard files, added up
-    index_bytes: int
-    seconds: float = 0.0
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "dest": self.dest,
-            "files": self.config.file_count,
-            "shards_before": self.before.shards,
-            "shards": self.config.shard_count,
-            "kept": self.kept,
-            "rewritten": self.rewritten,
-            "written": self.written,
-            "linked": self.ways.count("link"),
-            "reflinked": self.ways.count("reflink"),
-            "copied": self.ways.count("copy"),
-            "records_copied": self.records_copied,
-            "stored_bytes_before": self.before.stored_bytes,
-            "dead_bytes_before": self.before.dead_bytes,
-            "stored_bytes": self.stored_bytes,
-            "index_bytes": self.index_bytes,
-            "seconds": round(self.seconds, 3),
-        }
 
 
 def plan(
@@ -169,7 +129,7 @@ def compact(
             if os.path.realpath(location.path) == os.path.realpath(path):
                 raise PackError("compact never replaces its bundle: give a new path for NEW")
             check_places(path, location.path, options.force)
-        compactor = _Compactor(reader, path, options)
+        compactor = Compactor(reader, path, options)
         summary, where = publish_built(
             location,
             remote,
@@ -181,6 +141,29 @@ def compact(
     finally:
         reader.close()
     summary.dest = where
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def compact_into(
+    path: str, work: str, work_id: tuple[int, int], options: CompactOptions
+) -> CompactSummary:
+    """Compact the bundle just built at ``path``, a directory inside ``work``, into ``work``
+    and seal it there: the shards it wrote that are kept are moved in as NEW's own, and ``path``
+    is removed before NEW is sealed (``pack --base --compact``: one publish)."""
+    started = time.monotonic()
+    readers = [IndexReader(path)]
+
+    def discard() -> None:
+        readers.pop().close()
+        shutil.rmtree(path)
+
+    try:
+        compactor = Compactor(readers[0], path, options, adopt=True)
+        summary = compactor.run(work, work_id, discard)
+    finally:
+        for reader in readers:
+            reader.close()
     summary.seconds = time.monotonic() - started
     return summary
 
@@ -197,13 +180,18 @@ def _local_bundle(path: str) -> str:
     return location.path
 
 
-class _Compactor:
-    """One compaction of ``reader``'s bundle (at ``path``) into ``work``."""
+class Compactor:
+    """One compaction of ``reader``'s bundle (at ``path``) into ``work`` (``run``, which seals
+    it). ``adopt``: the bundle was built only to be compacted and is discarded after (``pack
+    --base --compact``, ``packer``): its own shards kept are moved into NEW as NEW's own."""
 
-    def __init__(self, reader: IndexReader, path: str, options: CompactOptions) -> None:
+    def __init__(
+        self, reader: IndexReader, path: str, options: CompactOptions, *, adopt: bool = False
+    ) -> None:
         self.reader = reader
         self.path = path
         self.options = options
+        self.adopt = adopt
         self.shards = shard_liveness(reader)
         small = int(options.shard_size * SMALL_SHARD)
         self.rewrite = plan(self.shards, options.min_live, small, options.factor)
@@ -212,8 +200,12 @@ class _Compactor:
         self.kept_as = {shard: new for new, shard in enumerate(self.keep)}
         self.moved: dict[int, tuple[array, array]] = {}  # shard -> (new shard, new start)
 
-    def run(self, work: str, work_id: tuple[int, int]) -> CompactSummary:
-        reused = ReusedShards([self.reader], [self.path], select=[self.keep])
+    def run(
+        self, work: str, work_id: tuple[int, int], sealing: Callable[[], None] | None = None
+    ) -> CompactSummary:
+        """Build NEW in ``work`` and seal it; ``sealing()`` just before (the reader still open:
+        an adopted bundle is discarded then)."""
+        reused = ReusedShards([self.reader], [self.path], select=[self.keep], adopt=self.adopt)
         ways = reused.link(work)
         copier = _Copier(work, self.reader.config, reused.count, self.options.shard_size)
         try:
@@ -231,7 +223,7 @@ class _Compactor:
             self._entries(index)
             self._totals(index)
             self._tables(index)
-            reused.import_table(index)
+            adopted = reused.import_table(index)
             for number, (info, records) in enumerate(copier.done, reused.count):
                 for record in records:
                     index.put_record(record)
@@ -243,19 +235,26 @@ class _Compactor:
                 index.abort()
             raise
         index.close()  # a close that fails is not followed by an abort
-        marker = publish.seal(work, count, own_shards=range(reused.count, count))
+        if sealing is not None:
+            sealing()
+        own = [*adopted, *range(reused.count, count)]
+        marker = publish.seal(work, count, own_shards=own)
+        kept = [self.shards[s] for s in self.keep]
         return CompactSummary(
             dest="",
             config=config,
             before=Liveness.of(self.shards, self.options.min_live),
             kept=len(self.keep),
             rewritten=len(self.rewrite),
+            dropped=sum(1 for s in self.rewrite if not any(self.shards[s].live)),
             written=len(copier.done),
             records_copied=copier.records,
             ways=ways,
-            stored_bytes=sum(self.shards[s].file_size for s in self.keep)
+            stored_bytes=sum(s.file_size for s in kept)
             + sum(info.file_size for info, _records in copier.done),
             index_bytes=marker.index_size,
+            own_bytes=sum(os.path.getsize(os.path.join(work, fmt.shard_filename(n))) for n in own),
+            dead_bytes=sum(s.file_size - s.live_bytes for s in kept),  # written shards: all live
         )
 
     def _entries(self, index: IndexWriter) -> None:

@@ -1,47 +1,25 @@
 """Packing a tree on a base bundle: a new, complete bundle that reuses the base's stored bytes
 for every file that did not change (``pack(SRC, NEW, base=OLD)``): ``Base`` and ``DeltaSource``.
+docs/versions.md says when a file counts as unchanged; here is how.
 
 ``DeltaSource`` walks SRC as a pack does (a ``DirectorySource``) beside OLD's index, one
-directory at a time (a directory's children are one inode range in OLD, so the walk reads OLD's
-index in order, never looking a path up). A regular file whose path names a regular file in OLD
-of the same size is then either
+directory at a time (a directory's children are one inode range in OLD: OLD's index is read in
+order, no path looked up). A regular file whose path names one of the same size in OLD is either
+trusted by its stat (``check`` "stat", or "strict" with OLD's source records of ctime and inode,
+both outside the racy window: ``racy_seconds`` before OLD's creation time) and not read — it
+arrives ``stored`` at OLD's place, most such files as OLD's entry value undecoded
+(``SourceItem.reuse``) for the builder to copy when the new entry would encode to those very
+bytes (``fmt.reusable_file``) — or read and compared (``compare``: by OLD's digest from version
+5, no byte of OLD read; else with OLD's bytes through its ``ShardSet``): equal content is reused
+with nothing written, different content goes to the ``ContentWriter`` as in any pack. Only a
+changed file of unchanged size above the read-ahead limit is read twice (compared, then stored).
 
-- unchanged by its stat (``check="stat"``): its mtime equals OLD's to the nanosecond and OLD's
-  mtime lies more than ``racy_seconds`` before OLD's creation time; with ``check="strict"`` its
-  ctime and inode number also equal what OLD's ``sources`` recorded (format version 6), that
-  ctime outside the racy window too (no record: compared by content). It is not read: its item
-  arrives ``stored`` at OLD's place and CRC (``StoredContent``), its metadata SRC's. Most such
-  files (one link, OLD's mode, OLD of version 5 or later) arrive instead with OLD's entry
-  value undecoded (``SourceItem.reuse``), which the builder copies when the new entry would
-  encode to those very bytes (``fmt.reusable_file``; the owner and content type indexes agree):
-  no entry decoded, built or encoded, which is most of what such a pack costs per file;
-- or read and compared with OLD's bytes (``check="content"``, a stat that differs, the racy
-  window): equal content is reused all the same, with nothing written; different content, and
-  every new or resized file, goes to the ``ContentWriter`` as in any pack.
+``Base.finish`` links OLD's used shards (``reuse.ReusedShards``: hard link, else reflink, else
+copy; OLD is never written) at their own numbers, on an object store references or copies them
+(``remote_base``), and puts an empty shard in place of each unused one (deleted trees' files are
+not kept alive). Memory: the entry values of the OLD directory being walked.
 
-The racy window: a file written within ``racy_seconds`` before OLD was made (``created_ns``, the
-pack's start) may have been changed again within the same mtime tick after OLD read it, so its
-stat proves nothing and it is compared by content. The rule needs no record in OLD beyond its
-creation time, and it holds down a chain: NEW's own creation time guards NEW's entries.
-
-Comparing (``compare``): when OLD's entry has a digest (format version 5), SRC's file is
-hashed as it is read and its digest (and CRC32C) compared with the entry's: no byte of OLD is
-read or decompressed, and a file whose bytes in OLD are damaged is reused all the same, as a file
-trusted by its stat is (``verify`` of OLD and NEW reports the damage). Without a digest (a base
-of an earlier version, a file a merge took from one), OLD's bytes are read through its
-``ShardSet`` and compared as SRC is read, stopping at the first difference. Only a changed file
-of unchanged size larger than the read-ahead limit is read twice (compared, then stored):
-streaming it into a shard and rolling back on a match would need a shard writer that can take
-bytes back.
-
-``Base.finish`` links OLD's shards that some entry uses (``reuse.ReusedShards``: hard link,
-else reflink, else copy; OLD is never written) at their own numbers, and puts an empty shard of
-the new bundle's in place of each that no entry uses, so the files of deleted trees are not kept
-alive; the new bundle's own shards follow OLD's. Empty files need no shard: they point at
-shard 0, offset 0. Memory: the entry values of the OLD directory being walked.
-
-May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``, ``bundlefs.packing``
-below it (``options``, ``sources``, ``reuse``, ``compare``).
+May import: ``bundlefs.core``, ``errors``, ``storage``, ``packing`` below it (``options``, …).
 """
 
 from __future__ import annotations
@@ -84,11 +62,16 @@ def _inside(path: str, directory: str) -> bool:
 
 
 class Base:
-    """The base bundle of a pack, opened: its index, its shards (to compare content), and what
-    the pack took from it (``used`` shards, the ``reuse`` counts)."""
+    """The base bundle of a pack, opened: index, shards, what it took (``used``, ``reuse``)."""
 
     def __init__(
-        self, path: str, dest: str, options: PackOptions, publisher: RemotePublisher | None = None
+        self,
+        path: str,
+        dest: str,
+        options: PackOptions,
+        publisher: RemotePublisher | None = None,
+        *,
+        linked: bool = True,
     ) -> None:
         try:
             location = parse_location(path, options.storage_options)
@@ -111,10 +94,10 @@ class Base:
         # An mtime at or after this is too close to OLD's creation to be trusted by stat.
         self.racy_limit = config.created_ns - int(options.racy_seconds * 10**9)
         self.used: set[int] = set()
+        self.linked = linked  # False: a distributed pack's task, its merge links (``finish``)
         self.reuse = BaseReuse(base=path)
         self.strict = self.check == "strict"
-        # Values of unchanged files are copied as they are when OLD's layout is the pack's
-        # (version 5's entries are version 6's, byte for byte).
+        # Unchanged files' values copied as they are: OLD's layout is the pack's (5's is 6's).
         self.copies = self.check != "content" and config.format_version >= fmt.FIRST_V5_VERSION
 
     def _open_local(self, path: str, dest: str, new: Location) -> IndexReader:
@@ -165,12 +148,18 @@ class Base:
 
     def finish(self, work: str, index: IndexWriter, config: fmt.Config) -> list[int]:
         """OLD's used shards linked into ``work`` and their table imported; an empty shard of
-        the new bundle in place of each unused one. Returns those (the new bundle's own)."""
+        the new bundle in place of each unused one. Returns those (the new bundle's own). Not
+        ``linked``: OLD's shard descriptors only (a partial bundle of a distributed pack, which
+        ``merge(..., base=)`` alone reads: it never opens those shards)."""
         if fmt.COMPRESSION_ZSTD in {self.reader.shard_info(s).codec for s in self.used}:
             try:
                 zstd_module()  # what the new bundle's config will say it needs
             except BundleError as e:
                 raise PackError(str(e)) from None
+        if not self.linked:  # OLD's shard table only, no file: read by a merge on OLD alone
+            whole = ReusedShards([self.reader], [self.path], keep_numbers=True)
+            whole.import_table(index, append=False, records=False)
+            return []
         if self.remote is not None:  # the files stay on the store: referenced, or copied there
             assert self.publisher is not None  # a local NEW on a remote base was refused
             self.publisher.shared = self.remote.take(index, sorted(self.used))

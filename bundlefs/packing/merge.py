@@ -10,7 +10,8 @@ to a pack on one machine. Name clashes follow ``MergeOptions.on_clash`` (``sourc
 how); the result is published by ``destination.publish_built``, as a pack's is.
 
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``, ``bundlefs.packing``
-below it (``options``, ``sources``, ``content``, ``builder``, ``destination``, ``reuse``).
+below it (``options``, ``sources``, ``content``, ``builder``, ``destination``, ``reuse``,
+``delta``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from bundlefs.core import format as fmt
 from bundlefs.errors import BundleError, PackError
 from bundlefs.packing.builder import EntryBuilder
 from bundlefs.packing.content import ContentWriter
+from bundlefs.packing.delta import Base
 from bundlefs.packing.destination import check_places, publish_built
 from bundlefs.packing.options import PackProgress, creation_time
 from bundlefs.packing.reuse import ReusedShards
@@ -90,9 +92,16 @@ def merge(
     dest: str,
     options: MergeOptions = MergeOptions(),  # noqa: B008 - frozen, safe as a default
     progress: Callable[[PackProgress], None] | None = None,
+    *,
+    base: Base | None = None,
 ) -> MergeSummary:
     """Merge the bundles ``inputs`` (local directories) into a new bundle at ``dest`` (a
     directory, or a URL: built locally, then uploaded).
+
+    ``base``: the inputs are packs on that base bundle (the tasks of a distributed pack on a
+    base), each describing the base's shards at their own numbers before its own (holding their
+    files or not: they are never read from an input): the merged bundle holds them once, those
+    a file uses linked from the base (``delta.Base.finish``), and each input's own after them.
 
     Raises ``PackError`` for every failure (an input that is not a bundle, inputs that cannot
     share one bundle, a clash the rule refuses, a DEST that overlaps an input), and leaves
@@ -113,14 +122,14 @@ def merge(
     except BundleError as e:
         raise PackError(str(e)) from None
     remote = None if location.is_local else RemotePublisher(location)
-    readers = _open_inputs(paths)
+    readers = _open_inputs(paths, 0 if base is None else base.count)
     try:
         if remote is not None:
             remote.check(options.force)
         else:
             for path in paths:
                 check_places(path, location.path, options.force)
-        merger = _Merger(readers, paths, prefixes, options, created_ns, progress)
+        merger = _Merger(readers, paths, prefixes, options, created_ns, progress, base)
         summary, where = publish_built(
             location,
             remote,
@@ -167,7 +176,9 @@ def _local_paths(paths: list[str]) -> list[str]:
     return out
 
 
-def _open_inputs(paths: list[str]) -> list[IndexReader]:
+def _open_inputs(paths: list[str], shared: int) -> list[IndexReader]:
+    """The inputs' indexes, checked to fit one bundle (``shared``: the shards each holds of a
+    common base, counted once)."""
     readers: list[IndexReader] = []
     try:
         for path in paths:
@@ -183,7 +194,9 @@ def _open_inputs(paths: list[str]) -> list[IndexReader]:
                 "the bundles have different block sizes "
                 f"({', '.join(str(s) for s in sorted(sizes))}); a merged bundle has one"
             )
-        if sum(r.config.shard_count for r in readers) > fmt.MAX_SHARDS:
+        if any(r.config.shard_count < shared for r in readers):
+            raise PackError("an input is not a pack on the base: it has fewer shards")
+        if sum(r.config.shard_count - shared for r in readers) + shared > fmt.MAX_SHARDS:
             raise PackError(f"the bundles have more than {fmt.MAX_SHARDS} shards together")
     except BaseException:
         for reader in readers:
@@ -203,6 +216,7 @@ class _Merger:
         options: MergeOptions,
         created_ns: int,
         progress: Callable[[PackProgress], None] | None,
+        base: Base | None = None,
     ) -> None:
         self.readers = readers
         self.prefixes = prefixes
@@ -210,13 +224,23 @@ class _Merger:
         self.created_ns = created_ns
         self.report = progress
         self.progress = PackProgress()
-        self.shards = ReusedShards(readers, paths)
+        self.base = base
+        self.shared = 0 if base is None else base.count  # the base's shards, in every input
+        select = None
+        if base is not None:  # each input's own shards, after the base's
+            select = [range(self.shared, r.config.shard_count) for r in readers]
+        self.shards = ReusedShards(readers, paths, first=self.shared, select=select)
 
     def run(self, work: str, work_id: tuple[int, int]) -> MergeSummary:
         ways = self.shards.link(work, self._linked)
         errors = SourceErrors(False)
         source = StoredSource(
-            self.readers, self.shards.base, self.prefixes, self.options.on_clash, errors
+            self.readers,
+            [first - self.shared for first in self.shards.base],
+            self.prefixes,
+            self.options.on_clash,
+            errors,
+            shared=self.shared,
         )
         index = IndexWriter(os.path.join(work, fmt.INDEX_DIR))
         try:
@@ -234,6 +258,11 @@ class _Merger:
             )
             builder.build()
             self.shards.import_table(index)
+            own: list[int] = []
+            if self.base is not None:  # the base's shards the files use, at their numbers
+                self.base.used = source.shared_used
+                own = self.base.finish(work, index, config)
+                config = self.base.final_config(config)
             index.put_meta(dict(self.options.meta))
             config = builder.config(config, self.shards.count)
             index.put_config(config)
@@ -242,7 +271,7 @@ class _Merger:
                 index.abort()
             raise
         index.close()  # a close that fails is not followed by an abort
-        marker = publish.seal(work, self.shards.count, own_shards=())
+        marker = publish.seal(work, self.shards.count, own_shards=own)
         return MergeSummary(
             dest="",
             config=config,

@@ -1,6 +1,7 @@
 """The packer's vocabulary: ``PackOptions``, ``PackProgress``, ``PackSummary``, ``PackSource``,
-``UserData``, and the option checks every pack, merge and distributed pack makes before reading
-anything (``check_options``, ``parse_compression``, ``creation_time``).
+``UserData``, ``CompactOptions`` and ``CompactSummary`` (``compact``'s, and ``pack --compact``'s),
+and the option checks every pack, merge and distributed pack makes before reading anything
+(``check_options``, ``parse_compression``, ``creation_time``).
 
 Every other module of ``bundlefs.packing`` imports these from here, never from ``packer``: the
 packer orchestrates the modules below it and is imported by none of them.
@@ -22,11 +23,12 @@ from bundlefs.core import format as fmt
 from bundlefs.errors import BundleError, PackError
 from bundlefs.packing.sources.base import EntrySource, Stat
 from bundlefs.storage.codec import zstd_module
+from bundlefs.storage.liveness import DEFAULT_MIN_LIVE, Liveness
 from bundlefs.storage.objectstore.upload_progress import UploadProgress
 
 DEFAULT_SHARD_SIZE = 4 * 1024**3
-# How a pack on a base knows a file unchanged (PackOptions.check).
-CHECKS = ("stat", "strict", "content")
+GEOMETRIC_FACTOR = 2.0  # compact's geometric rule: git repack --geometric's default
+CHECKS = ("stat", "strict", "content")  # how a pack on a base knows a file unchanged
 ZSTD_LEVELS = (-7, 22)  # the levels zstd:LEVEL accepts (zstd's fast levels to its slowest)
 
 # Called with (relative path bytes, lstat result); returns bytes to attach to the entry or None.
@@ -88,6 +90,11 @@ class PackOptions:
     # the new bundle uses into its own prefix, server-side, instead of referencing them (the new
     # bundle then stands alone). A local base's are linked either way.
     materialize: bool = False
+    # A pack on a base that also compacts (``pack(..., base=OLD, compact=True)``): NEW is what
+    # ``compact`` makes of the pack's result, shards less live than ``min_live`` rewritten
+    # (packing/compact.py; new shards cut at ``shard_size``), in one publish.
+    compact: bool = False
+    min_live: float = DEFAULT_MIN_LIVE
 
 
 def parse_compression(spec: str) -> tuple[str, int | None]:
@@ -162,6 +169,62 @@ class BaseReuse:
         return dataclasses.asdict(self)
 
 
+@dataclass(frozen=True)
+class CompactOptions:
+    """How ``compact`` rewrites a bundle (``pack --base --compact`` takes ``min_live`` and
+    ``shard_size`` from its ``PackOptions``)."""
+
+    min_live: float = DEFAULT_MIN_LIVE  # a shard less live than this is rewritten
+    shard_size: int = DEFAULT_SHARD_SIZE  # where new shards are cut; a quarter of it is "small"
+    factor: float = GEOMETRIC_FACTOR  # the geometric rule's progression
+    force: bool = False
+    storage_options: dict[str, Any] | None = None  # a DEST that is a URL
+    staging: str | None = None  # where a URL's bundle is built (None: the temporary directory)
+
+
+@dataclass
+class CompactSummary:
+    """What ``compact`` did (and ``pack --base --compact``, of the pack's own result)."""
+
+    dest: str
+    config: fmt.Config
+    before: Liveness  # B's stored, live and dead bytes
+    kept: int  # shards reused as they are
+    rewritten: int  # shards whose live records were copied (``dropped`` included)
+    written: int  # new shards
+    records_copied: int
+    ways: list[str]  # how each kept shard came: "link", "reflink" or "copy"
+    stored_bytes: int  # NEW's shard files, added up
+    index_bytes: int
+    own_bytes: int = 0  # of them, the shards NEW wrote (or adopted: ``pack --base --compact``)
+    dropped: int = 0  # of those rewritten, the shards without a live record
+    dead_bytes: int = 0  # NEW's dead bytes: those of the shards kept
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "dest": self.dest,
+            "files": self.config.file_count,
+            "shards_before": self.before.shards,
+            "shards": self.config.shard_count,
+            "kept": self.kept,
+            "rewritten": self.rewritten,
+            "dropped": self.dropped,
+            "written": self.written,
+            "linked": self.ways.count("link"),
+            "reflinked": self.ways.count("reflink"),
+            "copied": self.ways.count("copy"),
+            "records_copied": self.records_copied,
+            "stored_bytes_before": self.before.stored_bytes,
+            "dead_bytes_before": self.before.dead_bytes,
+            "stored_bytes": self.stored_bytes,
+            "own_bytes": self.own_bytes,
+            "dead_bytes": self.dead_bytes,
+            "index_bytes": self.index_bytes,
+            "seconds": round(self.seconds, 3),
+        }
+
+
 @dataclass
 class PackSummary:
     dest: str
@@ -181,6 +244,7 @@ class PackSummary:
     # With dedup: the files that got an earlier file's content, and their bytes (not stored).
     dedup_files: int = 0
     dedup_bytes: int = 0
+    compaction: CompactSummary | None = None  # ``compact=True``: what the compaction did
 
     def to_dict(self) -> dict[str, object]:
         """The summary as JSON-ready facts (the counts of ``bundlefs pack``'s summary line)."""
@@ -206,6 +270,9 @@ class PackSummary:
             facts["dedup"] = {"files": self.dedup_files, "bytes": self.dedup_bytes}
         if self.reuse is not None:
             facts["reuse"] = self.reuse.to_dict()
+        if self.compaction is not None:
+            done = self.compaction.to_dict()
+            facts["compaction"] = {k: v for k, v in done.items() if k not in ("dest", "files")}
         if self.upload_seconds is not None and self.build_seconds is not None:
             facts["build_seconds"] = round(self.build_seconds, 3)
             facts["upload_seconds"] = round(self.upload_seconds, 3)
@@ -221,6 +288,8 @@ def check_options(options: PackOptions) -> PackOptions:
         raise PackError(f"unknown check {options.check!r} (choose stat, strict or content)")
     if not 0 <= options.racy_seconds < 2**32:
         raise PackError(f"racy_seconds {options.racy_seconds}: a number of seconds from 0")
+    if not 0 <= options.min_live <= 1:
+        raise PackError(f"min_live {options.min_live} is not a fraction from 0 to 1")
     # Fixed now, before anything is read: a bad SOURCE_DATE_EPOCH fails at once, not at the end.
     options = dataclasses.replace(options, created_ns=creation_time(options.created_ns))
     if compression == "zstd":
@@ -240,4 +309,27 @@ def check_options(options: PackOptions) -> PackOptions:
                 fmt.encode_content_type(media_type)
     except fmt.FormatError as e:
         raise PackError(str(e)) from None
+    return options
+
+
+def resolve_options(
+    options: PackOptions,
+    on_base: bool,
+    *,
+    dedup: bool | None,
+    compact: bool | None,
+    check: str | None,
+) -> PackOptions:
+    """``options`` with ``pack``'s keyword choices (None: the options'), checked
+    (``check_options``); compacting only on a base."""
+    options = check_options(
+        dataclasses.replace(
+            options,
+            dedup=options.dedup if dedup is None else dedup,
+            compact=options.compact if compact is None else compact,
+            check=options.check if check is None else check,
+        )
+    )
+    if options.compact and not on_base:
+        raise PackError("compacting (--compact) is for a pack on a base: give a base (--base OLD)")
     return options

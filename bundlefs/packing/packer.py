@@ -10,13 +10,13 @@ uploads it) only once complete. Every failure is a ``PackError`` naming what wen
 leaves nothing behind. The options and the summary are ``options``'s.
 
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``, ``bundlefs.packing``
-below it (``options``, ``sources``, ``content``, ``builder``, ``destination``).
+below it (``options``, ``sources``, ``content``, ``builder``, ``destination``, ``delta``,
+``compact``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -26,6 +26,7 @@ from bundlefs.core import format as fmt
 from bundlefs.core.content_types import ContentTypeRules
 from bundlefs.errors import IndexWriteError, PackError
 from bundlefs.packing.builder import EntryBuilder
+from bundlefs.packing.compact import CompactOptions, compact_into
 from bundlefs.packing.content import ContentWriter
 from bundlefs.packing.delta import Base, DeltaSource
 from bundlefs.packing.destination import (
@@ -39,9 +40,9 @@ from bundlefs.packing.options import (
     PackProgress,
     PackSource,
     PackSummary,
-    check_options,
     creation_time,
     parse_compression,
+    resolve_options,
 )
 from bundlefs.packing.sources.archive import ArchiveSource
 from bundlefs.packing.sources.base import (
@@ -59,6 +60,8 @@ from bundlefs.storage.location import Location
 from bundlefs.storage.objectstore.upload import RemotePublisher
 from bundlefs.storage.objectstore.upload_progress import UploadProgress
 
+_PACKED = "packed"  # pack --base --compact: the pack's own result, in NEW's partial directory
+
 
 def _describe(source: PackSource) -> str:
     paths = source_paths(source)
@@ -73,9 +76,10 @@ def pack(
     options: PackOptions = PackOptions(),  # noqa: B008 - frozen, safe as a default
     progress: Callable[[PackProgress], None] | None = None,
     *,
-    base: str | os.PathLike[str] | None = None,
+    base: str | os.PathLike[str] | Base | None = None,
     dedup: bool | None = None,
     check: str | None = None,
+    compact: bool | None = None,
 ) -> PackSummary:
     """Pack the tree at ``source`` into a new bundle at ``dest``: a directory, or a URL
     (``s3://bucket/x.bundle``: built locally, then uploaded,
@@ -97,24 +101,29 @@ def pack(
     ``check``, when given, is it: "stat", "strict" or "content") and stores only the others:
     ``delta`` says how, docs/versions.md when to. OLD's shards are linked (a local OLD), or
     referenced where they are (an OLD on the object store ``dest`` is on; ``options.materialize``:
-    copied there server-side), ``remote_base``.
+    copied there server-side), ``remote_base``. ``base`` may be a ``delta.Base`` already opened
+    (a distributed pack's task), which ``pack`` closes.
 
     ``dedup`` (``options.dedup`` when None): store each distinct content once; a later file with
     the same content gets an entry of its own at the first copy's place (``content.DedupTable``).
+
+    ``compact`` (``options.compact`` when None), with ``base``: NEW is what ``compact`` makes of
+    the pack on the base, published once (``_pack_compacted``): the shards less live than
+    ``options.min_live`` rewritten, small ones merged on the geometric rule.
     """
     started = time.monotonic()
-    if dedup is not None:
-        options = dataclasses.replace(options, dedup=dedup)
-    if check is not None:
-        options = dataclasses.replace(options, check=check)
-    options = check_options(options)
+    options = resolve_options(options, base is not None, dedup=dedup, compact=compact, check=check)
     paths = source_paths(source)
     location, remote = check_destination(paths, dest, options)
     opened = None
     if base is None and options.materialize:
         raise PackError("--materialize copies a base's shards: it goes with --base")
     if base is not None:
-        opened = _open_base(os.fspath(base), paths, dest, options, remote)
+        opened = (
+            base
+            if isinstance(base, Base)
+            else _open_base(base, source, paths, dest, options, remote)
+        )
     try:
         summary, where = _publish(source, location, remote, options, progress, opened)
     finally:
@@ -131,16 +140,20 @@ def pack(
 
 
 def _open_base(
-    base: str,
+    base: str | os.PathLike[str],
+    source: PackSource,
     paths: list[str] | None,
     dest: str,
     options: PackOptions,
     remote: RemotePublisher | None,
 ) -> Base:
-    """The base of a pack, opened; ``PackError`` if the source is not one directory."""
-    if paths is None or len(paths) != 1 or not os.path.isdir(paths[0]) or options.files_from:
+    """The base of a pack, opened; ``PackError`` if the source is not one directory (or a
+    ``DirectorySource``: a distributed pack's partition of one)."""
+    if not isinstance(source, DirectorySource) and (
+        paths is None or len(paths) != 1 or not os.path.isdir(paths[0]) or options.files_from
+    ):
         raise PackError("a pack on a base (--base) needs one directory SRC, without --files-from")
-    return Base(base, dest, options, remote)
+    return Base(os.fspath(base), dest, options, remote)
 
 
 def _publish(
@@ -162,12 +175,50 @@ def _publish(
     return publish_built(
         location,
         remote,
-        lambda work, work_id: _Packer(source, work, work_id, options, progress, base).run(),
+        lambda work, work_id: _build(source, work, work_id, options, progress, base),
         force=options.force,
         staging=options.staging,
         what=f"cannot pack {_describe(source)}",
         upload_progress=uploading,
     )
+
+
+def _build(
+    source: PackSource,
+    work: str,
+    work_id: tuple[int, int],
+    options: PackOptions,
+    progress: Callable[[PackProgress], None] | None,
+    base: Base | None,
+) -> PackSummary:
+    """One pack into ``work``, compacted there if asked (``_pack_compacted``)."""
+    if base is None or not options.compact:
+        return _Packer(source, work, work_id, options, progress, base).run()
+    return _pack_compacted(
+        _Packer(source, os.path.join(work, _PACKED), work_id, options, progress, base),
+        work,
+        work_id,
+    )
+
+
+def _pack_compacted(packer: _Packer, work: str, work_id: tuple[int, int]) -> PackSummary:
+    """``pack --base --compact``: the pack on the base into ``work/packed``, then compacted
+    from there into ``work`` (``compact.compact_into``: its own shards kept are moved, OLD's
+    linked, the others' live records copied; ``packed`` removed before NEW is sealed). Time and
+    memory: a compact's after the pack's (one more index written)."""
+    assert packer.base is not None
+    started = time.monotonic()
+    os.mkdir(packer.work)
+    summary = packer.run()
+    options = CompactOptions(min_live=packer.options.min_live, shard_size=packer.options.shard_size)
+    compaction = compact_into(packer.work, work, work_id, options)
+    reuse, ways = packer.base.reuse, [w for w in compaction.ways if w != "move"]
+    reuse.shards_linked, reuse.shards_left = len(ways), packer.base.count - len(ways)
+    reuse.ways = {way: ways.count(way) for way in sorted(set(ways))}
+    summary.config, summary.compaction = compaction.config, compaction
+    summary.stored_bytes, summary.index_bytes = compaction.own_bytes, compaction.index_bytes
+    summary.seconds = time.monotonic() - started
+    return summary
 
 
 class _Packer:

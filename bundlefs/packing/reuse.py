@@ -14,6 +14,7 @@ May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import fcntl
 import itertools
@@ -36,7 +37,11 @@ class ReusedShards:
     ``select`` (one sequence per bundle) takes only those shards of each, in that order:
     bundle ``n``'s ``select[n][i]`` becomes shard ``base[n] + i`` (``compact`` keeps some), or
     with ``keep_numbers`` shard ``base[n] + select[n][i]``, the others' numbers left for the
-    caller to fill (a delta pack, whose entries point at its base's shard numbers)."""
+    caller to fill (a delta pack, whose entries point at its base's shard numbers).
+
+    ``adopt``: the stored bundle is one built only to be compacted and then discarded (``pack
+    --base --compact``): the shards it wrote itself are moved, not linked, and become the new
+    bundle's own (stamped by ``seal`` with its id and their new numbers)."""
 
     def __init__(
         self,
@@ -46,6 +51,7 @@ class ReusedShards:
         select: Sequence[Sequence[int]] | None = None,
         *,
         keep_numbers: bool = False,
+        adopt: bool = False,
     ):
         self.readers = list(readers)
         self.paths = list(paths)
@@ -54,6 +60,7 @@ class ReusedShards:
             for n, r in enumerate(self.readers)
         ]
         self.keep_numbers = keep_numbers
+        self.adopt = adopt
         sizes = [
             r.config.shard_count if keep_numbers else len(t)
             for r, t in zip(self.readers, self.taken, strict=True)
@@ -83,41 +90,55 @@ class ReusedShards:
     def link(self, work: str, linked: Callable[[int], None] | None = None) -> list[str]:
         """Link (else clone, else copy) every reused shard file into ``work``, each checked
         against its index; ``linked(bytes)`` after each. How, per shard ("link", "reflink",
-        "copy")."""
+        "copy"; "move" for an adopted one)."""
         ways = []
         for reader, number, shard, new in self._each():
             version = reader.marker.format_version
             src = os.path.join(self.paths[number], fmt.shard_filename(shard, version))
             dst = os.path.join(work, fmt.shard_filename(new))
-            ways.append(link_or_copy(src, dst))
+            if self.adopt and reader.shard_info(shard).header_id == fmt.OWN_BUNDLE_ID:
+                os.rename(src, dst)  # one name: ``seal`` stamps no file with other names
+                ways.append("move")
+            else:
+                ways.append(link_or_copy(src, dst))
             check_linked(reader, shard, src, dst)
             if linked is not None:
                 linked(os.path.getsize(dst))
         return ways
 
-    def import_table(self, index: IndexWriter, *, append: bool = True) -> None:
-        """Every reused shard's records and descriptor into ``index``, renumbered; not
-        ``append``: records of later shards are written already (a delta pack's own)."""
-        for reader, _number, shard, new in self._each():
+    def import_table(
+        self, index: IndexWriter, *, append: bool = True, records: bool = True
+    ) -> list[int]:
+        """Every reused shard's records (unless not ``records``) and descriptor into ``index``,
+        renumbered; not ``append``: records of later shards are written already (a delta pack's
+        own). Returns the shards adopted (``adopt``), for ``seal`` to stamp with NEW's id."""
+        for reader, _number, shard, new in self._each() if records else ():
             for record in reader.iter_records(shard):
                 record.shard = new
                 index.put_record(record, append=append)
+        adopted = []
         for reader, _number, shard, new in self._each():
             info = reader.shard_info(shard)
             own = info.header_id == fmt.OWN_BUNDLE_ID
-            index.put_shard(
-                new,
-                append=append,
-                info=fmt.ShardInfo(
-                    info.file_size,
-                    info.uncompressed_size,
-                    info.record_count,
-                    info.codec,
-                    info.header_version,
-                    shard if info.header_index is None else info.header_index,
-                    reader.marker.bundle_id if own else info.header_id,
-                ),
+            described = fmt.ShardInfo(
+                info.file_size,
+                info.uncompressed_size,
+                info.record_count,
+                info.codec,
+                info.header_version,
+                shard if info.header_index is None else info.header_index,
+                reader.marker.bundle_id if own else info.header_id,
             )
+            if own and self.adopt:  # ``seal`` stamps it as the new bundle's, at its number
+                adopted.append(new)
+                described = dataclasses.replace(
+                    described,
+                    header_version=fmt.FORMAT_VERSION,
+                    header_index=None,
+                    header_id=fmt.OWN_BUNDLE_ID,
+                )
+            index.put_shard(new, append=append, info=described)
+        return adopted
 
 
 def check_linked(reader: IndexReader, shard: int, src: str, dst: str) -> None:

@@ -20,6 +20,7 @@ from bundlefs.errors import NotABundleError
 from bundlefs.read.verify import verify
 from tests.conftest import bundle_file_bytes
 from tests.support.legacy_trees import V5_BUNDLE, build_v1_tree
+from tests.support.pausing import paused
 from tests.support.trees import MTIME_NS, assert_one_line_error, run_cli, set_mtimes
 
 FILES = 1600
@@ -68,10 +69,33 @@ def test_a_missing_base_is_a_one_line_error(versions, tmp_path):
     assert "is not a bundle (no such directory)" in assert_one_line_error(result)
 
 
-def test_base_with_dask_is_a_usage_error(versions, tmp_path):
+def test_base_with_dask_packs_on_the_cluster_and_says_what_it_reused(versions, tmp_path):
+    pytest.importorskip("distributed")
     src, old = versions
-    result = run_cli("pack", src, tmp_path / "n.bundle", "--base", old, "--dask", "local:1")
-    assert "--base packs one directory in one process" in assert_one_line_error(result, 2)
+    new = tmp_path / "n.bundle"
+    args = ("--base", old, "--dask", "local:2", "--partitions", "3")
+    result = run_cli("pack", src, new, *args)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.decode().splitlines()
+    assert lines[0].startswith("packed 1,601 files")
+    assert lines[1].startswith(f"reused 800 files (9.4 MiB) from {old}, stored 801 (")
+    assert verify(new).ok
+
+
+def test_base_with_files_from_is_a_usage_error(versions, tmp_path):
+    src, old = versions
+    (tmp_path / "list").write_text("added.txt\n")
+    result = run_cli(
+        "pack", src, tmp_path / "n.bundle", "--base", old, "--files-from", tmp_path / "list"
+    )
+    assert "--base packs one whole directory" in assert_one_line_error(result, 2)
+
+
+def test_compact_with_dask_is_a_usage_error(versions, tmp_path):
+    src, old = versions
+    args = ("--base", old, "--compact", "--dask", "local:1")
+    result = run_cli("pack", src, tmp_path / "n.bundle", *args)
+    assert "--compact compacts in one process" in assert_one_line_error(result, 2)
 
 
 def test_an_unknown_check_is_a_usage_error(versions, tmp_path):
@@ -161,3 +185,60 @@ def test_a_pack_on_a_base_killed_leaves_the_base_untouched_and_no_new_bundle(
             Bundle(dest)
     else:  # finished (or renamed into place) before the kill: then whole
         assert verify(dest).ok
+
+
+def test_pack_on_a_base_with_compact_says_what_it_compacted(versions, tmp_path):
+    src, old = versions
+    new = tmp_path / "new.bundle"
+    result = run_cli("pack", src, new, "--base", old, "--compact", "--min-live", "90%")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.decode().splitlines()
+    assert lines[0].startswith("packed 1,601 files") and lines[1].startswith("reused 800 files")
+    assert lines[2].startswith("compacted: ") and "rewritten into" in lines[2]
+    assert len(lines) == 3 and verify(new).ok
+
+
+def test_pack_json_on_a_base_with_compact_has_the_compaction(versions, tmp_path):
+    src, old = versions
+    result = run_cli("pack", "--json", src, tmp_path / "n.bundle", "--base", old, "--compact")
+    assert result.returncode == 0, result.stderr
+    compaction = json.loads(result.stdout)["compaction"]
+    assert compaction["dead_bytes"] <= compaction["dead_bytes_before"]
+    assert {"kept", "rewritten", "written", "records_copied", "own_bytes"} <= set(compaction)
+
+
+def test_compact_without_a_base_is_a_usage_error(versions, tmp_path):
+    src, _old = versions
+    result = run_cli("pack", src, tmp_path / "n.bundle", "--compact")
+    assert "--compact compacts a pack on a base" in assert_one_line_error(result, 2)
+
+
+def test_min_live_without_compact_is_a_usage_error(versions, tmp_path):
+    src, old = versions
+    result = run_cli("pack", src, tmp_path / "n.bundle", "--base", old, "--min-live", "0.3")
+    assert "give --compact too" in assert_one_line_error(result, 2)
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["bundlefs.storage.shard_writer:ShardWriter.write_stored", "bundlefs.storage.publish:seal"],
+)
+def test_a_compacting_pack_killed_leaves_the_base_untouched_and_no_new_bundle(
+    versions, tmp_path, where
+):
+    # The second seal is NEW's: the pack on the base inside its partial directory is sealed first.
+    src, old = versions
+    before = bundle_file_bytes(old)
+    dest = tmp_path / "new.bundle"
+    nth = 2 if where.endswith("seal") else 1
+    args = ("pack", "-q", src, dest, "--base", old, "--compact", "--min-live", "1")
+    with paused(tmp_path, where, nth, *args) as (process, _ready):
+        process.kill()
+        process.wait()
+    assert bundle_file_bytes(old) == before
+    with pytest.raises(NotABundleError):
+        Bundle(dest)
+    result = run_cli(*args)  # the next one clears up
+    assert result.returncode == 0, result.stderr
+    assert [p.name for p in tmp_path.iterdir() if ".partial-" in p.name] == []
+    assert verify(dest).ok

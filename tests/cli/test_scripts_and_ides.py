@@ -146,7 +146,7 @@ def _bash_completes(script: str, *words: str) -> list[str]:
 def test_bash_completion_offers_commands_options_and_choices():
     script = run_cli("completion", "bash").stdout.decode()
     assert _bash_completes(script, "bundlefs", "me") == ["merge"]
-    assert _bash_completes(script, "bundlefs", "pack", "--comp") == ["--compression"]
+    assert _bash_completes(script, "bundlefs", "pack", "--compr") == ["--compression"]
     assert "zstd" in _bash_completes(script, "bundlefs", "pack", "src", "--compression", "")
     assert _bash_completes(script, "bundlefs", "merge", "a", "--on-clash", "l") == ["last"]
     assert "-0" in _bash_completes(script, "bundlefs", "ls", "-")

@@ -38,6 +38,7 @@ from bundlefs.packing.distributed.area import PackCancelled  # noqa: E402
 from bundlefs.packing.distributed.plan import Partition, plan_archives, plan_directory  # noqa: E402
 from bundlefs.packing.distributed.source import PartitionSource  # noqa: E402
 from bundlefs.packing.distributed.task import PartTask, pack_partition  # noqa: E402
+from bundlefs.packing.options import PackSummary  # noqa: E402
 from bundlefs.packing.packer import PackOptions, pack  # noqa: E402
 from bundlefs.packing.sources.base import SourceErrors  # noqa: E402
 from bundlefs.read.verify import verify  # noqa: E402
@@ -52,7 +53,12 @@ from tests.conftest import (  # noqa: E402
 )
 from tests.support.pausing import interrupted  # noqa: E402
 from tests.support.s3server import S3Server, s3_server  # noqa: E402
-from tests.support.trees import assert_one_line_error, build_rich_tree, run_cli  # noqa: E402
+from tests.support.trees import (  # noqa: E402
+    MTIME_NS,
+    assert_one_line_error,
+    build_rich_tree,
+    run_cli,
+)
 
 __all__ = ["s3_server"]  # a fixture, imported to be found
 
@@ -577,6 +583,149 @@ def test_a_worker_killed_mid_pack_is_retried_and_leaves_nothing(
     assert marker.exists(), "the worker packing partition 1 was never killed"
     assert_same_as_single_machine(single, dest)
     assert leftovers(tmp_path, "src", "single.bundle", "killed", "dask.bundle") == []
+
+
+# -- packs on a base bundle -----------------------------------------------------------------------
+
+
+def _versioned(root: Path) -> tuple[Path, Path]:
+    """(SRC, OLD): a spread tree with old mtimes (outside the racy window), packed as OLD in
+    several shards."""
+    src = spread_tree(root / "src")
+    for top, dirs, files in os.walk(src):
+        for name in dirs + files:
+            os.utime(os.path.join(top, name), ns=(MTIME_NS, MTIME_NS), follow_symlinks=False)
+    old = root / "old.bundle"
+    pack(str(src), str(old), dataclasses.replace(OPTIONS, shard_size=64 * 1024))
+    return src, old
+
+
+def _new_shards(bundle: Path, old: Path) -> list[int]:
+    """The shards of ``bundle`` holding records that are not ``old``'s."""
+    with Bundle(old) as b:
+        old_id = b.info().bundle_id
+    reader = IndexReader(str(bundle))
+    try:
+        return [
+            s
+            for s in range(reader.config.shard_count)
+            if reader.shard_info(s).header_id != old_id and reader.shard_info(s).record_count
+        ]
+    finally:
+        reader.close()
+
+
+def _counts(summary: PackSummary) -> tuple[int, ...]:
+    reuse = summary.reuse
+    assert reuse is not None
+    return (
+        reuse.reused_files,
+        reuse.same_files,
+        reuse.stored_files,
+        reuse.stored_bytes,
+        reuse.shards_linked,
+        reuse.shards_left,
+    )
+
+
+def test_a_dask_pack_on_an_unchanged_base_writes_no_data_bytes(
+    tmp_path: Path, client: Client
+) -> None:
+    src, old = _versioned(tmp_path)
+    new = tmp_path / "new.bundle"
+    summary = pack_with_dask(str(src), str(new), client, OPTIONS, partitions=3, base=old)
+    assert summary.stored_bytes == 0 and _new_shards(new, old) == []
+    serial = pack(str(src), str(tmp_path / "serial.bundle"), OPTIONS, base=old)
+    assert _counts(summary) == _counts(serial)
+    assert summary.reuse is not None and summary.reuse.stored_files == 0
+    old_inodes = {p.stat().st_ino for p in old.glob("shard-*")}
+    assert {p.stat().st_ino for p in new.glob("shard-*")} == old_inodes
+    assert_same_as_single_machine(old, new)
+
+
+def test_a_dask_pack_on_a_base_stores_only_the_changed_file(tmp_path: Path, client: Client) -> None:
+    src, old = _versioned(tmp_path)
+    changed = src / "d05" / "f002.bin"
+    changed.write_bytes(b"changed " * 1000)
+    new = tmp_path / "new.bundle"
+    summary = pack_with_dask(str(src), str(new), client, OPTIONS, partitions=3, base=old)
+    assert summary.reuse is not None
+    assert (summary.reuse.stored_files, summary.reuse.stored_bytes) == (1, 8000)
+    reader = IndexReader(str(new))
+    try:  # the one own shard holds that file's bytes and nothing else
+        new_shards = _new_shards(new, old)
+        assert sum(reader.shard_info(s).uncompressed_size for s in new_shards) == 8000
+    finally:
+        reader.close()
+    with Bundle(new) as b:
+        assert b.read("d05/f002.bin") == b"changed " * 1000
+
+
+def test_a_touched_file_is_compared_with_the_base_on_its_worker_and_stores_nothing(
+    tmp_path: Path, client: Client
+) -> None:
+    src, old = _versioned(tmp_path)
+    os.utime(src / "d03" / "f001.bin", ns=(MTIME_NS + 1, MTIME_NS + 1))
+    summary = pack_with_dask(
+        str(src), str(tmp_path / "new.bundle"), client, OPTIONS, partitions=3, base=old
+    )
+    assert summary.reuse is not None
+    assert (summary.reuse.same_files, summary.reuse.stored_files) == (1, 0)
+    assert summary.stored_bytes == 0
+
+
+def test_a_dask_pack_on_a_base_reads_as_a_plain_pack(tmp_path: Path, client: Client) -> None:
+    src, old = _versioned(tmp_path)
+    (src / "d01" / "f000.bin").write_bytes(b"rewritten")
+    (src / "d07" / "f003.bin").unlink()
+    os.rename(src / "d02" / "f001.bin", src / "d09" / "moved.bin")
+    (src / "d11" / "added.txt").write_bytes(b"added\n")
+    before = bundle_file_bytes(old)
+    plain, serial = tmp_path / "plain.bundle", tmp_path / "serial.bundle"
+    pack(str(src), str(plain), OPTIONS)
+    pack(str(src), str(serial), OPTIONS, base=old)
+    for count in (1, 4):
+        new = tmp_path / f"dask{count}.bundle"
+        pack_with_dask(str(src), str(new), client, OPTIONS, partitions=count, base=old)
+        assert_same_as_single_machine(plain, new)
+        assert index_entries(new) == index_entries(serial)
+    assert bundle_file_bytes(old) == before  # the base is never modified
+    assert (
+        leftovers(
+            tmp_path,
+            "src",
+            "old.bundle",
+            "plain.bundle",
+            "serial.bundle",
+            "dask1.bundle",
+            "dask4.bundle",
+        )
+        == []
+    )
+
+
+def test_a_chain_of_dask_packs_on_bases_reads_as_a_plain_pack(
+    tmp_path: Path, client: Client
+) -> None:
+    src, base = _versioned(tmp_path)
+    for generation in range(1, 4):
+        for d in range(generation, 12, 3):
+            (src / f"d{d:02d}" / "f000.bin").write_bytes(b"generation %d" % generation * 99)
+        new = tmp_path / f"gen{generation}.bundle"
+        pack_with_dask(str(src), str(new), client, OPTIONS, partitions=3, base=base)
+        base = new
+    plain = tmp_path / "plain.bundle"
+    pack(str(src), str(plain), OPTIONS)
+    assert_same_as_single_machine(plain, base)
+
+
+def test_a_dask_pack_on_a_base_refuses_archives(tmp_path: Path, client: Client) -> None:
+    _src, old = _versioned(tmp_path)
+    shard = tmp_path / "a.tar"
+    with tarfile.open(shard, "w") as tar:
+        tar.add(__file__, arcname="x.py")
+    with pytest.raises(PackError, match="packs one directory SRC"):
+        pack_with_dask([str(shard)], str(tmp_path / "new.bundle"), client, OPTIONS, base=old)
 
 
 # -- the command line ------------------------------------------------------------------------------

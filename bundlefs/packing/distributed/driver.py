@@ -4,7 +4,8 @@ The checks before anything runs (every check a pack makes before reading, so a b
 before any task does), the staging area (a locked temporary directory, removed at the end
 whatever happens), the plan and the tasks, and at the end the merge of the partial bundles
 (``merge.merge``) and the publishing of the result at DEST. The executor that runs the tasks is
-not here (``bundlefs.integrations.dask``).
+not here (``bundlefs.integrations.dask``). On a base bundle (``pack --base OLD --dask``) every
+task packs its partition on OLD and the merge holds OLD's shards once (``merge(..., base=)``).
 
 May import: ``bundlefs.errors``, ``bundlefs.storage``, ``bundlefs.packing`` (all of it below
 ``distributed``, and ``distributed``'s other modules).
@@ -22,11 +23,18 @@ from dataclasses import dataclass, field
 
 from bundlefs.errors import PackError
 from bundlefs.packing import merge as merging
+from bundlefs.packing.delta import Base
 from bundlefs.packing.destination import check_destination, object_prefix
 from bundlefs.packing.distributed.area import remove_area, write_token
 from bundlefs.packing.distributed.plan import Plan, plan_archives, plan_directory, plan_objects
 from bundlefs.packing.distributed.task import PartResult, PartTask
-from bundlefs.packing.options import PackOptions, PackSource, PackSummary, check_options
+from bundlefs.packing.options import (
+    BaseReuse,
+    PackOptions,
+    PackSource,
+    PackSummary,
+    check_options,
+)
 from bundlefs.packing.sources.streams import STDIN
 from bundlefs.packing.user_data import UserDataFile
 from bundlefs.storage import publish
@@ -49,12 +57,17 @@ class DistributedPack:
     token: str = field(default_factory=lambda: secrets.token_hex(8))
     _area_id: tuple[int, int] | None = None
     prefix: Location | None = None  # the source is the objects below it
+    base: str | None = None  # a pack on a base bundle (local, seen by every worker)
 
     @classmethod
-    def prepare(cls, source: PackSource, dest: str, options: PackOptions) -> DistributedPack:
+    def prepare(
+        cls, source: PackSource, dest: str, options: PackOptions, base: str | None = None
+    ) -> DistributedPack:
         options = check_options(options)
         if options.dedup:
             raise PackError("dedup packs in one process: a distributed pack does not dedup")
+        if options.compact:
+            raise PackError("a distributed pack does not compact: run compact on the result")
         if isinstance(source, str | os.PathLike):
             paths = [os.fspath(source)]
         elif isinstance(source, Sequence):
@@ -69,6 +82,8 @@ class DistributedPack:
             )
         location, _remote = check_destination(paths, dest, options)
         prefix = object_prefix(paths, options)
+        if base is not None:
+            _check_base(base, paths, prefix, location, options)
         if prefix is not None:
             return cls(
                 source=paths[0],
@@ -92,6 +107,7 @@ class DistributedPack:
             dest=location.path if location.is_local else dest,
             options=options,
             local=location.is_local,
+            base=None if base is None else os.path.abspath(base),
         )
 
     @property
@@ -159,7 +175,7 @@ class DistributedPack:
                 for p in plan.partitions
             ]
         directory = self.source if isinstance(self.source, str) else None
-        return [PartTask(p, directory, area, self.token) for p in plan.partitions]
+        return [PartTask(p, directory, area, self.token, base=self.base) for p in plan.partitions]
 
     def merge(self, plan: Plan, results: Sequence[PartResult], area: str) -> PackSummary:
         """Merge the partial bundles (in partition order) into one in the staging area, then
@@ -178,7 +194,12 @@ class DistributedPack:
         )
         merged_dir = os.path.join(area, "merged")
         started = time.monotonic()
-        merged = merging.merge([r.dest for r in results], merged_dir, options)
+        base = None if self.base is None else Base(self.base, merged_dir, self.options)
+        try:
+            merged = merging.merge([r.dest for r in results], merged_dir, options, base=base)
+        finally:
+            if base is not None:
+                base.close()
         self.phases["merge"] = time.monotonic() - started
         if merged.overridden:
             # A member path in shards of two partitions: a single-machine pack keeps the last
@@ -204,6 +225,7 @@ class DistributedPack:
             _unique([*plan.skipped, *(s for r in results for s in r.skipped)]),
             _unique([s for r in results for s in r.changed]),
             dict(self.phases),
+            reuse=None if base is None else _reuse(base.reuse, results),
         )
 
     def _publish(self, merged: str) -> None:
@@ -230,6 +252,39 @@ class DistributedPack:
                 force=force, meta=self.options.meta, created_ns=self.options.created_ns
             ),
         )
+
+
+def _check_base(
+    base: str, paths: list[str], prefix: Location | None, dest: Location, options: PackOptions
+) -> None:
+    """A distributed pack on a base packs one directory into a local DEST, and the base opens
+    (``delta.Base``'s checks); one sentence if not."""
+    if prefix is not None or len(paths) != 1 or not os.path.isdir(paths[0]):
+        raise PackError("a distributed pack on a base (--base) packs one directory SRC")
+    if not dest.is_local:
+        raise PackError("a pack on a base (--base) writes a local bundle for now, not a URL")
+    Base(base, dest.path, options).close()
+
+
+def _reuse(linked: BaseReuse, results: Sequence[PartResult]) -> BaseReuse:
+    """What the tasks took from the base, added up, with the shards the merge ``linked``."""
+    total = dataclasses.replace(linked)
+    for part in results:
+        if part.reuse is not None:
+            for name in _REUSE_COUNTS:
+                setattr(total, name, getattr(total, name) + getattr(part.reuse, name))
+    return total
+
+
+_REUSE_COUNTS = (
+    "reused_files",
+    "reused_bytes",
+    "same_files",
+    "same_bytes",
+    "digest_compared",
+    "stored_files",
+    "stored_bytes",
+)
 
 
 def _unique(items: list[str]) -> list[str]:

@@ -16,19 +16,21 @@ from concurrent.futures import Executor
 
 from bundlefs.packing.distributed.cutter import Key, key_of
 from bundlefs.packing.distributed.plan import Partition
-from bundlefs.packing.sources.base import Content, SourceErrors, SourceItem
-from bundlefs.packing.sources.directory import DirectorySource
+from bundlefs.packing.sources.base import SourceErrors, SourceItem
+from bundlefs.packing.sources.directory import DirectorySource, ReadIf
 
 
-class PartitionSource:
+class PartitionSource(DirectorySource):
     """The entries of one ``Partition`` of a directory tree, with every directory above them.
 
-    An ``EntrySource`` over a ``DirectorySource``: each directory it is asked for is listed, and
-    only the names that are in the range (or lead to it, or are moved in) are probed and read, so
-    a directory split between partitions is read once in all. Directories above the range are
-    delivered with their real attributes: the partial bundles agree on every directory they
-    share. Memory: that of a ``DirectorySource`` (one directory's names and the read-ahead
-    window) plus the partition's moved names.
+    A ``DirectorySource`` that lists each directory it is asked for but probes and reads only
+    the names that are in the range (or lead to it, or are moved in), so a directory split
+    between partitions is read once in all. Directories above the range are delivered with their
+    real attributes: the partial bundles agree on every directory they share. Being a
+    ``DirectorySource`` (``names`` and ``named_children`` narrowed to the range), it is walked
+    beside a base bundle as a whole tree is (``delta.DeltaSource``: ``pack --base --dask``).
+    Memory: that of a ``DirectorySource`` (one directory's names and the read-ahead window) plus
+    the partition's moved names.
     """
 
     def __init__(
@@ -40,8 +42,8 @@ class PartitionSource:
         excludes: tuple[str, ...] = (),
         pool: Executor | None = None,
     ) -> None:
+        super().__init__(root, errors, excludes=excludes, pool=pool)
         self.errors = errors  # shared with the pack: what is skipped is in its summary
-        self._inner = DirectorySource(root, errors, excludes=excludes, pool=pool)
         self._start = partition.start
         self._end = partition.end
         self._moved_in = partition.moved_in
@@ -65,13 +67,11 @@ class PartitionSource:
             return False
         return self._start is None or self._start[: len(key)] <= key
 
-    def root(self) -> SourceItem:
-        return self._inner.root()
-
-    def children(self, rel: bytes) -> Iterator[SourceItem]:
+    def names(self, rel: bytes) -> list[bytes]:
+        """The names of the directory ``rel`` that are in the range or lead to it."""
         parent = key_of(rel)
         wanted = []
-        for name in self._inner.names(rel):
+        for name in super().names(rel):
             child = rel + b"/" + name if rel else name
             if (
                 self._reaches(parent + (name,))
@@ -79,7 +79,13 @@ class PartitionSource:
                 or child in self._toward_moved
             ):
                 wanted.append(name)
-        for item in self._inner.named_children(rel, wanted):
+        return wanted
+
+    def named_children(
+        self, rel: bytes, names: list[bytes], read_if: ReadIf | None = None
+    ) -> Iterator[SourceItem]:
+        parent = key_of(rel)
+        for item in super().named_children(rel, names, read_if):
             key = parent + (item.name,)
             if statmod.S_ISDIR(item.st.st_mode):
                 keep = self._reaches(key) or item.rel in self._toward_moved
@@ -91,9 +97,3 @@ class PartitionSource:
                 )
             if keep:
                 yield item
-
-    def readlink(self, item: SourceItem) -> bytes:
-        return self._inner.readlink(item)
-
-    def open(self, item: SourceItem) -> Content:
-        return self._inner.open(item)

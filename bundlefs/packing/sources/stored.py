@@ -68,6 +68,9 @@ class StoredSource:
     """The union of the stored trees ``readers`` (layers, in order; ``prefixes``: where each
     goes) as an ``EntrySource`` whose files are already stored, their shards numbered from
     ``shard_base`` (one per layer). ``overridden`` lists the names a layer lost to a clash.
+    ``shared``: shards below it are a base bundle's that every layer holds at the same numbers
+    (the tasks of a distributed pack on a base): they keep their numbers, and ``shared_used``
+    collects those a file uses.
 
     The builder lists directories breadth first; each directory it was given is remembered (as
     the layers it merges) until the builder lists it.
@@ -80,9 +83,12 @@ class StoredSource:
         prefixes: list[tuple[bytes, ...]],
         on_clash: str,
         errors: SourceErrors,
+        shared: int = 0,
     ) -> None:
         self.readers = readers
         self.shard_base = shard_base
+        self.shared = shared
+        self.shared_used: set[int] = set()
         self.on_clash = on_clash
         self.errors = errors
         self.overridden: list[str] = []
@@ -231,8 +237,13 @@ class StoredSource:
         st = self._stat(number, entry)
         stored = None
         if entry.is_file:
+            shard = entry.shard
+            if shard >= self.shared:
+                shard += self.shard_base[number]
+            elif entry.size:
+                self.shared_used.add(shard)
             stored = StoredContent(
-                shard=self.shard_base[number] + entry.shard,
+                shard=shard,
                 offset=entry.offset,
                 size=entry.size,
                 crc32c=entry.crc32c,
