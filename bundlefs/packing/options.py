@@ -332,4 +332,6 @@ def resolve_options(
     )
     if options.compact and not on_base:
         raise PackError("compacting (--compact) is for a pack on a base: give a base (--base OLD)")
+    if options.materialize and not on_base:
+        raise PackError("--materialize copies a base's shards: it goes with --base")
     return options

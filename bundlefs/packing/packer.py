@@ -115,15 +115,7 @@ def pack(
     options = resolve_options(options, base is not None, dedup=dedup, compact=compact, check=check)
     paths = source_paths(source)
     location, remote = check_destination(paths, dest, options)
-    opened = None
-    if base is None and options.materialize:
-        raise PackError("--materialize copies a base's shards: it goes with --base")
-    if base is not None:
-        opened = (
-            base
-            if isinstance(base, Base)
-            else _open_base(base, source, paths, dest, options, remote)
-        )
+    opened = None if base is None else _open_base(base, source, paths, dest, options, remote)
     try:
         summary, where = _publish(source, location, remote, options, progress, opened)
     finally:
@@ -140,15 +132,18 @@ def pack(
 
 
 def _open_base(
-    base: str | os.PathLike[str],
+    base: str | os.PathLike[str] | Base,
     source: PackSource,
     paths: list[str] | None,
     dest: str,
     options: PackOptions,
     remote: RemotePublisher | None,
 ) -> Base:
-    """The base of a pack, opened; ``PackError`` if the source is not one directory (or a
-    ``DirectorySource``: a distributed pack's partition of one)."""
+    """The base of a pack, opened (``base`` itself if it is, a distributed pack's task's);
+    ``PackError`` if the source is not one directory (or a ``DirectorySource``: a distributed
+    pack's partition of one)."""
+    if isinstance(base, Base):
+        return base
     if not isinstance(source, DirectorySource) and (
         paths is None or len(paths) != 1 or not os.path.isdir(paths[0]) or options.files_from
     ):

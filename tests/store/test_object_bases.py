@@ -148,7 +148,7 @@ def test_a_pack_on_a_base_on_the_store_uploads_and_copies_none_of_its_shards(
         assert len(own) < index.config.shard_count
     # Only the index, the marker and NEW's own shards (its new file's, and one-block stand-ins
     # for OLD's shards no file uses) are under NEW: not one of OLD's shards.
-    assert set(new) == {"COMPLETE", "index/data.mdb", *own}
+    assert set(new) == {"COMPLETE", "index/data.mdb", "index/pages", *own}
     assert sorted(requests["uploaded"]) == sorted(new) and requests["copied"] == []
     assert summary.uploaded_bytes < sum(v for k, v in old.items() if k.startswith("shard-")) / 4
     # The marker that guards OLD's shards names NEW.

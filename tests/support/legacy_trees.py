@@ -140,7 +140,7 @@ def graft_legacy_shards(bundle: str | os.PathLike) -> None:
     body = struct.pack(">8sII16sQII", b"BNDLDONE", packed, 0, bundle_id, len(index),
                        crc32c.crc32c(index), 12)  # fmt: skip
     (bundle / "COMPLETE").write_bytes(body + struct.pack(">I", crc32c.crc32c(body)))
-    if version >= 6:  # §3.10: a CRC32C per page of the index, after a header naming the bundle
+    if packed >= 6:  # §3.10: a CRC32C per page of the index, after a header naming the bundle
         page_size = struct.unpack_from("<I", index, 40)[0]
         crcs = [crc32c.crc32c(index[at : at + page_size]) for at in range(0, len(index), page_size)]
         table = struct.pack(">8sII16sQ", b"BNDLPAGE", page_size, 0, bundle_id, len(crcs))

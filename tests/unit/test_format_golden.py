@@ -803,7 +803,7 @@ def test_the_same_tree_packed_today_is_version_6_with_decimal_shard_names(
         assert "shard-00000010" in names and "shard-00000011" in names
         # Every shard is the bundle's own: its codec, version 6, its own index, zeros for the id.
         for key, value in r.items(b"shards"):
-            assert value[20:] == bytes([codec, 6, 0, 0]) + key + bytes(16)
+            assert value[20:] == bytes([codec, 6, 0, 0]) + key + bytes(16) + bytes(8)  # base 0
         assert_reads_the_v1_tree(r, v1_tree)
         assert "digest" in r.lookup("d0/f00.bin") and "digest" in r.lookup("d1/f01.bin")
         r.check_totals()

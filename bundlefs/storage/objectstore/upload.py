@@ -10,21 +10,18 @@ the packer builds and seals the bundle in a local staging directory as always, t
    a bundle others keep shards in is refused too, references.py);
 2. with ``force``, delete the old ``COMPLETE`` first: from then on nothing opens the URL, so no
    reader can ever pair the old marker with new objects;
-3. upload the index and the shards in parallel but those in a base (``shared``: references, or
-   server-side copies; fsspec's ``put_file``, a multipart upload for large objects), counting
-   bytes as the back-end reports them (s3fs: per multipart part, or per object) for the progress;
+3. upload the index (and its page checksums) and the shards but those in a base (``shared``),
+   in parallel (fsspec's ``put_file``, multipart for large objects), counting bytes as the
+   back-end reports them (s3fs: per multipart part, or per object) for the progress;
 4. check what landed with cheap requests: every object's size (a HEAD each) and every shard's
    header (a 32-byte ranged GET: it names the bundle, so a concurrent pack to the same URL that
    overwrote a shard is caught here rather than by a reader), then leave the bases' markers;
 5. upload ``COMPLETE`` (one small PUT, atomic on the stores fsspec reaches);
 6. delete the old bundle's objects the new one does not have (extra shards).
 
-A publish killed anywhere before step 5 leaves no ``COMPLETE``: nothing opens, and a later pack to
-the URL overwrites the leftovers without ``--force``. One interrupted (Ctrl-C, or a SIGTERM/SIGHUP
-the command line turns into one) before it is done deletes what it uploaded, the marker first,
-and notes so on the exception (``_withdraw``). Every failure of the store (bad credentials,
-a missing bucket, a network still down after the back-end's retries) is one ``PackError``
-sentence.
+Killed before step 5: no ``COMPLETE``, nothing opens, a later pack overwrites the leftovers.
+Interrupted (Ctrl-C, SIGTERM/SIGHUP): what was uploaded is deleted, marker first (``_withdraw``).
+Every failure of the store is one ``PackError`` sentence.
 
 May import: the standard library, ``bundlefs.core``, ``bundlefs.errors``,
 ``bundlefs.storage.{location, marker}``, ``bundlefs.storage.objectstore.{client,
@@ -75,7 +72,7 @@ UPLOAD_READ_TIMEOUT = 60
 ATTEMPTS = 4  # per request, 5xx, throttling and connection failures retried with backoff
 
 _INDEX_OBJECT = f"{fmt.INDEX_DIR}/{fmt.INDEX_FILE}"
-_PAGES_OBJECT = f"{fmt.INDEX_DIR}/{PAGES_FILE}"  # version 6: the index's page checksums
+_PAGES_OBJECTS = ((), (f"{fmt.INDEX_DIR}/{PAGES_FILE}",))  # [from version 6]: page checksums
 # What a bundle (or an interrupted upload of one) may hold under its URL: the marker, the index
 # (a lock file a tool left is harmless) and shards named as either format version names them.
 # A bundle others keep shards in (version 6) also holds their markers (references.py).
@@ -230,9 +227,8 @@ class RemotePublisher:
         marker = read_marker(work)
         shared = self.shared or SharedShards()
         shards = (fmt.shard_filename(i, marker.format_version) for i in range(marker.shard_count))
-        names = [_INDEX_OBJECT] + [name for name in shards if name not in shared.names]
-        if marker.format_version >= FIRST_PAGE_CHECK_VERSION:
-            names.append(_PAGES_OBJECT)
+        paged = _PAGES_OBJECTS[marker.format_version >= FIRST_PAGE_CHECK_VERSION]
+        names = [_INDEX_OBJECT, *paged, *(n for n in shards if n not in shared.names)]
         sizes = {name: os.path.getsize(os.path.join(work, name)) for name in names}
         counted = UploadProgress(sum(sizes.values()) + fmt.MARKER_SIZE, len(names) + 1)
         self.uploaded = counted
