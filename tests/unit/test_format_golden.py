@@ -825,7 +825,7 @@ def test_doc_reader_reads_a_bundle_holding_shards_of_version_1_2_and_3_bundles(
         assert [v[20] for v in table] == [1] * 4 + [2] * 4 + [1] * 4  # compression
         assert [v[21] for v in table] == [1] * 4 + [2] * 4 + [6] * 4  # header_version
         assert [v[24:28] for v in table] == [struct.pack(">I", i) for i in range(12)]
-        assert [v[28:] for v in table] == [v1_id] * 4 + [v2_id] * 4 + [bytes(16)] * 4
+        assert [v[28:44] for v in table] == [v1_id] * 4 + [v2_id] * 4 + [bytes(16)] * 4
         assert (grafted_bundle_path / "shard-00000000").read_bytes()[8:32] == (
             struct.pack(">II", 1, 0) + v1_id  # the version-1 bundle's header, unchanged
         )
@@ -858,7 +858,7 @@ def test_doc_reader_reads_a_merged_bundle_of_version_1_2_3_5_and_6_bundles(
             version, index = (1, 2, 3, 5, 6)[shard // 12], shard % 12
             codec = 2 if version == 2 else 1
             assert (
-                value[20:]
+                value[20:44]
                 == bytes([codec, version, 0, 0]) + struct.pack(">I", index) + ids[shard // 12]
             )
         r.check_totals()
