@@ -283,10 +283,8 @@ def run(args: argparse.Namespace) -> int:
     sources = expand_sources(args.sources)
     source: str | list[str] = sources[0] if len(sources) == 1 else sources
     progress = None if args.quiet else _progress([] if args.files_from else source)
-    if args.base is not None and (args.dask is not None or args.files_from):
-        raise UsageError(
-            "--base packs one directory in one process: not with --dask or --files-from"
-        )
+    if args.base is not None and args.dask is not None:
+        raise UsageError("--base packs in one process: not with --dask")
     if args.dask is not None and args.dedup:
         raise UsageError("--dedup packs in one process; it does not go with --dask")
     if args.dask is not None and args.files_from:

@@ -13,7 +13,8 @@ Modules import one way, bottom first (a module imports only those on lines above
    ``sources.added`` (what a ``Writer`` is given)
 6. ``destination`` (check DEST; build, seal and publish), ``compare`` (a source file against a
    base's stored bytes), then ``delta`` (a pack on a base bundle: its unchanged files arrive
-   stored at the base's bytes, or as its entry values, copied)
+   stored at the base's bytes, or as its entry values, copied), then ``delta_sink`` (the same for
+   archives and ``--files-from``; ``on_base`` puts any source on a base)
 7. ``packer`` (``pack``) | ``writer`` (``Writer``: a bundle built from Python, one entry at a time)
 8. ``reuse`` (another bundle's shards in a new one), then ``merge`` and ``compact`` (a bundle
    without its dead records)
@@ -22,7 +23,7 @@ Modules import one way, bottom first (a module imports only those on lines above
 As the layering test reads it (a sub-package is one child; ``sources`` orders its own inside):
 
 Order (bottom first): user_data | reuse, sources, options, content, builder, destination,
-compare, delta, packer | writer, merge | compact, distributed
+compare, delta, delta_sink, packer | writer, merge | compact, distributed
 
 Where the next features go: a new archive format is one module in ``sources`` over ``synthetic``
 and ``streams``; object-store bases of a delta pack go in ``delta`` (over ``reuse``).

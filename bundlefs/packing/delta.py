@@ -1,13 +1,15 @@
 """Packing a tree on a base bundle: a new, complete bundle that reuses the base's stored bytes
 for every file that did not change (``pack(SRC, NEW, base=OLD)``): ``Base`` and ``DeltaSource``.
 
-``DeltaSource`` walks SRC as a pack does (a ``DirectorySource``) beside OLD's index, one
-directory at a time (a directory's children are one inode range in OLD, so the walk reads OLD's
-index in order, never looking a path up). A regular file whose path names a regular file in OLD
-of the same size is then either
+``DeltaSource`` walks SRC as a pack does (a ``WalkedSource``: a directory, an object-store
+prefix) beside OLD's index, one directory at a time (a directory's children are one inode range
+in OLD, so the walk reads OLD's index in order, never looking a path up); a source that stores
+its own content (an archive, ``--files-from``) goes through ``delta_sink`` instead, with the
+same rules. A regular file whose path names a regular file in OLD of the same size is then either
 
-- unchanged by its stat (``check="stat"``): its mtime equals OLD's to the nanosecond and OLD's
-  mtime lies more than ``racy_seconds`` before OLD's creation time. It is not read: its item
+- unchanged by its stat (``check="stat"``): its mtime equals OLD's (as fine as the source's
+  ``mtime_tick``) and lies more than ``racy_seconds`` (plus a tick) before OLD's creation time.
+  It is not read: its item
   arrives ``stored`` at OLD's place and CRC (``StoredContent``), its metadata SRC's. Most such
   files (one link, OLD's mode, OLD of this format version) arrive instead with OLD's entry
   value undecoded (``SourceItem.reuse``), which the builder copies when the new entry would
@@ -47,6 +49,7 @@ from __future__ import annotations
 import os
 import stat as statmod
 from collections.abc import Iterator
+from typing import Protocol
 
 from bundlefs.core import format as fmt
 from bundlefs.core.checksum import ContentDigest
@@ -55,13 +58,15 @@ from bundlefs.packing.compare import same_bytes, same_stream
 from bundlefs.packing.options import BaseReuse, PackOptions
 from bundlefs.packing.reuse import ReusedShards
 from bundlefs.packing.sources.base import (
+    EXACT_MTIME,
     Content,
+    MtimeTick,
     Reuse,
     SourceItem,
     Stat,
     StoredContent,
 )
-from bundlefs.packing.sources.directory import DirectorySource
+from bundlefs.packing.sources.directory import ReadIf
 from bundlefs.storage.codec import zstd_module
 from bundlefs.storage.index import IndexReader
 from bundlefs.storage.index_writer import IndexWriter
@@ -70,7 +75,7 @@ from bundlefs.storage.shard_writer import ShardWriter
 from bundlefs.storage.shards import ShardSet
 from bundlefs.storage.store import LocalShardStore
 
-_EMPTY_DIGEST = ContentDigest().digest()  # an empty file needs no shard, but has a digest
+EMPTY_DIGEST = ContentDigest().digest()  # an empty file needs no shard, but has a digest
 
 
 def _inside(path: str, directory: str) -> bool:
@@ -171,16 +176,23 @@ class Base:
         self.reuse.ways = {way: ways.count(way) for way in sorted(set(ways))}
         return empty
 
-    def trusted(self, entry: fmt.Entry | None, st: Stat) -> bool:
-        """Whether the file with status ``st`` is OLD's ``entry`` unchanged, by its stat."""
+    def trusted(self, entry: fmt.Entry | None, st: Stat, tick: MtimeTick = EXACT_MTIME) -> bool:
+        """Whether the file with status ``st`` (an mtime as fine as ``tick``) is OLD's
+        ``entry`` unchanged, by its stat."""
         return (
             entry is not None
             and self.check == "stat"
             and entry.is_file
             and st.st_size == entry.size
             and st.st_mtime_ns == entry.mtime_ns
-            and entry.mtime_ns < self.racy_limit
+            and self.settled(entry.mtime_ns, tick)
         )
+
+    def settled(self, mtime_ns: int, tick: MtimeTick) -> bool:
+        """Whether a file of mtime ``mtime_ns``, as fine as ``tick``, was last written before
+        OLD's racy window: its true mtime lies anywhere up to a tick after the one it shows.
+        A tick of None (an mtime that tells versions apart not at all) never is."""
+        return tick is not None and mtime_ns + tick - 1 < self.racy_limit
 
     def reused(self, entry: fmt.Entry, st: Stat) -> StoredContent:
         """The item's content as OLD stored it; ``st`` is SRC's (what the entry records)."""
@@ -197,13 +209,28 @@ class Base:
         )
 
 
+class WalkedSource(Protocol):
+    """A source the builder walks whose files it reads itself (``DirectorySource``,
+    ``ObjectSource``): ``children`` takes ``read_if``, which says whether to read a small file
+    ahead (a delta pack reads none it takes from the base); ``mtime_tick`` says how fine its
+    mtimes are (``sources.base.MtimeTick``)."""
+
+    mtime_tick: MtimeTick
+
+    def root(self) -> SourceItem: ...
+    def children(self, rel: bytes, read_if: ReadIf | None = None) -> Iterator[SourceItem]: ...
+    def readlink(self, item: SourceItem) -> bytes: ...
+    def open(self, item: SourceItem) -> Content: ...
+
+
 class DeltaSource:
-    """SRC (a ``DirectorySource``) beside ``base``: files unchanged since the base arrive
+    """SRC (a ``WalkedSource``) beside ``base``: files unchanged since the base arrive
     ``stored`` at its bytes, every other item as SRC delivers it."""
 
-    def __init__(self, inner: DirectorySource, base: Base) -> None:
+    def __init__(self, inner: WalkedSource, base: Base) -> None:
         self.inner = inner
         self.base = base
+        self.tick = inner.mtime_tick
         self._pending: dict[bytes, int] = {}  # directory rel -> OLD's directory inode
         self._linked: set[tuple[int, int]] = set()  # hard-linked files met, as the builder
 
@@ -219,10 +246,10 @@ class DeltaSource:
             if found is None:
                 return True
             item.reuse = self._copyable(found[1], item.st)
-            return item.reuse is None and not self.base.trusted(self._entry(found), item.st)
+            entry = self._entry(found)
+            return item.reuse is None and not self.base.trusted(entry, item.st, self.tick)
 
-        names = self.inner.names(rel)
-        for item in self.inner.named_children(rel, names, read_if if old else None):
+        for item in self.inner.children(rel, read_if if old else None):
             if item.reuse is not None:
                 self._copied(item)
                 yield item
@@ -290,10 +317,10 @@ class DeltaSource:
         types = base.reader.content_types
         if (st.st_mode, st.st_size, st.st_mtime_ns) != (mode, size, mtime_ns) or not size:
             return None
-        if mtime_ns >= base.racy_limit or shard >= base.count or content_type >= len(types):
-            return None  # racy, or an index out of range: decode it in full (it is refused)
-        if owner >= len(base.reader.owners):
-            return None
+        if not base.settled(mtime_ns, self.tick):
+            return None  # racy: compared by content
+        if shard >= base.count or content_type >= len(types) or owner >= len(base.reader.owners):
+            return None  # an index out of range: decode it in full (it is refused)
         media_type = None if content_type == fmt.NO_CONTENT_TYPE else types[content_type]
         return value, owner, content_type, media_type, shard
 
@@ -311,10 +338,10 @@ class DeltaSource:
         size = item.st.st_size
         if not size and not item.data:  # empty: needs no shard, and no sniffing of OLD's type
             st = item.before if item.before is not None else item.st
-            item.stored = StoredContent(0, 0, 0, 0, st, b"", digest=_EMPTY_DIGEST)
+            item.stored = StoredContent(0, 0, 0, 0, st, b"", digest=EMPTY_DIGEST)
             item.data = None
             counts.stored_files += entry is None
-        elif entry is not None and base.trusted(entry, item.st):
+        elif entry is not None and base.trusted(entry, item.st, self.tick):
             item.stored = base.reused(entry, item.st)
             counts.reused_files += 1
             counts.reused_bytes += size

@@ -10,7 +10,8 @@ uploads it) only once complete. Every failure is a ``PackError`` naming what wen
 leaves nothing behind. The options and the summary are ``options``'s.
 
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``, ``bundlefs.packing``
-below it (``options``, ``sources``, ``content``, ``builder``, ``destination``).
+below it (``options``, ``sources``, ``content``, ``builder``, ``destination``, ``delta``,
+``delta_sink``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from bundlefs.core.content_types import ContentTypeRules
 from bundlefs.errors import IndexWriteError, PackError
 from bundlefs.packing.builder import EntryBuilder
 from bundlefs.packing.content import ContentWriter
-from bundlefs.packing.delta import Base, DeltaSource
+from bundlefs.packing.delta import Base
+from bundlefs.packing.delta_sink import on_base
 from bundlefs.packing.destination import (
     check_destination,
     object_prefix,
@@ -45,6 +47,7 @@ from bundlefs.packing.options import (
 )
 from bundlefs.packing.sources.archive import ArchiveSource
 from bundlefs.packing.sources.base import (
+    ContentSink,
     EntrySource,
     SourceErrors,
     StreamingSource,
@@ -92,8 +95,9 @@ def pack(
     untouched (but a URL replaced with ``force`` no longer opens: its old marker goes first).
 
     With ``base`` (a local bundle, OLD), the new bundle reuses OLD's stored bytes for every file
-    of the directory ``source`` that did not change since OLD (``options.check`` says how that is
-    known) and stores only the others: ``delta`` says how, docs/versions.md when to.
+    of ``source`` (a directory, archives, a prefix, ``files_from``) that did not change since OLD
+    (``options.check`` says how that is known) and stores only the others: ``delta`` and
+    ``delta_sink`` say how, docs/versions.md when to.
 
     ``dedup`` (``options.dedup`` when None): store each distinct content once; a later file with
     the same content gets an entry of its own at the first copy's place (``content.DedupTable``).
@@ -125,9 +129,13 @@ def pack(
 
 
 def _open_base(base: str, paths: list[str] | None, dest: str, options: PackOptions) -> Base:
-    """The base of a pack, opened; ``PackError`` if the source is not one directory."""
-    if paths is None or len(paths) != 1 or not os.path.isdir(paths[0]) or options.files_from:
-        raise PackError("a pack on a base (--base) needs one directory SRC, without --files-from")
+    """The base of a pack, opened; ``PackError`` if the source is the caller's own
+    ``EntrySource`` (``delta_sink.on_base`` takes every source a path or URL names)."""
+    if paths is None:
+        raise PackError(
+            "a pack on a base (--base) needs a directory, archives, an object-store prefix or "
+            "--files-from as SRC, not a source object"
+        )
     return Base(base, dest, options)
 
 
@@ -251,11 +259,11 @@ class _Packer:
         the shards the bundle wrote (None: all)."""
         options = self.options
         source = self._entry_source(errors, pool)
-        if self.base is not None:
-            assert isinstance(source, DirectorySource)  # _open_base checked
-            source = DeltaSource(source, self.base)
+        sink: ContentSink = content
+        if self.base is not None:  # unchanged files arrive stored at the base's bytes
+            source, sink = on_base(source, self.base, content, self.work)
         if isinstance(source, StreamingSource):
-            source.load(content)  # an archive: read once, its content stored in its order
+            source.load(sink)  # an archive: read once, its content stored in its order
         rules = (
             ContentTypeRules(options.content_types, detect=options.detect_content_types)
             if options.detect_content_types or options.content_types

@@ -70,7 +70,7 @@ def test_a_missing_base_is_a_one_line_error(versions, tmp_path):
 def test_base_with_dask_is_a_usage_error(versions, tmp_path):
     src, old = versions
     result = run_cli("pack", src, tmp_path / "n.bundle", "--base", old, "--dask", "local:1")
-    assert "--base packs one directory in one process" in assert_one_line_error(result, 2)
+    assert "--base packs in one process" in assert_one_line_error(result, 2)
 
 
 def test_an_unknown_check_is_a_usage_error(versions, tmp_path):

@@ -20,6 +20,8 @@ import pytest
 from bundlefs import Bundle, PackOptions, pack
 from bundlefs.core import format as fmt
 from bundlefs.errors import PackError
+from bundlefs.packing.sources.base import SourceErrors
+from bundlefs.packing.sources.directory import DirectorySource
 from bundlefs.read.extract import extract
 from bundlefs.read.verify import verify
 from tests.conftest import bundle_file_bytes, flip_byte
@@ -266,12 +268,13 @@ def test_a_dest_that_is_the_base_is_refused(tmp_path: Path) -> None:
     assert verify(tmp_path / "old").ok
 
 
-def test_an_archive_source_on_a_base_is_refused(tmp_path: Path) -> None:
+def test_a_source_object_on_a_base_is_refused_in_one_sentence(tmp_path: Path) -> None:
     src = _tree(tmp_path / "src", files=2)
     _pack(src, tmp_path / "old")
-    subprocess.run(["tar", "cf", str(tmp_path / "t.tar"), "-C", str(src), "."], check=True)
-    with pytest.raises(PackError, match="needs one directory SRC"):
-        pack(str(tmp_path / "t.tar"), str(tmp_path / "new"), base=tmp_path / "old")
+    source = DirectorySource(str(src), SourceErrors(False))
+    with pytest.raises(PackError, match=r"^a pack on a base \(--base\) needs a directory, "):
+        pack(source, str(tmp_path / "new"), base=tmp_path / "old")
+    assert not (tmp_path / "new").exists()
 
 
 def test_a_base_whose_shard_was_replaced_is_refused_in_one_sentence(tmp_path: Path) -> None:
