@@ -161,9 +161,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--check",
         choices=("stat", "content"),
         default="stat",
-        help="with --base, how a file is known unchanged: stat (type, size and mtime to the "
-        "nanosecond, outside the racy window; the default) or content (every file of OLD's size "
-        "is read and compared with OLD's bytes)",
+        help="with --base, how a file is known unchanged: stat (type, size and mtime as fine as "
+        "SRC keeps it, outside the racy window; the default) or content (every file of OLD's size "
+        "is read and compared with OLD's digest)",
     )
     p.add_argument(
         "--racy-seconds",
