@@ -9,12 +9,12 @@ same rules. A regular file whose path names a regular file in OLD of the same si
 
 - unchanged by its stat (``check="stat"``): its mtime equals OLD's (as fine as the source's
   ``mtime_tick``) and lies more than ``racy_seconds`` (plus a tick) before OLD's creation time.
-  It is not read: its item
-  arrives ``stored`` at OLD's place and CRC (``StoredContent``), its metadata SRC's. Most such
-  files (one link, OLD's mode, OLD of this format version) arrive instead with OLD's entry
-  value undecoded (``SourceItem.reuse``), which the builder copies when the new entry would
-  encode to those very bytes (``fmt.reusable_file``; the owner and content type indexes agree):
-  no entry decoded, built or encoded, which is most of what such a pack costs per file;
+  It is not read: its item arrives ``stored`` at OLD's place and CRC (``StoredContent``), its
+  metadata SRC's. Most such files (one link, OLD's mode, OLD of this format version) arrive
+  instead with OLD's entry value undecoded (``SourceItem.reuse``), which the builder copies when
+  the new entry would encode to those very bytes (``fmt.reusable_file``; the owner and content
+  type indexes agree): no entry decoded, built or encoded, which is most of what such a pack
+  costs per file;
 - or read and compared with OLD's bytes (``check="content"``, a stat that differs, the racy
   window): equal content is reused all the same, with nothing written; different content, and
   every new or resized file, goes to the ``ContentWriter`` as in any pack.
@@ -246,8 +246,9 @@ class DeltaSource:
             if found is None:
                 return True
             item.reuse = self._copyable(found[1], item.st)
-            entry = self._entry(found)
-            return item.reuse is None and not self.base.trusted(entry, item.st, self.tick)
+            if item.reuse is not None:
+                return False  # OLD's value copied: no entry decoded (the hot path)
+            return not self.base.trusted(self._entry(found), item.st, self.tick)
 
         for item in self.inner.children(rel, read_if if old else None):
             if item.reuse is not None:

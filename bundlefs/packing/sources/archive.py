@@ -22,6 +22,10 @@ How members map (docs/archives.md has the whole story):
 Compression (``streams``): tar plain, gzip, bzip2, xz and zstd (the ``zstd`` extra). A zip needs
 a seekable file (its directory is at its end), so it cannot come on stdin.
 
+On a base (``packing.delta_sink``) each member goes to the sink with how fine its mtime is (a tar
+header's whole seconds, a pax mtime's own digits, a zip's extended timestamp's seconds; a DOS time
+tells versions apart not at all: ``MtimeTick``), and a zip member with a way to read it again.
+
 May import: ``bundlefs.errors``, ``bundlefs.packing.sources`` (``base``, ``streams``,
 ``synthetic``).
 """

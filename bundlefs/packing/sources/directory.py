@@ -125,6 +125,9 @@ class DirectorySource:
     partition planner, ``distributed/plan.py``).
     """
 
+    # How fine its mtimes are (a pack on a base trusts a stat this far: ``sources.base``).
+    mtime_tick: MtimeTick = EXACT_MTIME
+
     def __init__(
         self,
         root: str,
@@ -144,9 +147,6 @@ class DirectorySource:
         except OSError as e:
             raise PackError(f"cannot read the source: {e.strerror}") from e
         return SourceItem(b"", b"", st)
-
-    # How fine its mtimes are (a pack on a base trusts a stat this far: ``sources.base``).
-    mtime_tick: MtimeTick = EXACT_MTIME
 
     def children(self, rel: bytes, read_if: ReadIf | None = None) -> Iterator[SourceItem]:
         """The children of ``rel`` (``named_children`` of every name in it)."""

@@ -10,7 +10,9 @@ below it). What each entry gets:
   read from the store when the builder stores it: small objects (up to ``_READ_AHEAD_MAX``)
   whole and up to ``_READ_AHEAD_FILES`` ahead on the pack's threads, larger ones streamed in
   bounded ranged GETs (``bundlefs.storage.objectstore.listing``). An object that changed size
-  since it was listed is stored as read and reported in ``changed``, as a file that changed;
+  since it was listed is stored as read and reported in ``changed``, as a file that changed. On a
+  base (``packing.delta``) an object is unchanged by its size and LastModified to the second
+  (``mtime_tick``), and then never fetched;
 - a directory (the root included): mode 0755, the same owner, mtime = the pack's creation time
   (deterministic, and the same in every partition of a distributed pack, which a time taken from
   the objects below a directory would not be);
@@ -76,6 +78,10 @@ class ObjectSource:
     listing the driver made); ``created_ns``: the mtime of every directory; ``pool``: threads
     that fetch small objects ahead of the builder.
     """
+
+    # LastModified is whole seconds on S3 (the listing says milliseconds, always .000): a pack on
+    # a base trusts an object's stat this far (``sources.base``).
+    mtime_tick: MtimeTick = SECOND_MTIME
 
     def __init__(
         self,
@@ -183,10 +189,6 @@ class ObjectSource:
     def root(self) -> SourceItem:
         self._load()
         return SourceItem(b"", b"", self._dir_stat())
-
-    # LastModified is whole seconds on S3 (the listing says milliseconds, always .000): a pack on
-    # a base trusts an object's stat this far (``sources.base``).
-    mtime_tick: MtimeTick = SECOND_MTIME
 
     def children(
         self, rel: bytes, read_if: Callable[[SourceItem], bool] | None = None
