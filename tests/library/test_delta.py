@@ -26,7 +26,7 @@ from bundlefs.read.extract import extract
 from bundlefs.read.verify import verify
 from tests.conftest import bundle_file_bytes, flip_byte
 from tests.support.legacy_trees import V1_PACK_OPTIONS, V4_BUNDLE, build_v1_tree
-from tests.support.trees import MTIME_NS, build_rich_tree, set_mtimes, snapshot
+from tests.support.trees import MTIME_NS, build_rich_tree, random_change, set_mtimes, snapshot
 
 OLD_NS = MTIME_NS  # 2020: far outside the racy window of a pack made now
 
@@ -160,37 +160,6 @@ def test_the_base_is_never_modified(tmp_path: Path) -> None:
     assert verify(tmp_path / "old").ok
 
 
-def _change(rng: random.Random, root: Path) -> None:
-    """One random change of the tree: rewrite (same size, keeping a fresh file's mtime), grow,
-    touch, delete, add, rename or chmod."""
-    files = sorted(p for p in root.rglob("*") if p.is_file())
-    path = rng.choice(files)
-    kind = rng.choice(["same-size", "grow", "touch", "delete", "add", "rename", "chmod"])
-    st = path.stat()
-    if kind == "same-size" and st.st_size:
-        data = bytearray(path.read_bytes())
-        data[rng.randrange(len(data))] ^= 0xFF
-        path.write_bytes(bytes(data))
-        if st.st_mtime_ns > time.time_ns() - 10**9:
-            # Written less than a second before the last pack: the same mtime again, which only
-            # the racy window catches (an older file keeps its stat only in a --check content
-            # world).
-            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-    elif kind == "grow":
-        with path.open("ab") as f:
-            f.write(b"+")
-    elif kind == "touch":
-        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1000))
-    elif kind == "delete":
-        path.unlink()
-    elif kind == "add":
-        (path.parent / f"n{rng.randrange(10**6)}").write_bytes(rng.randbytes(rng.randint(0, 9000)))
-    elif kind == "rename":
-        path.rename(path.parent / f"r{rng.randrange(10**6)}")
-    else:
-        path.chmod(0o600 if st.st_mode & 0o77 else 0o644)
-
-
 @pytest.mark.parametrize("seed", range(3))
 def test_random_changes_in_a_chain_of_five_generations_are_never_missed(
     tmp_path: Path, seed: int
@@ -205,7 +174,7 @@ def test_random_changes_in_a_chain_of_five_generations_are_never_missed(
     subprocess.run(["cp", "-a", str(src), str(copies[0])], check=True)
     for generation in range(1, 5):
         for _ in range(rng.randint(3, 12)):
-            _change(rng, src)
+            random_change(rng, src)
         bundles.append(tmp_path / f"g{generation}")
         _pack(src, bundles[-1], bundles[-2], shard_size=2**20)
         copies.append(tmp_path / f"t{generation}")

@@ -24,7 +24,7 @@ from bundlefs import PackOptions, pack
 from bundlefs.packing.options import PackSummary
 from bundlefs.read.verify import verify
 from tests.conftest import bundle_entries
-from tests.support.trees import MTIME_NS, set_mtimes
+from tests.support.trees import MTIME_NS, random_change, set_mtimes
 
 LATER_NS = MTIME_NS + 86_400 * 10**9  # a day after the tree's mtime: a changed file's
 LARGE = 3 * 2**20  # over the 1 MiB a member is compared whole up to: compared as it streams
@@ -224,3 +224,27 @@ def test_an_archive_on_a_base_packed_from_its_directory_compares_by_content(
     assert summary.reuse is not None
     assert (summary.reuse.same_files, summary.reuse.stored_files) == (25, 0)
     assert summary.stored_bytes == 0
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_random_changes_in_a_chain_of_tar_generations_are_never_missed(
+    tmp_path: Path, seed: int
+) -> None:
+    """Each generation packed from a fresh .tar.gz of the tree on the last: half the files
+    written just now (inside the racy window, where only content tells a same-size rewrite)."""
+    rng = random.Random(seed)
+    src = _tree(tmp_path / "src", files=40, seed=seed)
+    for path in sorted(src.rglob("*.bin"))[::2]:
+        os.utime(path)
+    previous = None
+    for generation in range(4):
+        if generation:
+            for _ in range(rng.randint(3, 10)):
+                random_change(rng, src)
+        tarball = _tar(src, tmp_path / f"g{generation}.tgz", "-z")
+        new = tmp_path / f"g{generation}"
+        pack(tarball, str(new), base=previous)
+        pack(tarball, str(tmp_path / f"plain{generation}"))
+        assert bundle_entries(new) == bundle_entries(tmp_path / f"plain{generation}")
+        assert verify(new).ok
+        previous = new
