@@ -87,6 +87,7 @@ bench: install
 	$(BIN)/python -m bench.streaming
 	$(BIN)/python -m bench.object_store
 	$(BIN)/python -m bench.delta
+	$(BIN)/python -m bench.delta_sources
 	$(BIN)/python -m bench.diff
 	$(BIN)/python -m bench.dedup
 	$(BIN)/python -m bench.writer

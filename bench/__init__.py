@@ -15,8 +15,9 @@ Run with ``python -m bench.run`` (``make bench``) or ``python -m bench.run --qui
 - ``run``: the command line entry point tying it together.
 
 Parts ``make bench`` runs after ``run``, each writing its own section of docs/benchmarks.md:
-``workers``, ``codecs``, ``torch_epoch``, ``object_store`` and ``writer`` (``bundlefs.Writer``
-against ``pack`` on the same files).
+``workers``, ``codecs``, ``torch_epoch``, ``object_store``, ``delta`` and ``delta_sources``
+(``pack --base`` from a directory, and from archives and lists) and ``writer``
+(``bundlefs.Writer`` against ``pack`` on the same files).
 
 This package deliberately imports nothing heavy at import time: ``bench.reader`` is started
 many times as a subprocess and its start-up must stay cheap.

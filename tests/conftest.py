@@ -13,6 +13,7 @@ import contextlib
 import os
 import random
 import shutil
+import stat
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -248,6 +249,34 @@ def bundle_file_bytes(bundle_dir: str | os.PathLike) -> dict[str, bytes]:
             path = os.path.join(top, name)
             with open(path, "rb") as f:
                 out[os.path.relpath(path, bundle_dir)] = f.read()
+    return out
+
+
+def bundle_entries(path: str | os.PathLike) -> dict[str, tuple]:
+    """path -> (mode, mtime_ns, uid, gid, nlink, size, content or link target) of every entry of
+    a bundle, the root ("") included: what two bundles that must read the same are compared by
+    (two packs of one source, a delta pack and a plain one)."""
+    out: dict[str, tuple] = {}
+    with Bundle(path) as b:
+        for top, dirs, files in b.walk(""):
+            for name in ([""] if not top else []) + dirs + files:
+                rel = f"{top}/{name}" if top and name else top or name
+                st = b.lstat(rel)
+                data = b""
+                if stat.S_ISREG(st.st_mode):
+                    data = b.read(rel)
+                elif stat.S_ISLNK(st.st_mode):
+                    data = os.fsencode(b.readlink(rel))
+                size = 0 if stat.S_ISDIR(st.st_mode) else st.st_size
+                out[rel] = (
+                    st.st_mode,
+                    st.st_mtime_ns,
+                    st.st_uid,
+                    st.st_gid,
+                    st.st_nlink,
+                    size,
+                    data,
+                )
     return out
 
 

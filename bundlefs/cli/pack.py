@@ -176,10 +176,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--check",
         choices=("stat", "strict", "content"),
         default="stat",
-        help="with --base, how a file is known unchanged: stat (type, size and mtime to the "
-        "nanosecond, outside the racy window; the default), strict (also the ctime and inode "
-        "number OLD recorded; a file OLD has no record of is compared by content) or content "
-        "(every file of OLD's size is read and compared with OLD's)",
+        help="with --base, how a file is known unchanged: stat (type, size and mtime as fine as "
+        "SRC keeps it, outside the racy window; the default), strict (also the ctime and inode "
+        "number OLD recorded of a directory SRC's file; a file OLD has no record of is compared "
+        "by content) or content (every file of OLD's size is read and compared with OLD's)",
     )
     p.add_argument(
         "--racy-seconds",
@@ -292,8 +292,6 @@ def run(args: argparse.Namespace) -> int:
     sources = expand_sources(args.sources)
     source: str | list[str] = sources[0] if len(sources) == 1 else sources
     progress = None if args.quiet else _progress([] if args.files_from else source)
-    if args.base is not None and args.files_from:
-        raise UsageError("--base packs one whole directory: not with --files-from")
     if args.compact and args.dask is not None:
         raise UsageError("--compact compacts in one process: not with --dask")
     if args.compact and args.base is None:

@@ -14,7 +14,8 @@ Modules import one way, bottom first (a module imports only those on lines above
 6. ``reuse`` (another bundle's shards in a new one), ``destination`` (check DEST; build, seal
    and publish), ``compare`` (a source file against a base's stored bytes), then ``delta`` (a
    pack on a base bundle: its unchanged files arrive stored at the base's bytes, or as its entry
-   values, copied) and ``compact`` (a bundle without its dead records)
+   values, copied), ``delta_sink`` (the same for archives and ``--files-from``; ``on_base`` puts
+   any source on a base) and ``compact`` (a bundle without its dead records)
 7. ``packer`` (``pack``; ``pack --base --compact`` runs ``compact`` over its own result) |
    ``writer`` (``Writer``: a bundle built from Python, one entry at a time)
 8. ``merge``
@@ -23,7 +24,7 @@ Modules import one way, bottom first (a module imports only those on lines above
 As the layering test reads it (a sub-package is one child; ``sources`` orders its own inside):
 
 Order (bottom first): user_data | reuse, sources, options, content, builder, destination,
-compare | remote_base, delta | compact, packer | writer, merge, distributed
+compare | remote_base | strict, delta, delta_sink | compact, packer | writer, merge, distributed
 
 Where the next features go: a new archive format is one module in ``sources`` over ``synthetic``
 and ``streams``; object-store bases of a delta pack go in ``delta`` (over ``reuse``).

@@ -1,8 +1,9 @@
-"""Comparing a file of a pack's source with a base bundle's content of it (``delta``):
-``same_bytes`` (content read whole) and ``same_stream`` (an open file, read to its end or to the
-first difference). By the entry's digest where it has one (format version 5: OLD's bytes never
-read), else against OLD's records, read through its ``ShardSet`` (CRC-checked, decompressed) a
-record at a time and compared as SRC is read; a small file is compared by CRC32C first.
+"""Comparing a file of a pack's source with a base bundle's content of it (``delta``,
+``delta_sink``): ``same_bytes`` (content read whole), ``same_stream`` (an open file, read to its
+end or to the first difference) and ``same_chunks`` (a member as a streaming source yields it).
+By the entry's digest where it has one (format version 5: OLD's bytes never read), else against
+OLD's records, read through its ``ShardSet`` (CRC-checked, decompressed) a record at a time and
+compared as SRC is read; a small file is compared by CRC32C first.
 
 May import: ``bundlefs.core``, ``bundlefs.storage``, ``bundlefs.packing.options``,
 ``bundlefs.packing.sources``.
@@ -10,7 +11,8 @@ May import: ``bundlefs.core``, ``bundlefs.storage``, ``bundlefs.packing.options`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Iterable, Iterator
 
 from bundlefs.core import format as fmt
 from bundlefs.core.checksum import ContentDigest, crc32c
@@ -55,12 +57,28 @@ def same_stream(
     or to the first difference) and did not change while it was read."""
     if before.st_size != entry.size:
         return False
+    read = iter(functools.partial(content.read, READ_CHUNK), b"")
+    if not same_chunks(shards, reader, counts, entry, read):
+        return False
+    after = content.stat()
+    return (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+
+
+def same_chunks(
+    shards: ShardSet,
+    reader: IndexReader,
+    counts: BaseReuse,
+    entry: fmt.Entry,
+    chunks: Iterable[bytes],
+) -> bool:
+    """Whether ``chunks`` (taken to their end, or to the first difference) are OLD's content of
+    ``entry``: by its digest where OLD has one, else against OLD's bytes as they come."""
     digest = ContentDigest() if entry.digest else None
     comparer = None
     if digest is None:
         comparer = _Comparer(stored_chunks(shards, reader, entry))
     crc = size = 0
-    while chunk := content.read(READ_CHUNK):
+    for chunk in chunks:
         if comparer is not None and not comparer.matches(chunk):
             return False
         if digest is not None:
@@ -69,14 +87,12 @@ def same_stream(
         size += len(chunk)
         if size > entry.size:
             return False
-    after = content.stat()
-    unchanged = (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
     if digest is not None:
         counts.digest_compared += 1
         same = digest.digest() == entry.digest
     else:
         same = comparer is not None and comparer.done()
-    return unchanged and size == entry.size and crc == entry.crc32c and same
+    return size == entry.size and crc == entry.crc32c and same
 
 
 class _Comparer:

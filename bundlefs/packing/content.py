@@ -35,9 +35,12 @@ from bundlefs.core.checksum import ContentDigest, crc32c
 from bundlefs.errors import PackError
 from bundlefs.packing.options import PackProgress
 from bundlefs.packing.sources.base import (
+    EXACT_MTIME,
     HEAD_SIZE,
     READ_CHUNK,
     EntrySource,
+    MtimeTick,
+    ReadAgain,
     SourceErrors,
     SourceItem,
     Stat,
@@ -139,14 +142,22 @@ class ContentWriter:
         return self._store_content(item, source)
 
     def store_stream(
-        self, rel: bytes, chunks: Iterable[bytes], st: Stat, *, sized: bool = True
+        self,
+        rel: bytes,
+        chunks: Iterable[bytes],
+        st: Stat,
+        *,
+        sized: bool = True,
+        tick: MtimeTick = EXACT_MTIME,
+        again: ReadAgain | None = None,
     ) -> StoredContent:
         """Append a file's content as a source streams it (an archive member, in archive order).
 
         ``st`` is the member's status (its ``st_size`` places large files on record boundaries);
         what is stored is exactly the bytes ``chunks`` yields. Not ``sized``: ``st_size`` is only
         a guess made before reading (a stream the ``Writer`` reads once), not compared with what
-        was read.
+        was read. ``tick`` and ``again`` are for a delta pack's sink (``ContentSink``): every
+        byte is stored here, read once.
         """
         if self.dedup is not None and sized and st.st_size <= DEDUP_BUFFER:
             return self._store_bytes(rel, b"".join(chunks), st, st)  # hashed before it is stored

@@ -2,22 +2,17 @@
 for every file that did not change (``pack(SRC, NEW, base=OLD)``): ``Base`` and ``DeltaSource``.
 docs/versions.md says when a file counts as unchanged; here is how.
 
-``DeltaSource`` walks SRC as a pack does (a ``DirectorySource``) beside OLD's index, one
-directory at a time (a directory's children are one inode range in OLD: OLD's index is read in
-order, no path looked up). A regular file whose path names one of the same size in OLD is either
-trusted by its stat (``check`` "stat", or "strict" with OLD's source records of ctime and inode,
-both outside the racy window: ``racy_seconds`` before OLD's creation time) and not read — it
-arrives ``stored`` at OLD's place, most such files as OLD's entry value undecoded
-(``SourceItem.reuse``) for the builder to copy when the new entry would encode to those very
-bytes (``fmt.reusable_file``) — or read and compared (``compare``: by OLD's digest from version
-5, no byte of OLD read; else with OLD's bytes through its ``ShardSet``): equal content is reused
-with nothing written, different content goes to the ``ContentWriter`` as in any pack. Only a
-changed file of unchanged size above the read-ahead limit is read twice (compared, then stored).
-
-``Base.finish`` links OLD's used shards (``reuse.ReusedShards``: hard link, else reflink, else
-copy; OLD is never written) at their own numbers, on an object store references or copies them
-(``remote_base``), and puts an empty shard in place of each unused one (deleted trees' files are
-not kept alive). Memory: the entry values of the OLD directory being walked.
+``DeltaSource`` walks SRC as a pack does (a ``WalkedSource``: a directory, an object-store
+prefix) beside OLD's index, one directory at a time (a directory's children are one inode range
+in OLD: read in order, no path looked up); a source that stores its own content (an archive,
+``--files-from``) goes through ``delta_sink``, same rules. A regular file whose path names one
+of the same size in OLD is either trusted by its stat (``check`` "stat": its mtime OLD's, as
+fine as the source's ``mtime_tick``, and ``racy_seconds`` (plus a tick) before OLD's creation;
+"strict": also the ctime and inode OLD's source records hold) and not read — it arrives
+``stored`` at OLD's place, most such files as OLD's entry value undecoded (``SourceItem.reuse``)
+for the builder to copy when the new entry would encode to those very bytes — or read and
+compared (``compare``: by OLD's digest from version 5; else with OLD's bytes): equal content is
+reused with nothing written, different content goes to the ``ContentWriter`` as in any pack.
 
 May import: ``bundlefs.core``, ``errors``, ``storage``, ``packing`` below it (``options``, …).
 """
@@ -27,23 +22,26 @@ from __future__ import annotations
 import os
 import stat as statmod
 from collections.abc import Iterator
-from typing import cast
+from typing import Protocol
 
 from bundlefs.core import format as fmt
 from bundlefs.core.checksum import ContentDigest
 from bundlefs.errors import BundleError, PackError
+from bundlefs.packing import strict
 from bundlefs.packing.compare import same_bytes, same_stream
 from bundlefs.packing.options import BaseReuse, PackOptions
 from bundlefs.packing.remote_base import RemoteBase, open_remote_base
 from bundlefs.packing.reuse import ReusedShards
 from bundlefs.packing.sources.base import (
+    EXACT_MTIME,
     Content,
+    MtimeTick,
     Reuse,
     SourceItem,
     Stat,
     StoredContent,
 )
-from bundlefs.packing.sources.directory import DirectorySource
+from bundlefs.packing.sources.directory import ReadIf
 from bundlefs.storage.codec import zstd_module
 from bundlefs.storage.index import IndexReader
 from bundlefs.storage.index_writer import IndexWriter
@@ -51,14 +49,9 @@ from bundlefs.storage.location import Location, parse_location
 from bundlefs.storage.objectstore.upload import RemotePublisher
 from bundlefs.storage.shard_writer import ShardWriter
 from bundlefs.storage.shards import ShardSet
-from bundlefs.storage.source_records import source_record
 from bundlefs.storage.store import LocalShardStore, ShardStore
 
-_EMPTY_DIGEST = ContentDigest().digest()  # an empty file needs no shard, but has a digest
-
-
-def _inside(path: str, directory: str) -> bool:
-    return path == directory or path.startswith(directory.rstrip("/") + "/")
+EMPTY_DIGEST = ContentDigest().digest()  # an empty file needs no shard, but has a digest
 
 
 class Base:
@@ -104,7 +97,7 @@ class Base:
         if not os.path.isdir(self.path):
             raise PackError(f"the base {path} is not a bundle (no such directory)")
         here, there = os.path.realpath(self.path), os.path.realpath(os.path.abspath(new.path))
-        if new.is_local and (_inside(here, there) or _inside(there, here)):
+        if new.is_local and os.path.commonpath([here, there]) in (here, there):
             raise PackError(f"{dest} overlaps the base {path}, which a pack never modifies")
         try:
             return IndexReader(self.path)
@@ -180,40 +173,27 @@ class Base:
         self.reuse.ways = {way: ways.count(way) for way in sorted(set(ways))}
         return empty
 
-    def trusted(self, entry: fmt.Entry | None, st: Stat) -> bool:
-        """Whether the file with status ``st`` is OLD's ``entry`` unchanged, by its stat (and
-        with ``check="strict"`` its source record)."""
+    def trusted(self, entry: fmt.Entry | None, st: Stat, tick: MtimeTick = EXACT_MTIME) -> bool:
+        """Whether the file with status ``st`` (an mtime as fine as ``tick``) is OLD's
+        ``entry`` unchanged, by its stat (and with ``check="strict"`` its source record)."""
         return (
             entry is not None
             and self.check != "content"
             and entry.is_file
             and st.st_size == entry.size
             and st.st_mtime_ns == entry.mtime_ns
-            and entry.mtime_ns < self.racy_limit
+            and self.settled(entry.mtime_ns, tick)
             and (not self.strict or self.same_source(entry.ino, st))
         )
 
-    def same_source(self, ino: int, st: Stat) -> bool:
-        """``check="strict"``: whether ``st`` (an ``os.stat_result``: SRC is a directory) has the
-        ctime and inode number OLD recorded for its file ``ino``, that ctime outside the racy
-        window as the mtime is. No record (OLD of an earlier version or writer), or one
-        that cannot be read: False, so the file is compared by content, never trusted."""
-        try:
-            recorded = source_record(self.reader, ino)
-        except BundleError:
-            return False
-        if recorded is None:
-            return False
-        ctime_ns, st_ino = recorded
-        full = cast(os.stat_result, st)
-        return (full.st_ctime_ns, full.st_ino) == recorded and ctime_ns < self.racy_limit
+    def settled(self, mtime_ns: int, tick: MtimeTick) -> bool:
+        """Whether a file of mtime ``mtime_ns``, as fine as ``tick``, was last written before
+        OLD's racy window: its true mtime lies anywhere up to a tick after the one it shows.
+        A tick of None (an mtime that tells versions apart not at all) never is."""
+        return tick is not None and mtime_ns + tick - 1 < self.racy_limit
 
-    def unrecorded(self, entry: fmt.Entry) -> bool:
-        """``check="strict"``: whether OLD has no (readable) source record of ``entry``."""
-        try:
-            return self.strict and source_record(self.reader, entry.ino) is None
-        except BundleError:
-            return True
+    def same_source(self, ino: int, st: Stat) -> bool:
+        return strict.same_source(self.reader, ino, st, self.racy_limit)
 
     def reused(self, entry: fmt.Entry, st: Stat) -> StoredContent:
         """The item's content as OLD stored it; ``st`` is SRC's (what the entry records)."""
@@ -230,13 +210,28 @@ class Base:
         )
 
 
+class WalkedSource(Protocol):
+    """A source the builder walks whose files it reads itself (``DirectorySource``,
+    ``ObjectSource``): ``children`` takes ``read_if``, which says whether to read a small file
+    ahead (a delta pack reads none it takes from the base); ``mtime_tick`` says how fine its
+    mtimes are (``sources.base.MtimeTick``)."""
+
+    mtime_tick: MtimeTick
+
+    def root(self) -> SourceItem: ...
+    def children(self, rel: bytes, read_if: ReadIf | None = None) -> Iterator[SourceItem]: ...
+    def readlink(self, item: SourceItem) -> bytes: ...
+    def open(self, item: SourceItem) -> Content: ...
+
+
 class DeltaSource:
-    """SRC (a ``DirectorySource``) beside ``base``: files unchanged since the base arrive
+    """SRC (a ``WalkedSource``) beside ``base``: files unchanged since the base arrive
     ``stored`` at its bytes, every other item as SRC delivers it."""
 
-    def __init__(self, inner: DirectorySource, base: Base) -> None:
+    def __init__(self, inner: WalkedSource, base: Base) -> None:
         self.inner = inner
         self.base = base
+        self.tick = inner.mtime_tick
         self._pending: dict[bytes, int] = {}  # directory rel -> OLD's directory inode
         self._linked: set[tuple[int, int]] = set()  # hard-linked files met, as the builder
 
@@ -252,10 +247,11 @@ class DeltaSource:
             if found is None:
                 return True
             item.reuse = self._copyable(found, item.st)
-            return item.reuse is None and not self.base.trusted(self._entry(found), item.st)
+            if item.reuse is not None:
+                return False  # OLD's value copied: no entry decoded (the hot path)
+            return not self.base.trusted(self._entry(found), item.st, self.tick)
 
-        names = self.inner.names(rel)
-        for item in self.inner.named_children(rel, names, read_if if old else None):
+        for item in self.inner.children(rel, read_if if old else None):
             if item.reuse is not None:
                 self._copied(item)
                 yield item
@@ -324,9 +320,11 @@ class DeltaSource:
         types = base.reader.content_types
         if (st.st_mode, st.st_size, st.st_mtime_ns) != (mode, size, mtime_ns) or not size:
             return None
-        if mtime_ns >= base.racy_limit or shard >= base.count or content_type >= len(types):
-            return None  # racy, or an index out of range: decode it in full (it is refused)
-        if owner >= len(base.reader.owners) or (base.strict and not base.same_source(ino, st)):
+        if not base.settled(mtime_ns, self.tick):
+            return None  # racy: compared by content
+        if shard >= base.count or content_type >= len(types) or owner >= len(base.reader.owners):
+            return None  # an index out of range: decode it in full (it is refused)
+        if base.strict and not base.same_source(ino, st):
             return None
         media_type = None if content_type == fmt.NO_CONTENT_TYPE else types[content_type]
         return value, owner, content_type, media_type, shard
@@ -345,10 +343,10 @@ class DeltaSource:
         size = item.st.st_size
         if not size and not item.data:  # empty: needs no shard, and no sniffing of OLD's type
             st = item.before if item.before is not None else item.st
-            item.stored = StoredContent(0, 0, 0, 0, st, b"", digest=_EMPTY_DIGEST)
+            item.stored = StoredContent(0, 0, 0, 0, st, b"", digest=EMPTY_DIGEST)
             item.data = None
             counts.stored_files += entry is None
-        elif entry is not None and base.trusted(entry, item.st):
+        elif entry is not None and base.trusted(entry, item.st, self.tick):
             item.stored = base.reused(entry, item.st)
             counts.reused_files += 1
             counts.reused_bytes += size
@@ -366,7 +364,7 @@ class DeltaSource:
         """Whether SRC's file holds OLD's bytes (read now unless read ahead). OLD's bytes
         damaged: not the same (SRC's are stored anew; ``verify`` of OLD reports the damage).
         Counts a file strict compares for want of OLD's source record."""
-        if self.base.unrecorded(entry):
+        if self.base.strict and strict.unrecorded(self.base.reader, entry):
             self.base.reuse.unrecorded_files += 1
         try:
             return self._compare(item, entry)

@@ -11,7 +11,7 @@ leaves nothing behind. The options and the summary are ``options``'s.
 
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``, ``bundlefs.packing``
 below it (``options``, ``sources``, ``content``, ``builder``, ``destination``, ``delta``,
-``compact``).
+``compact``, ``delta_sink``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from bundlefs.errors import IndexWriteError, PackError
 from bundlefs.packing.builder import EntryBuilder
 from bundlefs.packing.compact import CompactOptions, compact_into
 from bundlefs.packing.content import ContentWriter
-from bundlefs.packing.delta import Base, DeltaSource
+from bundlefs.packing.delta import Base
+from bundlefs.packing.delta_sink import on_base
 from bundlefs.packing.destination import (
     check_destination,
     object_prefix,
@@ -46,6 +47,7 @@ from bundlefs.packing.options import (
 )
 from bundlefs.packing.sources.archive import ArchiveSource
 from bundlefs.packing.sources.base import (
+    ContentSink,
     EntrySource,
     SourceErrors,
     StreamingSource,
@@ -96,13 +98,14 @@ def pack(
     disk, a store that refuses the upload. Nothing is left behind then, and an existing DEST is
     untouched (but a URL replaced with ``force`` no longer opens: its old marker goes first).
 
-    With ``base`` (a bundle, OLD), the new bundle reuses OLD's stored bytes for every file of the
-    directory ``source`` that did not change since OLD (``options.check`` says how that is known;
-    ``check``, when given, is it: "stat", "strict" or "content") and stores only the others:
-    ``delta`` says how, docs/versions.md when to. OLD's shards are linked (a local OLD), or
-    referenced where they are (an OLD on the object store ``dest`` is on; ``options.materialize``:
-    copied there server-side), ``remote_base``. ``base`` may be a ``delta.Base`` already opened
-    (a distributed pack's task), which ``pack`` closes.
+    With ``base`` (a bundle, OLD), the new bundle reuses OLD's stored bytes for every file of
+    ``source`` (a directory, archives, a prefix, ``files_from``) that did not change since OLD
+    (``options.check`` says how that is known; ``check``, when given, is it: "stat", "strict" or
+    "content") and stores only the others: ``delta`` and ``delta_sink`` say how,
+    docs/versions.md when to. OLD's shards are linked (a local OLD), or referenced where they are
+    (an OLD on the object store ``dest`` is on; ``options.materialize``: copied there
+    server-side), ``remote_base``. ``base`` may be a ``delta.Base`` already opened (a distributed
+    pack's task), which ``pack`` closes.
 
     ``dedup`` (``options.dedup`` when None): store each distinct content once; a later file with
     the same content gets an entry of its own at the first copy's place (``content.DedupTable``).
@@ -140,14 +143,15 @@ def _open_base(
     remote: RemotePublisher | None,
 ) -> Base:
     """The base of a pack, opened (``base`` itself if it is, a distributed pack's task's);
-    ``PackError`` if the source is not one directory (or a ``DirectorySource``: a distributed
-    pack's partition of one)."""
+    ``PackError`` if the source is the caller's own ``EntrySource`` (``delta_sink.on_base``
+    takes every source a path or URL names; a distributed pack's task, a ``DirectorySource``)."""
     if isinstance(base, Base):
         return base
-    if not isinstance(source, DirectorySource) and (
-        paths is None or len(paths) != 1 or not os.path.isdir(paths[0]) or options.files_from
-    ):
-        raise PackError("a pack on a base (--base) needs one directory SRC, without --files-from")
+    if paths is None and not isinstance(source, DirectorySource):
+        raise PackError(
+            "a pack on a base (--base) needs a directory, archives, an object-store prefix or "
+            "--files-from as SRC, not a source object"
+        )
     return Base(os.fspath(base), dest, options, remote)
 
 
@@ -309,11 +313,11 @@ class _Packer:
         the shards the bundle wrote (None: all)."""
         options = self.options
         source = self._entry_source(errors, pool)
-        if self.base is not None:
-            assert isinstance(source, DirectorySource)  # _open_base checked
-            source = DeltaSource(source, self.base)
+        sink: ContentSink = content
+        if self.base is not None:  # unchanged files arrive stored at the base's bytes
+            source, sink = on_base(source, self.base, content, self.work)
         if isinstance(source, StreamingSource):
-            source.load(content)  # an archive: read once, its content stored in its order
+            source.load(sink)  # an archive: read once, its content stored in its order
         rules = (
             ContentTypeRules(options.content_types, detect=options.detect_content_types)
             if options.detect_content_types or options.content_types
@@ -328,7 +332,7 @@ class _Packer:
             user_data=options.user_data,
             content_types=rules,
             record_sources=options.record_sources
-            and isinstance(source, DirectorySource | DeltaSource),
+            and isinstance(getattr(source, "inner", source), DirectorySource),
         )
         builder.build()
         index.put_meta(dict(options.meta))

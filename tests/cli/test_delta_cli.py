@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -82,20 +83,54 @@ def test_base_with_dask_packs_on_the_cluster_and_says_what_it_reused(versions, t
     assert verify(new).ok
 
 
-def test_base_with_files_from_is_a_usage_error(versions, tmp_path):
-    src, old = versions
-    (tmp_path / "list").write_text("added.txt\n")
-    result = run_cli(
-        "pack", src, tmp_path / "n.bundle", "--base", old, "--files-from", tmp_path / "list"
-    )
-    assert "--base packs one whole directory" in assert_one_line_error(result, 2)
-
-
 def test_compact_with_dask_is_a_usage_error(versions, tmp_path):
     src, old = versions
     args = ("--base", old, "--compact", "--dask", "local:1")
     result = run_cli("pack", src, tmp_path / "n.bundle", *args)
     assert "--compact compacts in one process" in assert_one_line_error(result, 2)
+
+
+def _tar(src: Path, out: Path) -> Path:
+    subprocess.run(["tar", "czf", str(out), "-C", str(src), "."], check=True)
+    return out
+
+
+def test_a_tar_on_stdin_packs_on_a_base_packed_from_a_tar(versions, tmp_path):
+    shared, _old = versions
+    src = tmp_path / "src"
+    shutil.copytree(shared, src)  # the fixture's tree is shared: changed here in a copy
+    tarball = _tar(src, tmp_path / "src.tar.gz")
+    result = run_cli("pack", "-q", tarball, tmp_path / "old.bundle")
+    assert result.returncode == 0, result.stderr
+    (src / "added.txt").write_bytes(b"newer\n")
+    _tar(src, tarball)
+    with tarball.open("rb") as stdin:
+        result = subprocess.run(
+            [sys.executable, "-m", "bundlefs", "pack", "--json", "-", str(tmp_path / "new.bundle"),
+             "--base", str(tmp_path / "old.bundle")],
+            stdin=stdin, capture_output=True, timeout=120,
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    reuse = json.loads(result.stdout)["reuse"]
+    assert (reuse["reused_files"], reuse["stored_files"]) == (FILES, 1)
+    with Bundle(tmp_path / "new.bundle") as b:
+        assert b.read("added.txt") == b"newer\n"
+    assert verify(tmp_path / "new.bundle").ok
+
+
+def test_files_from_packs_on_a_base(versions, tmp_path):
+    src, old = versions
+    names = sorted(str(p.relative_to(src)) for p in src.rglob("*.bin"))[:100]
+    (tmp_path / "list").write_text("\n".join(names) + "\n")
+    result = run_cli(
+        "pack", "--json", "--files-from", tmp_path / "list", src, tmp_path / "new.bundle",
+        "--base", old,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    reuse = json.loads(result.stdout)["reuse"]
+    # The first 100 names: d00's 80 files (even numbers: rewritten since OLD), d01's first 20.
+    assert (reuse["reused_files"], reuse["stored_files"]) == (20, 80)
+    assert verify(tmp_path / "new.bundle").ok
 
 
 def test_an_unknown_check_is_a_usage_error(versions, tmp_path):

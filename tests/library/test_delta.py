@@ -21,11 +21,13 @@ from bundlefs import Bundle, PackOptions, pack
 from bundlefs.core import format as fmt
 from bundlefs.errors import PackError
 from bundlefs.packing.compact import compact
+from bundlefs.packing.sources.base import SourceErrors
+from bundlefs.packing.sources.directory import DirectorySource
 from bundlefs.read.extract import extract
 from bundlefs.read.verify import verify
 from tests.conftest import bundle_file_bytes, flip_byte
 from tests.support.legacy_trees import V1_PACK_OPTIONS, V4_BUNDLE, V5_BUNDLE, build_v1_tree
-from tests.support.trees import MTIME_NS, build_rich_tree, set_mtimes, snapshot
+from tests.support.trees import MTIME_NS, build_rich_tree, random_change, set_mtimes, snapshot
 
 OLD_NS = MTIME_NS  # 2020: far outside the racy window of a pack made now
 
@@ -159,37 +161,6 @@ def test_the_base_is_never_modified(tmp_path: Path) -> None:
     assert verify(tmp_path / "old").ok
 
 
-def _change(rng: random.Random, root: Path, keep_mtime: bool = False) -> None:
-    """One random change of the tree: rewrite (same size, keeping a fresh file's mtime, or any
-    file's with ``keep_mtime``), grow, touch, delete, add, rename or chmod."""
-    files = sorted(p for p in root.rglob("*") if p.is_file())
-    path = rng.choice(files)
-    kind = rng.choice(["same-size", "grow", "touch", "delete", "add", "rename", "chmod"])
-    st = path.stat()
-    if kind == "same-size" and st.st_size:
-        data = bytearray(path.read_bytes())
-        data[rng.randrange(len(data))] ^= 0xFF
-        path.write_bytes(bytes(data))
-        if keep_mtime or st.st_mtime_ns > time.time_ns() - 10**9:
-            # Written less than a second before the last pack: the same mtime again, which only
-            # the racy window catches (an older file keeps its stat only in a --check content
-            # world).
-            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-    elif kind == "grow":
-        with path.open("ab") as f:
-            f.write(b"+")
-    elif kind == "touch":
-        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1000))
-    elif kind == "delete":
-        path.unlink()
-    elif kind == "add":
-        (path.parent / f"n{rng.randrange(10**6)}").write_bytes(rng.randbytes(rng.randint(0, 9000)))
-    elif kind == "rename":
-        path.rename(path.parent / f"r{rng.randrange(10**6)}")
-    else:
-        path.chmod(0o600 if st.st_mode & 0o77 else 0o644)
-
-
 @pytest.mark.parametrize("seed", range(3))
 def test_random_changes_in_a_chain_of_five_generations_are_never_missed(
     tmp_path: Path, seed: int
@@ -204,7 +175,7 @@ def test_random_changes_in_a_chain_of_five_generations_are_never_missed(
     subprocess.run(["cp", "-a", str(src), str(copies[0])], check=True)
     for generation in range(1, 5):
         for _ in range(rng.randint(3, 12)):
-            _change(rng, src)
+            random_change(rng, src)
         bundles.append(tmp_path / f"g{generation}")
         _pack(src, bundles[-1], bundles[-2], shard_size=2**20)
         copies.append(tmp_path / f"t{generation}")
@@ -274,12 +245,13 @@ def test_a_dest_that_is_the_base_is_refused(tmp_path: Path) -> None:
     assert verify(tmp_path / "old").ok
 
 
-def test_an_archive_source_on_a_base_is_refused(tmp_path: Path) -> None:
+def test_a_source_object_on_a_base_is_refused_in_one_sentence(tmp_path: Path) -> None:
     src = _tree(tmp_path / "src", files=2)
     _pack(src, tmp_path / "old")
-    subprocess.run(["tar", "cf", str(tmp_path / "t.tar"), "-C", str(src), "."], check=True)
-    with pytest.raises(PackError, match="needs one directory SRC"):
-        pack(str(tmp_path / "t.tar"), str(tmp_path / "new"), base=tmp_path / "old")
+    source = DirectorySource(str(src), SourceErrors(False))
+    with pytest.raises(PackError, match=r"^a pack on a base \(--base\) needs a directory, "):
+        pack(source, str(tmp_path / "new"), base=tmp_path / "old")
+    assert not (tmp_path / "new").exists()
 
 
 def test_a_base_whose_shard_was_replaced_is_refused_in_one_sentence(tmp_path: Path) -> None:
@@ -484,7 +456,7 @@ def test_check_strict_misses_no_rewrite_in_a_chain_whose_mtimes_are_all_set_back
     subprocess.run(["cp", "-a", str(src), str(copies[0])], check=True)
     for generation in range(1, 5):
         for _ in range(rng.randint(3, 12)):
-            _change(rng, src, keep_mtime=True)
+            random_change(rng, src, keep_mtime=True)
         bundles.append(tmp_path / f"g{generation}")
         _pack(src, bundles[-1], bundles[-2], check="strict", racy_seconds=0, shard_size=2**20)
         copies.append(tmp_path / f"t{generation}")

@@ -7,9 +7,11 @@ a snapshot of a tree's metadata for exact comparison, a CLI runner and byte-leve
 from __future__ import annotations
 
 import os
+import random
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 # Timestamps: one ordinary, one before 1970 (negative), one with odd nanoseconds.
@@ -131,3 +133,35 @@ def diff_r(a: str | os.PathLike, b: str | os.PathLike) -> subprocess.CompletedPr
         capture_output=True,
         timeout=120,
     )
+
+
+def random_change(rng: random.Random, root: Path, keep_mtime: bool = False) -> None:
+    """One random change of the tree at ``root`` (a pack on a base must find each): rewrite (same
+    size, keeping a fresh file's mtime, or any file's with ``keep_mtime``), grow, touch, delete,
+    add, rename or chmod."""
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    path = rng.choice(files)
+    kind = rng.choice(["same-size", "grow", "touch", "delete", "add", "rename", "chmod"])
+    st = path.stat()
+    if kind == "same-size" and st.st_size:
+        data = bytearray(path.read_bytes())
+        data[rng.randrange(len(data))] ^= 0xFF
+        path.write_bytes(bytes(data))
+        if keep_mtime or st.st_mtime_ns > time.time_ns() - 10**9:
+            # Written less than a second before the last pack: the same mtime again, which only
+            # the racy window catches (an older file keeps its stat only in a --check content
+            # world).
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    elif kind == "grow":
+        with path.open("ab") as f:
+            f.write(b"+")
+    elif kind == "touch":
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1000))
+    elif kind == "delete":
+        path.unlink()
+    elif kind == "add":
+        (path.parent / f"n{rng.randrange(10**6)}").write_bytes(rng.randbytes(rng.randint(0, 9000)))
+    elif kind == "rename":
+        path.rename(path.parent / f"r{rng.randrange(10**6)}")
+    else:
+        path.chmod(0o600 if st.st_mode & 0o77 else 0o644)

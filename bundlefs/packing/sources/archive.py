@@ -22,6 +22,10 @@ How members map (docs/archives.md has the whole story):
 Compression (``streams``): tar plain, gzip, bzip2, xz and zstd (the ``zstd`` extra). A zip needs
 a seekable file (its directory is at its end), so it cannot come on stdin.
 
+On a base (``packing.delta_sink``) each member goes to the sink with how fine its mtime is (a tar
+header's whole seconds, a pax mtime's own digits, a zip's extended timestamp's seconds; a DOS time
+tells versions apart not at all: ``MtimeTick``), and a zip member with a way to read it again.
+
 May import: ``bundlefs.errors``, ``bundlefs.packing.sources`` (``base``, ``streams``,
 ``synthetic``).
 """
@@ -29,6 +33,7 @@ May import: ``bundlefs.errors``, ``bundlefs.packing.sources`` (``base``, ``strea
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import logging
 import os
@@ -44,7 +49,9 @@ from typing import IO
 from bundlefs.errors import PackError
 from bundlefs.packing.sources.base import (
     READ_CHUNK,
+    SECOND_MTIME,
     ContentSink,
+    MtimeTick,
     SourceErrors,
     excluded_below,
 )
@@ -202,7 +209,8 @@ class ArchiveSource(LoadedTreeSource):
             return
         rel = b"/".join(parts)
         mode = statmod.S_IMODE(member.mode)
-        st = SyntheticStat(0, member.uid, member.gid, _tar_mtime_ns(member), member.size)
+        mtime_ns, tick = _tar_mtime(member)
+        st = SyntheticStat(0, member.uid, member.gid, mtime_ns, member.size)
         if member.isdir():
             directory = Dir(dataclasses.replace(st, st_mode=statmod.S_IFDIR | mode))
             self._tree.place(parts, directory, st)
@@ -212,7 +220,8 @@ class ArchiveSource(LoadedTreeSource):
                 return  # refused before its content is stored; tarfile skips the content
             reader = tar.extractfile(member)
             assert reader is not None  # a regular member always has a reader
-            self._tree.place(parts, File(content.store_stream(rel, chunks(reader), st)), st)
+            stored = content.store_stream(rel, chunks(reader), st, tick=tick)  # no again: a stream
+            self._tree.place(parts, File(stored), st)
         elif member.issym():
             target = member.linkname.encode("utf-8", "surrogateescape")
             st = dataclasses.replace(st, st_mode=statmod.S_IFLNK | mode, st_size=len(target))
@@ -246,14 +255,15 @@ class ArchiveSource(LoadedTreeSource):
             kind = statmod.S_IFDIR if info.is_dir() else statmod.S_IFREG
             mode = kind | (statmod.S_IMODE(mode) or (0o755 if info.is_dir() else 0o644))
         uid, gid = _zip_owner(info.extra)
-        st = SyntheticStat(mode, uid, gid, _zip_mtime_ns(info), info.file_size)
+        mtime_ns, tick = _zip_mtime(info)
+        st = SyntheticStat(mode, uid, gid, mtime_ns, info.file_size)
         if statmod.S_ISDIR(mode):
             self._tree.place(parts, Dir(st), st)
         elif statmod.S_ISREG(mode):
             if not self._tree.placeable(parts, st):
                 return
-            with reading(zf.open, info) as f:
-                stored = content.store_stream(rel, chunks(f), st)
+            again = functools.partial(_zip_chunks, zf, info)
+            stored = content.store_stream(rel, again(), st, tick=tick, again=again)
             self._tree.place(parts, File(stored), st)
         elif statmod.S_ISLNK(mode):
             target = reading(zf.read, info)  # Info-ZIP stores a symlink's target as its content
@@ -288,7 +298,9 @@ class ArchiveSource(LoadedTreeSource):
         self.errors.skipped.append(shown)
 
 
-def _tar_mtime_ns(member: tarfile.TarInfo) -> int:
+def _tar_mtime(member: tarfile.TarInfo) -> tuple[int, MtimeTick]:
+    """The member's mtime in ns and how fine it is: a header's whole seconds, or a pax mtime's
+    own digits (``1700000000.123`` is to the millisecond)."""
     exact = member.pax_headers.get("mtime")
     if exact is not None:
         # A pax mtime keeps nanoseconds; tarfile's float would round them.
@@ -297,19 +309,27 @@ def _tar_mtime_ns(member: tarfile.TarInfo) -> int:
             seconds = int(whole)
             nanos = int((fraction + "000000000")[:9]) if fraction else 0
         except ValueError:
-            return int(member.mtime) * 10**9
+            return int(member.mtime) * 10**9, SECOND_MTIME
         negative = whole.startswith("-")
-        return seconds * 10**9 - nanos if negative else seconds * 10**9 + nanos
-    return int(member.mtime) * 10**9
+        tick = 10 ** (9 - min(len(fraction), 9))
+        return (seconds * 10**9 - nanos if negative else seconds * 10**9 + nanos), tick
+    return int(member.mtime) * 10**9, SECOND_MTIME
 
 
-def _zip_mtime_ns(info: zipfile.ZipInfo) -> int:
-    """The extended timestamp (extra field 0x5455, what Info-ZIP writes on Unix) if present, else
-    the DOS date and time read as local time (what unzip does)."""
+def _zip_mtime(info: zipfile.ZipInfo) -> tuple[int, MtimeTick]:
+    """The extended timestamp (extra field 0x5455, what Info-ZIP writes on Unix: whole seconds,
+    UTC) if present, else the DOS date and time read as local time (what unzip does), which
+    is too coarse (2 s) and too local (a time zone, a DST hour) to tell versions apart: None."""
     for tag, data in _zip_extras(info.extra):
         if tag == 0x5455 and len(data) >= 5 and data[0] & 1:
-            return int(struct.unpack("<i", data[1:5])[0]) * 10**9
-    return int(time.mktime((*info.date_time, 0, 0, -1))) * 10**9
+            return int(struct.unpack("<i", data[1:5])[0]) * 10**9, SECOND_MTIME
+    return int(time.mktime((*info.date_time, 0, 0, -1))) * 10**9, None
+
+
+def _zip_chunks(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> Iterator[bytes]:
+    """A zip member's bytes, from its start (a zip is a seekable file: it can be read again)."""
+    with reading(zf.open, info) as f:
+        yield from chunks(f)
 
 
 def _zip_owner(extra: bytes) -> tuple[int, int]:

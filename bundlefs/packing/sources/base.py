@@ -19,7 +19,7 @@ from __future__ import annotations
 import fnmatch
 import logging
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -148,11 +148,36 @@ class EntrySource(Protocol):
         ...
 
 
-class ContentSink(Protocol):
-    """Where a ``StreamingSource`` stores file content (the pack's ``ContentWriter``)."""
+# How finely a source's mtimes tell one version of a file from the next (a pack on a base trusts
+# a file unchanged by its stat only as far as this: ``packing/delta.py``): a file system's are
+# nanoseconds (``EXACT_MTIME``), a tar header's and an object's LastModified whole seconds
+# (``SECOND_MTIME``); None: not at all (a zip's DOS time: 2 s, local time), compare content.
+MtimeTick = int | None
+EXACT_MTIME = 1
+SECOND_MTIME = 10**9
 
-    def store_stream(self, rel: bytes, chunks: Iterable[bytes], st: Stat) -> StoredContent:
-        """Append one file's bytes, as ``chunks`` yields them; where they went."""
+# The bytes of a member read again from its start, for a source that can (a zip member, a listed
+# file): a pack on a base compares a large member first, then stores it only if it changed.
+ReadAgain = Callable[[], Iterable[bytes]]
+
+
+class ContentSink(Protocol):
+    """Where a ``StreamingSource`` stores file content: the pack's ``ContentWriter``, or on a
+    base the delta's sink, which may take a member's content from the base instead (and then
+    need not read ``chunks`` at all)."""
+
+    def store_stream(
+        self,
+        rel: bytes,
+        chunks: Iterable[bytes],
+        st: Stat,
+        *,
+        tick: MtimeTick = EXACT_MTIME,
+        again: ReadAgain | None = None,
+    ) -> StoredContent:
+        """Append one file's bytes, as ``chunks`` yields them; where they went. ``tick``: how
+        fine ``st.st_mtime_ns`` is; ``again``: how to read the bytes once more, if the source
+        can."""
         ...
 
 

@@ -22,8 +22,10 @@ from bundlefs.errors import PackError
 from bundlefs.packing.sources.base import (
     _READ_AHEAD_FILES,
     _READ_AHEAD_MAX,
+    EXACT_MTIME,
     READ_CHUNK,
     Content,
+    MtimeTick,
     SourceErrors,
     SourceItem,
     excluded,
@@ -123,6 +125,9 @@ class DirectorySource:
     partition planner, ``distributed/plan.py``).
     """
 
+    # How fine its mtimes are (a pack on a base trusts a stat this far: ``sources.base``).
+    mtime_tick: MtimeTick = EXACT_MTIME
+
     def __init__(
         self,
         root: str,
@@ -143,8 +148,9 @@ class DirectorySource:
             raise PackError(f"cannot read the source: {e.strerror}") from e
         return SourceItem(b"", b"", st)
 
-    def children(self, rel: bytes) -> Iterator[SourceItem]:
-        yield from self.named_children(rel, self.names(rel))
+    def children(self, rel: bytes, read_if: ReadIf | None = None) -> Iterator[SourceItem]:
+        """The children of ``rel`` (``named_children`` of every name in it)."""
+        yield from self.named_children(rel, self.names(rel), read_if)
 
     def names(self, rel: bytes) -> list[bytes]:
         """The names in the directory ``rel``, sorted bytewise; [] (reported) if it cannot be

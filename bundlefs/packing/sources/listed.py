@@ -27,6 +27,7 @@ May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.packing.sources.b
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import posixpath
 import stat as statmod
@@ -166,7 +167,7 @@ class ListedSource(LoadedTreeSource):
             self.errors.report(rel, e)
             return
         if isinstance(node, int):  # a regular file, opened: its content now, in list order
-            node = self._store(rel, node, content)
+            node = self._store(rel, path, node, content)
         self._tree.place(parts, node, _synthetic(st))
 
     def _node(self, rel: bytes, path: bytes, st: os.stat_result) -> Node | int:
@@ -183,11 +184,14 @@ class ListedSource(LoadedTreeSource):
             return Dir(_synthetic(st))
         return Special(_synthetic(st))
 
-    def _store(self, rel: bytes, fd: int, content: ContentSink) -> File:
-        """Store the content of the open file ``fd``; a later name of it (a hard link) shares it."""
+    def _store(self, rel: bytes, path: bytes, fd: int, content: ContentSink) -> File:
+        """Store the content of the open file ``fd`` (at ``path``, where it can be read again);
+        a later name of it (a hard link) shares it."""
         try:
             st = os.fstat(fd)
-            node = File(content.store_stream(rel, _chunks(fd, rel), _synthetic(st)))
+            again = functools.partial(_reread, path, rel)
+            stored = content.store_stream(rel, _chunks(fd, rel), _synthetic(st), again=again)
+            node = File(stored)
         finally:
             os.close(fd)
         if st.st_nlink > 1:
@@ -205,6 +209,18 @@ def _open_file(path: bytes) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _reread(path: bytes, rel: bytes) -> Iterator[bytes]:
+    """The file at ``path`` read again from its start (a pack on a base compared it first)."""
+    try:
+        fd = _open_file(path)
+    except OSError as e:
+        raise PackError(f"cannot read {os.fsdecode(rel)}: {e.strerror or e}") from e
+    try:
+        yield from _chunks(fd, rel)
+    finally:
+        os.close(fd)
 
 
 def _chunks(fd: int, rel: bytes) -> Iterator[bytes]:

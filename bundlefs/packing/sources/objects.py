@@ -10,7 +10,9 @@ below it). What each entry gets:
   read from the store when the builder stores it: small objects (up to ``_READ_AHEAD_MAX``)
   whole and up to ``_READ_AHEAD_FILES`` ahead on the pack's threads, larger ones streamed in
   bounded ranged GETs (``bundlefs.storage.objectstore.listing``). An object that changed size
-  since it was listed is stored as read and reported in ``changed``, as a file that changed;
+  since it was listed is stored as read and reported in ``changed``, as a file that changed. On a
+  base (``packing.delta``) an object is unchanged by its size and LastModified to the second
+  (``mtime_tick``), and then never fetched;
 - a directory (the root included): mode 0755, the same owner, mtime = the pack's creation time
   (deterministic, and the same in every partition of a distributed pack, which a time taken from
   the objects below a directory would not be);
@@ -35,11 +37,19 @@ import logging
 import os
 import stat as statmod
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor
 
 from bundlefs.errors import PackError
-from bundlefs.packing.sources.base import Content, SourceErrors, SourceItem, Stat, excluded_below
+from bundlefs.packing.sources.base import (
+    SECOND_MTIME,
+    Content,
+    MtimeTick,
+    SourceErrors,
+    SourceItem,
+    Stat,
+    excluded_below,
+)
 from bundlefs.packing.sources.synthetic import SyntheticStat, name_problem
 from bundlefs.storage.location import Location
 from bundlefs.storage.objectstore.listing import ObjectInfo, ObjectReader, ObjectStore
@@ -68,6 +78,10 @@ class ObjectSource:
     listing the driver made); ``created_ns``: the mtime of every directory; ``pool``: threads
     that fetch small objects ahead of the builder.
     """
+
+    # LastModified is whole seconds on S3 (the listing says milliseconds, always .000): a pack on
+    # a base trusts an object's stat this far (``sources.base``).
+    mtime_tick: MtimeTick = SECOND_MTIME
 
     def __init__(
         self,
@@ -176,7 +190,11 @@ class ObjectSource:
         self._load()
         return SourceItem(b"", b"", self._dir_stat())
 
-    def children(self, rel: bytes) -> Iterator[SourceItem]:
+    def children(
+        self, rel: bytes, read_if: Callable[[SourceItem], bool] | None = None
+    ) -> Iterator[SourceItem]:
+        """The children of ``rel``; small objects fetched ahead, those ``read_if`` accepts when
+        given (a pack on a base fetches none it takes from the base)."""
         items = []
         for name, size, mtime_ns, _marked in self.listing(rel):
             child_rel = rel + b"/" + name if rel else name
@@ -185,9 +203,11 @@ class ObjectSource:
             else:
                 st = SyntheticStat(FILE_MODE, self._uid, self._gid, mtime_ns, size)
             items.append(SourceItem(child_rel, name, st))
-        yield from self._read_ahead(items)
+        yield from self._read_ahead(items, read_if)
 
-    def _read_ahead(self, items: list[SourceItem]) -> Iterator[SourceItem]:
+    def _read_ahead(
+        self, items: list[SourceItem], read_if: Callable[[SourceItem], bool] | None
+    ) -> Iterator[SourceItem]:
         """``items`` in order, small objects among them fetched whole up to _READ_AHEAD_FILES
         ahead on the pool (the requests overlap; the order stays the same)."""
         if self._pool is None:
@@ -196,6 +216,7 @@ class ObjectSource:
         pending: deque = deque()
         for item in items:
             small = statmod.S_ISREG(item.st.st_mode) and item.st.st_size <= _READ_AHEAD_MAX
+            small = small and (read_if is None or read_if(item))
             pending.append((item, self._pool.submit(self._fetch, item) if small else None))
             if len(pending) >= _READ_AHEAD_FILES:
                 yield _fetched(*pending.popleft())
