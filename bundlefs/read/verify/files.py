@@ -28,7 +28,7 @@ def check_files(
 ) -> None:
     """Read every file the entry phase found (in the shards checked), noting each damaged one
     under all its names."""
-    n = len(table.kinds) - 1
+    n = table.entry_count
     for ino in range(1, n + 1):
         findings.tick("files", ino, n)
         if not table.is_file(ino):
