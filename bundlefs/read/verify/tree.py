@@ -301,10 +301,16 @@ class TreeCheck:
         its children's entries add up to, not their stored totals (so one wrong value is named
         once). A second read of the entries, one cursor scan per directory; O(directories) held."""
         summed: dict[int, fmt.TreeTotals | None] = {}  # None: unknown (an unreadable entry)
+        read = 0  # entries read since the index's pages were last unmapped
         for directory in reversed(tree.dir_inos):
             total: fmt.TreeTotals | None = fmt.TreeTotals()
+            first, count = tree.children_of(directory)
+            read += count
+            if self.unmap is not None and read >= UNMAP_EVERY:
+                self.unmap()
+                read = 0
             try:
-                for child in self.tree_model.stored_entries(*tree.children_of(directory)):
+                for child in self.tree_model.stored_entries(first, count):
                     below = summed.pop(child.ino, None) if child.is_dir else fmt.TreeTotals()
                     if total is None or below is None:
                         total = None
