@@ -1,7 +1,8 @@
 """Issue 21's table: every path a user takes, bundlefs with 1..N worker processes beside
 squashfuse_ll and the raw directory, measured in one run on this machine.
 
-``python -m bench.workers [--files 20000] [--sample 5000] [--rounds 2] [--workers 1,2,4]``
+``python -m bench.workers [--files 20000] [--sample 5000] [--rounds 2] [--workers 1,2,4]
+[--cold-only]``
 
 - cold random whole-file reads (fresh mount, page cache dropped) with 1, 2, 4 and 8 reader
   processes, cat-style, and the daemon CPU per cold file (every process of the daemon together);
@@ -11,6 +12,8 @@ squashfuse_ll and the raw directory, measured in one run on this machine.
 - a cold PyTorch DataLoader epoch over the sample through the mount (4 loader workers, the
   files' bytes as samples), where torch is installed;
 - one large file read cold with ``cat`` (compressible and random).
+
+``--cold-only`` measures the first item alone (a quick iteration on what a cold request costs).
 
 Each figure is the median of ``--rounds``; ratios are against squashfuse_ll (or raw) from the
 same run. Results go to ``--workdir``/workers.json and are printed as Markdown
@@ -121,7 +124,7 @@ def _dataloader_epoch(root: Path, sample_list: Path) -> float | None:
 
 
 def measure(system: System, archives: dict[str, Path], sample_list: Path, expect: int,
-            rounds: int) -> dict[str, float]:  # fmt: skip
+            rounds: int, cold_only: bool = False) -> dict[str, float]:  # fmt: skip
     got: dict[str, list[float]] = {}
 
     def add(key: str, value: float) -> None:
@@ -139,9 +142,11 @@ def measure(system: System, archives: dict[str, Path], sample_list: Path, expect
                 add(f"cold_{readers}", r.files_per_s)
                 if cpu0 is not None and cpu1 is not None:
                     add(f"cpu_us_{readers}", (cpu1 - cpu0) / r.files * 1e6)
-                if readers == 2:
+                if readers == 2 and not cold_only:
                     w = run_readers(m.root, sample_list, 2, mode="pyopen", min_seconds=1.0)
                     add("warm_pyopen_2", w.files_per_s)
+        if cold_only:
+            continue
         with mounted(system, archives["small"], system.workdir / "mnt") as m:
             drop_caches()
             add("find_fresh_s", _timed(["find", str(m.root)]))
@@ -202,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", default="1,2,4", help="bundlefs variants: N or N:THREADS each")
     ap.add_argument("--no-peers", action="store_true", help="measure bundlefs only")
     ap.add_argument("--render", type=Path, help="only print the table of a saved JSON")
+    ap.add_argument(
+        "--cold-only", action="store_true", help="only the cold random reads and daemon CPU"
+    )
     args = ap.parse_args(argv)
     if args.render:
         print(render(json.loads(args.render.read_text())["results"]))
@@ -213,11 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     sample_list = work / "sample.txt"
     sample_list.write_text("".join(r + "\n" for r in rels))
     expect = sum(small.sizes[r] for r in rels)
-    sources = {
-        "small": small.root,
-        "site": Path(sysconfig.get_paths()["purelib"]),
-        "large": _large_files(args.workdir),
-    }
+    sources = {"small": small.root}
+    if not args.cold_only:
+        sources["site"] = Path(sysconfig.get_paths()["purelib"])
+        sources["large"] = _large_files(args.workdir)
     systems: list[System] = [] if args.no_peers else [RawDir(work / "raw"), Squashfuse(work / "sq")]
     systems += [BundlefsWorkers(work / f"w{n}", n) for n in args.workers.split(",")]
     results: dict[str, dict[str, float]] = {}
@@ -232,7 +239,9 @@ def main(argv: list[str] | None = None) -> int:
             log(f"{system.name}: packing {key}")
             archives[key] = system.pack(src, system.workdir / key).archive
         log(f"{system.name}: measuring")
-        results[system.name] = measure(system, archives, sample_list, expect, args.rounds)
+        results[system.name] = measure(
+            system, archives, sample_list, expect, args.rounds, args.cold_only
+        )
         log(json.dumps(results[system.name]))
     out = args.workdir / "workers.json"
     out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

@@ -144,6 +144,7 @@ def sync_file_range(fd: int, offset: int, length: int, flags: int) -> None:
 
 # -- mallopt(3): keep freed large buffers from piling up in glibc's heaps --------------------------
 
+M_TRIM_THRESHOLD = -1  # <malloc.h>: free memory at the heap's top kept before it is returned
 M_MMAP_THRESHOLD = -3  # <malloc.h>: allocations of at least this many bytes get their own mapping
 
 
@@ -153,12 +154,23 @@ def set_mmap_threshold(nbytes: int) -> None:
 
     Raises ``OSError`` where the C library has no ``mallopt`` (not glibc: nothing to tune).
     """
+    _mallopt(M_MMAP_THRESHOLD, nbytes)
+
+
+def set_trim_threshold(nbytes: int) -> None:
+    """glibc ``mallopt(M_TRIM_THRESHOLD, nbytes)``: free memory at the top of the main heap is
+    returned to the OS only once it exceeds ``nbytes``. Raises ``OSError`` as above."""
+    _mallopt(M_TRIM_THRESHOLD, nbytes)
+
+
+def _mallopt(param: int, value: int) -> None:
     mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
     if mallopt is None:
         raise OSError(errno.ENOSYS, "mallopt: not available (the C library is not glibc)")
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
-    mallopt(M_MMAP_THRESHOLD, nbytes)
+    if mallopt(param, value) != 1:
+        raise OSError(errno.EINVAL, f"mallopt({param}, {value}) refused")
 
 
 # -- prctl(2): a child that dies with its parent ------------------------------------------------

@@ -2,7 +2,7 @@
 trio.
 
 Order (bottom first): bindings | table | stats | options | lifecycle | offload,
-kernel | readonly | tuning, preflight | reads, operations, worker, supervisor, daemon
+kernel | readonly, xattrs | tuning, preflight | reads, operations, worker, supervisor, daemon
 
 - ``bindings``: which FUSE binding the mount runs on (patched or stock) and what to say of it
 - ``table``: the kernel's mount table, and the daemon's xattrs read from outside
@@ -12,6 +12,7 @@ kernel | readonly | tuning, preflight | reads, operations, worker, supervisor, d
 - ``offload``: ``ThreadOffload``, blocking loads off the trio loop
 - ``kernel``: the no-open probe and the ``/dev/fuse`` poll
 - ``readonly``: ``ReadOnlyOperations``, every mutation answered ``EROFS``
+- ``xattrs``: the extended attributes an entry shows (and the namespaces answered "not supported")
 - ``tuning``: mallopt, the kernel's read-ahead, the index held in memory, load threads
 - ``preflight``: the checks before mounting, the worker count, the kernel's mount options
 - ``reads``: ``ReadScheduler``, where a read's loads run (inline or in threads)

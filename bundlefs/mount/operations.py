@@ -11,21 +11,21 @@ across opens and caches directory listings, so a warm read or listing costs no r
 ``read``/``readdir`` receive the inode where a handle would be. Otherwise every open is a round trip
 answered with ``keep_cache``. Both paths serve the same bytes; the stats xattr says which one runs.
 
-This module holds the only errno table (``_errno_for``); every handler goes through ``_handler`` so
-no exception can escape into pyfuse3's main loop (which would end the file system). What the
-handlers lean on lives beside it: the refused mutations (``readonly``), where a read's loads run
-(``reads``), the counters (``stats``) and the kernel probes (``kernel``).
+This module holds the only errno table (``_errno_for``); every handler goes through ``_handler``
+(``read`` takes the same steps itself) so no exception can escape into pyfuse3's main loop (which
+would end the file system). What the handlers lean on lives beside it: the refused mutations
+(``readonly``), where a read's loads run (``reads``), the counters (``stats``), the extended
+attributes (``xattrs``) and the kernel probes (``kernel``).
 
 May import: pyfuse3 (from ``bundlefs.mount.bindings``), ``bundlefs.core``, ``bundlefs.errors``,
 ``bundlefs.read``, ``bundlefs.mount.kernel``, ``bundlefs.mount.readonly``,
-``bundlefs.mount.reads``, ``bundlefs.mount.stats``.
+``bundlefs.mount.reads``, ``bundlefs.mount.stats``, ``bundlefs.mount.xattrs``.
 """
 
 from __future__ import annotations
 
 import errno
 import functools
-import json
 import logging
 import os
 from collections.abc import Callable, Coroutine, Sequence
@@ -41,7 +41,7 @@ from bundlefs.errors import (
     NotADirectory,
     NotASymlink,
 )
-from bundlefs.mount import kernel
+from bundlefs.mount import kernel, xattrs
 from bundlefs.mount.bindings import binding, pyfuse3
 from bundlefs.mount.readonly import ReadOnlyOperations
 from bundlefs.mount.reads import ReadScheduler
@@ -65,28 +65,31 @@ class MountSettings:
     prefetch: bool = True  # start reading a small file's bytes when it is looked up
 
 
+# The errno of each error kind a request may meet; any other is EIO.
+_ERRNOS = (
+    (EntryNotFound, errno.ENOENT),
+    (NotADirectory, errno.ENOTDIR),
+    (IsADirectory, errno.EISDIR),
+    (NotASymlink, errno.EINVAL),
+)
+
+
 def _errno_for(error: BaseException) -> int:
     """The one errno table of the mount (see docs/concurrency.md for the policy)."""
     if isinstance(error, pyfuse3.FUSEError):
         return error.errno
-    if isinstance(error, EntryNotFound):
-        return errno.ENOENT
-    if isinstance(error, NotADirectory):
-        return errno.ENOTDIR
-    if isinstance(error, IsADirectory):
-        return errno.EISDIR
-    if isinstance(error, NotASymlink):
-        return errno.EINVAL
-    return errno.EIO
+    return next((code for kind, code in _ERRNOS if isinstance(error, kind)), errno.EIO)
 
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
+_Sync = Callable[Concatenate["BundleOperations", _P], _R]
 _Handler = Callable[Concatenate["BundleOperations", _P], Coroutine[Any, Any, _R]]
 
 
-def _handler(fn: _Handler[_P, _R]) -> _Handler[_P, _R]:
-    """Wrap a handler: count it, map errors to errno, log the unexpected, let none escape."""
+def _handler(fn: _Sync[_P, _R]) -> _Handler[_P, _R]:
+    """Make a handler of ``fn``: count it, map errors to errno, log the unexpected, let none
+    escape. ``fn`` itself is synchronous: pyfuse3 awaits one coroutine per request, not two."""
     name = fn.__name__
     counted = REQUEST_INDEX[name]
 
@@ -94,31 +97,16 @@ def _handler(fn: _Handler[_P, _R]) -> _Handler[_P, _R]:
     async def wrapper(self: BundleOperations, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         self.mount_stats.counters.values[counted] += 1
         try:
-            return await fn(self, *args, **kwargs)
+            return fn(self, *args, **kwargs)
         except pyfuse3.FUSEError:
             raise
-        except CorruptDataError as e:
-            self._damaged(e)
-            raise pyfuse3.FUSEError(errno.EIO) from None
-        except (EntryNotFound, NotADirectory, IsADirectory, NotASymlink) as e:
-            raise pyfuse3.FUSEError(_errno_for(e)) from None
-        except BundleError as e:
-            self.mount_stats.counters.count(EIO)
-            log.error("%s: %s", fn.__name__, e)
-            raise pyfuse3.FUSEError(errno.EIO) from None
-        except Exception:
-            self.mount_stats.counters.count(EIO)
-            log.exception("unexpected error in %s", fn.__name__)
-            raise pyfuse3.FUSEError(errno.EIO) from None
+        except Exception as e:
+            raise self._failed(name, e) from None
 
     return wrapper
 
 
-# Extended-attribute namespaces a bundle never stores. ``ls -l`` asks every entry for
-# ``security.selinux`` and ``system.posix_acl_access`` (two requests per entry, each a trip through
-# the daemon, none cached by the kernel). Answered "not supported" rather than "no such
-# attribute", GNU ls remembers that per file system and stops asking after the first entry.
-_UNSUPPORTED_XATTR_NAMESPACES = (b"security.", b"system.", b"trusted.")
+_READ = REQUEST_INDEX["read"]
 
 
 class BundleOperations(ReadOnlyOperations):
@@ -197,6 +185,20 @@ class BundleOperations(ReadOnlyOperations):
         }
         return self.mount_stats.figures(self.bundle.cache, served)
 
+    def _failed(self, handler: str, error: Exception) -> pyfuse3.FUSEError:
+        """The answer to ``error`` (not a ``FUSEError``), counted and logged as the errno table
+        says: damage is logged once per record, the unexpected with its traceback."""
+        code = _errno_for(error)
+        if isinstance(error, CorruptDataError):
+            self._damaged(error)
+        elif code == errno.EIO:
+            self.mount_stats.counters.count(EIO)
+            if isinstance(error, BundleError):
+                log.error("%s: %s", handler, error)
+            else:
+                log.error("unexpected error in %s", handler, exc_info=error)
+        return pyfuse3.FUSEError(code)
+
     def _damaged(self, error: CorruptDataError) -> None:
         key = (error.shard, error.record, error.path)
         if self.mount_stats.failed_read(self.bundle.storage_failed_read(error), key):
@@ -226,7 +228,7 @@ class BundleOperations(ReadOnlyOperations):
         return attr
 
     @_handler
-    async def lookup(
+    def lookup(
         self,
         parent_inode: pyfuse3.InodeT,
         name: pyfuse3.FileNameT,
@@ -251,15 +253,13 @@ class BundleOperations(ReadOnlyOperations):
         return self._attributes(entry)
 
     @_handler
-    async def getattr(
+    def getattr(
         self, inode: pyfuse3.InodeT, ctx: pyfuse3.RequestContext | None = None
     ) -> pyfuse3.EntryAttributes:
         return self._attributes(self._entry(inode))
 
     @_handler
-    async def readlink(
-        self, inode: pyfuse3.InodeT, ctx: pyfuse3.RequestContext
-    ) -> pyfuse3.FileNameT:
+    def readlink(self, inode: pyfuse3.InodeT, ctx: pyfuse3.RequestContext) -> pyfuse3.FileNameT:
         entry = self._entry(inode)
         if not entry.is_symlink:
             raise pyfuse3.FUSEError(errno.EINVAL)
@@ -271,9 +271,7 @@ class BundleOperations(ReadOnlyOperations):
     # -- directories -------------------------------------------------------------------------------
 
     @_handler
-    async def opendir(
-        self, inode: pyfuse3.InodeT, ctx: pyfuse3.RequestContext
-    ) -> pyfuse3.FileHandleT:
+    def opendir(self, inode: pyfuse3.InodeT, ctx: pyfuse3.RequestContext) -> pyfuse3.FileHandleT:
         if self.open_mode == "no-open":
             raise pyfuse3.FUSEError(errno.ENOSYS)  # no more OPENDIR/RELEASEDIR; listings cached
         if not self._entry(inode).is_dir:
@@ -281,9 +279,7 @@ class BundleOperations(ReadOnlyOperations):
         return inode
 
     @_handler
-    async def readdir(
-        self, fh: pyfuse3.FileHandleT, start_id: int, token: pyfuse3.ReaddirToken
-    ) -> None:
+    def readdir(self, fh: pyfuse3.FileHandleT, start_id: int, token: pyfuse3.ReaddirToken) -> None:
         # start_id is the position in the directory, so a listing resumes exactly where the kernel
         # stopped it, in O(1), however large the directory.
         directory = self._entry(fh)
@@ -294,13 +290,13 @@ class BundleOperations(ReadOnlyOperations):
                 break
 
     @_handler
-    async def releasedir(self, fh: pyfuse3.FileHandleT) -> None:
+    def releasedir(self, fh: pyfuse3.FileHandleT) -> None:
         pass
 
     # -- files -------------------------------------------------------------------------------------
 
     @_handler
-    async def open(
+    def open(
         self, inode: pyfuse3.InodeT, flags: pyfuse3.FlagT, ctx: pyfuse3.RequestContext
     ) -> pyfuse3.FileInfo:
         if flags & os.O_ACCMODE != os.O_RDONLY or flags & (os.O_TRUNC | os.O_APPEND):
@@ -314,25 +310,31 @@ class BundleOperations(ReadOnlyOperations):
         # keep_cache: the page cache stays valid across opens, because the content never changes.
         return pyfuse3.FileInfo(fh=inode, keep_cache=True)
 
-    @_handler
     # pyfuse3 declares bytes, and takes any buffer: a bytearray spares a copy of large replies.
     async def read(  # type: ignore[override]
         self, fh: pyfuse3.FileHandleT, off: int, size: int
     ) -> bytes | bytearray:
-        entry = self._entry(fh)
+        # What _handler does, written out: a load in a thread is awaited here.
+        self.mount_stats.counters.values[_READ] += 1
         try:
-            return await self._reads.read(entry, off, size)
-        finally:
-            self.mount_stats.counters.publish_cache(self._content.cache)
+            entry = self._entry(fh)
+            try:
+                return await self._reads.read(entry, off, size)
+            finally:
+                self.mount_stats.counters.publish_cache(self._content.cache)
+        except pyfuse3.FUSEError:
+            raise
+        except Exception as e:
+            raise self._failed("read", e) from None
 
     @_handler
-    async def release(self, fh: pyfuse3.FileHandleT) -> None:
+    def release(self, fh: pyfuse3.FileHandleT) -> None:
         pass
 
     # -- file system -------------------------------------------------------------------------------
 
     @_handler
-    async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
+    def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
         info = self.bundle.info()
         frsize = self.bundle.config.block_size
         st = pyfuse3.StatvfsData()
@@ -346,7 +348,7 @@ class BundleOperations(ReadOnlyOperations):
         return st
 
     @_handler
-    async def access(
+    def access(
         self, inode: pyfuse3.InodeT, mode: pyfuse3.ModeT, ctx: pyfuse3.RequestContext
     ) -> bool:
         if mode & os.W_OK:
@@ -356,39 +358,21 @@ class BundleOperations(ReadOnlyOperations):
     # -- extended attributes -----------------------------------------------------------------------
 
     def _xattrs(self, entry: fmt.Entry) -> dict[bytes, bytes]:
-        found: dict[bytes, bytes] = {}
-        if entry.is_file:
-            found[fmt.XATTR_CRC] = f"{entry.crc32c:08x}".encode()
-            if entry.digest:
-                found[fmt.XATTR_DIGEST] = entry.digest.hex().encode()
-        elif entry.is_dir and (totals := self.bundle.tree.stored_totals(entry.ino)) is not None:
-            # Only stored totals (version 5): a walk of an older bundle's subtree would make one
-            # getxattr as slow as ``du`` of the whole tree.
-            found[fmt.XATTR_TREE] = json.dumps(totals.to_dict(), sort_keys=True).encode()
-        if entry.user_data:
-            found[fmt.XATTR_USER_DATA] = entry.user_data
-        content_type = self.bundle.tree.content_type(entry)
-        if content_type is not None:
-            found[fmt.XATTR_CONTENT_TYPE] = content_type.encode()
-        if entry.ino == fmt.ROOT_INO:
-            # The counters (what SIGUSR1 logs), and the daemon's own facts for info MNT.
-            figures = {**self.stats(), **self.mount_stats.daemon_facts}
-            found[fmt.XATTR_STATS] = json.dumps(figures, sort_keys=True).encode()
-            # What this daemon serves, which a later pack --force may have replaced on disk.
-            found[fmt.XATTR_BUNDLE] = json.dumps(self.bundle.info().to_dict()).encode()
-        return found
+        return xattrs.values(
+            self.bundle, entry, lambda: {**self.stats(), **self.mount_stats.daemon_facts}
+        )
 
     @_handler
-    async def listxattr(
+    def listxattr(
         self, inode: pyfuse3.InodeT, ctx: pyfuse3.RequestContext
     ) -> Sequence[pyfuse3.XAttrNameT]:
         return list(self._xattrs(self._entry(inode)))
 
     @_handler
-    async def getxattr(
+    def getxattr(
         self, inode: pyfuse3.InodeT, name: pyfuse3.XAttrNameT, ctx: pyfuse3.RequestContext
     ) -> bytes:
-        if name.startswith(_UNSUPPORTED_XATTR_NAMESPACES):
+        if xattrs.unsupported(name):
             raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
         value = self._xattrs(self._entry(inode)).get(name)
         if value is None:

@@ -18,8 +18,8 @@ attribute for all.
 
 It is libfuse's ``fuse_loop_mt.c`` role (with ``clone_fd``), in processes rather than threads.
 
-May import: ``bundlefs.core``, ``bundlefs.mount.stats``, ``bundlefs.mount.worker``,
-``bundlefs.mount.operations`` (type only).
+May import: ``bundlefs.core``, ``bundlefs.mount.stats``, ``bundlefs.mount.tuning``,
+``bundlefs.mount.worker``, ``bundlefs.mount.operations`` (type only).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from bundlefs.core.libc import set_parent_death_signal
-from bundlefs.mount import worker
+from bundlefs.mount import tuning, worker
 from bundlefs.mount.stats import MountCounters
 
 if TYPE_CHECKING:
@@ -201,6 +201,8 @@ class Supervisor:
         # Loads inline (no threads reporting back to the loop): receive with a blocking read.
         blocking = self.ops.loads_inline and worker.supports_blocking_receive(self.pyfuse3)
         worker.clone_session(self.pyfuse3.get_session_fd(), blocking=blocking)
+        if self.ops.loads_inline:
+            tuning.reuse_freed_buffers()
         counters = self.counters.slot(slot)
         counters.started(os.getpid(), time.time_ns())
         self.ops.mount_stats.share(self.counters, slot)

