@@ -304,13 +304,12 @@ class TreeCheck:
         read = 0  # entries read since the index's pages were last unmapped
         for directory in reversed(tree.dir_inos):
             total: fmt.TreeTotals | None = fmt.TreeTotals()
-            first, count = tree.children_of(directory)
-            read += count
-            if self.unmap is not None and read >= UNMAP_EVERY:
-                self.unmap()
-                read = 0
             try:
-                for child in self.tree_model.stored_entries(first, count):
+                for child in self.tree_model.stored_entries(*tree.children_of(directory)):
+                    read += 1
+                    if self.unmap is not None and read == UNMAP_EVERY:  # a large directory too
+                        self.unmap()
+                        read = 0
                     below = summed.pop(child.ino, None) if child.is_dir else fmt.TreeTotals()
                     if total is None or below is None:
                         total = None
