@@ -96,10 +96,12 @@ bench-quick: install
 	$(BIN)/python -m bench.run --quick
 
 # Issue 13 (docs/scale.md): bench.scale packs 100,000 and 10,000,000 generated files (~15 min,
-# ~3.5 GB of disk).
+# ~3.5 GB of disk); bench.memory (issue 27) the peak memory of pack from a tar stream, verify and
+# merge at 100,000 and 1,000,000 files, projected to 10,000,000 and 100,000,000 (~6 min).
 bench-scale: install
 	$(BIN)/python -m bench.scale
 	$(BIN)/python -m bench.dask_pack
+	$(BIN)/python -m bench.memory
 
 fuzz: install
 	BUNDLEFS_FUZZ_EXAMPLES=2000 $(BIN)/python -m pytest -q tests/library/test_fuzz.py tests/library/test_hostile_index.py

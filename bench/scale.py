@@ -851,9 +851,9 @@ JSON-lines text (lz4 ~2.4×), one owner, whole-second mtimes.
 bundlefs packs it two ways, both measured up to 1,000,000 files: a tar generated on the fly into
 `bundlefs pack - DEST`, and the tree handed to `bundlefs.pack` as an `EntrySource`
 (`bench.scale.TreeSource`). They give the same bundle (the same bundle id), but the `EntrySource`
-is ~4× faster (the tar reader parses every header with `tarfile`) and packs in ~50 MB whatever the
-size, where the tar reader holds ~1.4 KB per member until the end (1.5 GB at 1,000,000 files,
-~15 GB at 10,000,000); above 1,000,000 files only the faster is run.
+is ~4× faster (the tar reader parses every header with `tarfile`); both pack in ~50 MB whatever
+the size (the tar reader keeps its members in a temporary table on disk since issue 27: "Bounded
+memory" below; it held ~1.4 KB per member before). Above 1,000,000 files only the faster is run.
 
 squashfs packs the same tar with `sqfstar -comp lz4 -b 256K` on stdin and is served by
 `squashfuse_ll`, up to `--squashfs-up-to` files (1,000,000). sqfstar (squashfs-tools 4.5.1) adds

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+from dataclasses import dataclass
 from typing import Literal
 
 OCTET_STREAM = "application/octet-stream"
@@ -189,6 +190,20 @@ _MAGIC: tuple[tuple[int, bytes, str], ...] = (
     (257, b"ustar", "application/x-tar"),
 )
 
+
+def _at_start() -> dict[bytes, tuple[tuple[bytes, str], ...]]:
+    """The magics at offset 0 by their first byte, in _MAGIC's order."""
+    table: dict[bytes, tuple[tuple[bytes, str], ...]] = {}
+    for offset, magic, media_type in _MAGIC:
+        if offset == 0:
+            table[magic[:1]] = (*table.get(magic[:1], ()), (magic, media_type))
+    return table
+
+
+# _MAGIC split for ``from_content`` (every magic at offset 0 comes first in it).
+_AT_START = _at_start()
+_FURTHER_IN = tuple(m for m in _MAGIC if m[0] != 0)
+
 # RIFF containers: the form type at bytes 8–11 says which.
 _RIFF = {b"WEBP": "image/webp", b"WAVE": "audio/wav", b"AVI ": "video/x-msvideo"}
 # AIFF containers: the form type at bytes 8–11 ("AIFC" is the compressed variant).
@@ -224,13 +239,21 @@ def looks_like_text(head: bytes) -> bool:
         if e.start < len(head) - 3:  # not just a character cut by the end of ``head``
             return False
         text = head[: e.start].decode("utf-8")
-    return all(c.isprintable() or c in "\t\n\r\f\v" for c in text)
+    # Printable once whitespace is removed: C passes (~4 µs for 264 bytes against ~27 µs for a
+    # loop over the characters, which an archive's every member pays: ``head_facts``).
+    for space in "\t\n\r\f\v":
+        text = text.replace(space, "")
+    return text.isprintable()
 
 
 def from_content(head: bytes) -> str | None:
     """The media type the first bytes of a file say (``head``: at least 64 bytes when the file
     is that long, 262 to recognise a tar), or None."""
-    for offset, magic, media_type in _MAGIC:
+    # The magics at offset 0 by their first byte (~1 µs against ~8 µs for the whole table).
+    for magic, media_type in _AT_START.get(head[:1], ()):
+        if head.startswith(magic):
+            return media_type
+    for offset, magic, media_type in _FURTHER_IN:
         if head[offset : offset + len(magic)] == magic:
             return media_type
     if head[:4] == b"RIFF":
@@ -268,13 +291,31 @@ def _elf_type(head: bytes) -> str | None:
     return kind
 
 
-def detect(name: bytes, head: bytes) -> str | None:
+@dataclass(frozen=True, slots=True)
+class HeadFacts:
+    """What ``detect`` reads of a file's first bytes, for a source that keeps these two facts
+    instead of the bytes (an archive's tree, on disk: ``packing/sources/synthetic.py``)."""
+
+    media_type: str | None  # ``from_content``
+    text: bool  # ``looks_like_text``
+
+
+def head_facts(head: bytes) -> HeadFacts:
+    return HeadFacts(from_content(head), looks_like_text(head))
+
+
+def detect(name: bytes, head: bytes | HeadFacts) -> str | None:
     """The extension's type, else the content's, else None (never a guess). An extension two
-    kinds of file share (``.pth``) is decided by the content: text or not."""
+    kinds of file share (``.pth``) is decided by the content: text or not. ``head``: the first
+    bytes, or what ``head_facts`` said of them."""
     ambiguous = _AMBIGUOUS.get(_extension(name) or "")
     if ambiguous is not None:
-        return ambiguous[0] if looks_like_text(head) else ambiguous[1]
-    return from_name(name) or from_content(head)
+        text = head.text if isinstance(head, HeadFacts) else looks_like_text(head)
+        return ambiguous[0] if text else ambiguous[1]
+    by_name = from_name(name)
+    if by_name is not None:
+        return by_name
+    return head.media_type if isinstance(head, HeadFacts) else from_content(head)
 
 
 class ContentTypeRules:
@@ -291,7 +332,7 @@ class ContentTypeRules:
         self.rules = [(pattern, media_type) for pattern, media_type in rules]
         self.detect = detect  # from names and first bytes, where no rule matches
 
-    def choose(self, rel: bytes, head: bytes) -> str | None:
+    def choose(self, rel: bytes, head: bytes | HeadFacts) -> str | None:
         path = os.fsdecode(rel)
         base = path.rsplit("/", 1)[-1]
         for pattern, media_type in reversed(self.rules):

@@ -23,7 +23,7 @@ import lmdb
 
 from bundlefs.core import format as fmt
 from bundlefs.core import integrity
-from bundlefs.core.libc import ResidentMapping
+from bundlefs.core.libc import ResidentMapping, unmap_file_pages
 from bundlefs.errors import BundleClosedError, FormatError, NotABundleError
 from bundlefs.storage import lmdb_env
 from bundlefs.storage.entry_scan import value_chunks
@@ -76,6 +76,12 @@ class IndexReader:
     @property
     def index_path(self) -> str:
         return os.path.join(self.bundle_dir, fmt.INDEX_DIR, fmt.INDEX_FILE)
+
+    def unmap_pages(self) -> None:
+        """Take the index's mapped pages out of this process's resident set (they stay in the
+        page cache; the next lookup maps what it touches): for a scan of every entry, which
+        would otherwise hold the whole index in its RSS by its end (``verify``)."""
+        unmap_file_pages(self.index_path)
 
     def _validate_file(self) -> None:
         self._identity, self._pages = check_index_file(

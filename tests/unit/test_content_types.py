@@ -70,3 +70,35 @@ def test_msgpack_without_its_name_gets_no_type_and_obj_is_not_guessed() -> None:
     assert content_types.detect(b"sample", b"\x82\xa1a\x01\xa1b\x02") is None
     assert content_types.detect(b"main.obj", b"\x64\x86\x01\x00") is None
     assert content_types.detect(b"x", b"FORM\x00\x00\x00\x00ILBM") is None
+
+
+TEXT_AND_NOT = [
+    b"plain text\twith tabs\r\nand lines\f\v",
+    "caf\u00e9 cut in the middle".encode()[:4],  # a character cut by the end of the head
+    b"\x00binary",
+    b"bell \x07",
+    b"",
+    b"\xff\xfe not utf-8 at all",
+]
+
+
+@pytest.mark.parametrize("head", TEXT_AND_NOT)
+def test_text_is_printable_characters_and_whitespace(head: bytes) -> None:
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        text = head[: e.start].decode("utf-8") if e.start >= len(head) - 3 else "\0"
+    printable = all(c.isprintable() or c in "\t\n\r\f\v" for c in text)
+    assert content_types.looks_like_text(head) == (bool(head) and printable)
+
+
+@pytest.mark.parametrize(
+    "name", [b"x.pth", b"x.ts", b"no-extension", b"x.json", b"x.png", b"archive"]
+)
+@pytest.mark.parametrize(
+    "head",
+    [*TEXT_AND_NOT, b"\x89PNG\r\n\x1a\n", bytes(257) + b"ustar\x0000", b"\x7fELF" + bytes(20)],
+)
+def test_the_facts_of_a_head_decide_as_the_head_does(name: bytes, head: bytes) -> None:
+    facts = content_types.head_facts(head)
+    assert content_types.detect(name, facts) == content_types.detect(name, head)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from bundlefs.core.content_types import HeadFacts
 from bundlefs.errors import PackError
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,9 @@ class StoredContent:
     size: int
     crc32c: int
     st: Stat  # the file's status as it was opened (what the entry records)
-    head: bytes  # its first HEAD_SIZE bytes (fewer if it is shorter), for content sniffing
+    # Its first HEAD_SIZE bytes (fewer if it is shorter), for content sniffing, or what they say
+    # (a source that keeps no bytes per file: ``synthetic.SyntheticTree``).
+    head: bytes | HeadFacts
     content_type: str | None = None  # a merge keeps its input's; None: the builder's rules say
     digest: bytes = b""  # format version 5 (fmt.DIGEST_NAME); b"": none (an older bundle's file)
 

@@ -133,7 +133,7 @@ class ListedSource(LoadedTreeSource):
             if self._parents_placed(parts):
                 self._place(rel, parts, content)
         self._loaded = True
-        self._tree.number_files()
+        self._tree.finish()
 
     def _parents_placed(self, parts: list[bytes]) -> bool:
         """The directories above ``parts`` placed with their own status; False (reported) if one

@@ -12,7 +12,9 @@ Name clashes: directories present in several layers merge (their attributes are 
 layer's, or with ``on_clash="first"`` the first's); any other name present in several layers is an
 error, unless ``on_clash`` says which layer wins ("last" or "first"), the way a later layer of an
 overlay file system hides an earlier one. Memory: the directories of about two levels of the tree
-(those given to the builder and not yet listed), like the builder's own queue.
+(those given to the builder and not yet listed), like the builder's own queue, and the names a
+clash overrode (``overridden``); the inputs' mapped index pages are taken out of the resident set
+every ``UNMAP_EVERY`` entries listed.
 
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``,
 ``bundlefs.packing.sources.base``.
@@ -33,6 +35,7 @@ from bundlefs.packing.sources.base import Content, SourceErrors, SourceItem, Sto
 from bundlefs.storage.index import IndexReader
 
 CLASH_RULES = ("error", "last", "first")
+UNMAP_EVERY = 1 << 16  # input entries listed between two ``IndexReader.unmap_pages``
 
 
 @dataclass(slots=True)
@@ -99,6 +102,7 @@ class StoredSource:
                 node = node.children.setdefault(part, _PrefixNode())
             node.roots.append(number)
         self._pending: dict[bytes, list[_Layer]] = {}
+        self._listed = 0  # input entries listed since the inputs' pages were last unmapped
 
     # -- EntrySource --
 
@@ -155,6 +159,13 @@ class StoredSource:
         directory = reader.entry(ino)
         for entry in reader.iter_entries(directory.first_child, directory.size):
             yield entry.name, order, (number, entry)
+            self._listed += 1
+            if self._listed == UNMAP_EVERY:
+                # Every input entry is read once: the inputs' index pages leave the resident set
+                # as the listing goes (a large directory's too), as verify's do.
+                for each in self.readers:
+                    each.unmap_pages()
+                self._listed = 0
 
     def _resolve(self, rel: bytes, found: list[tuple[int, Any]]) -> list[_Layer] | tuple:
         """What a name present in ``found`` layers becomes: a merged directory (its layers) or

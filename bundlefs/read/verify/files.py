@@ -9,6 +9,8 @@ May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.read``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from bundlefs.core import format as fmt
 from bundlefs.core.checksum import ContentDigest
 from bundlefs.errors import BundleError, CorruptDataError, FormatError
@@ -16,7 +18,7 @@ from bundlefs.read.content import ContentReader
 from bundlefs.read.tree import TreeModel
 from bundlefs.read.verify.report import Findings
 from bundlefs.read.verify.shards import ShardScan
-from bundlefs.read.verify.tree import InodeTable
+from bundlefs.read.verify.tree import UNMAP_EVERY, InodeTable
 
 
 def check_files(
@@ -25,12 +27,16 @@ def check_files(
     table: InodeTable,
     shards: ShardScan,
     findings: Findings,
+    unmap: Callable[[], None] | None = None,
 ) -> None:
     """Read every file the entry phase found (in the shards checked), noting each damaged one
-    under all its names."""
-    n = len(table.kinds) - 1
+    under all its names; ``unmap`` is called every ``UNMAP_EVERY`` inodes (the index's mapped
+    pages out of the resident set)."""
+    n = table.entry_count
     for ino in range(1, n + 1):
         findings.tick("files", ino, n)
+        if unmap is not None and not ino % UNMAP_EVERY:
+            unmap()
         if not table.is_file(ino):
             continue
         try:

@@ -1,10 +1,15 @@
 """``verify``'s entry phase: every entry, the directory tree they form, the hard links, (format
 version 5) the directory totals and (version 6) the source records.
 
-Every entry is read once into ``InodeTable``, one byte per inode (its kind, and whether its name
-sorts after the previous inode's), so millions of entries fit; the tree's rules (core/integrity.py,
-the same the reader enforces) are then checked over that table, and each broken one is collected.
-The table also names any inode's path, as well as a damaged tree allows, for the file phase.
+Every entry is read once into ``InodeTable``; the tree's rules (core/integrity.py, the same the
+reader enforces) are then checked over that table, and each broken one is collected. The table
+also names any inode's path, as well as a damaged tree allows, for the file phase.
+
+Memory: one bit per inode (whether it is a regular file's own entry, for the file phase), ~20
+bytes per directory, and entries in numbers the damage and the hard links decide: the inodes
+whose name does not sort after the previous inode's (each directory's first child, and the
+entries out of order), the hard links. A byte per inode held 100 MB at 100,000,000 entries
+(docs/scale.md).
 
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.read.tree``,
 ``bundlefs.read.verify.report``.
@@ -13,7 +18,10 @@ May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.read.tree``,
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
+from array import array
+from collections.abc import Callable, Iterator
 
 from bundlefs.core import format as fmt
 from bundlefs.core import integrity
@@ -21,48 +29,112 @@ from bundlefs.errors import FormatError
 from bundlefs.read.tree import TreeModel
 from bundlefs.read.verify.report import Findings
 
-# Per-inode kinds in the table (one byte per inode, so millions of entries fit).
-BAD, FILE, DIR, SYMLINK, LINK, SPECIAL = 0, 1, 2, 3, 4, 5
-NAME_AFTER_PREVIOUS = 0x10  # bit: this entry's name sorts after the previous inode's name
+# How often a scan of every entry takes the index's mapped pages out of the resident set
+# (``IndexReader.unmap_pages``): 65,536 entries are ~4 MB of a version 5 index.
+UNMAP_EVERY = 1 << 16
 
 
 class InodeTable:
-    """Compact facts about the directory tree, enough to check it and to name any inode's path."""
+    """Compact facts about the directory tree, enough to check it and to name any inode's path.
+
+    Directories are added in inode order (the scan's), so their arrays are sorted by inode;
+    ``sort`` orders the child ranges by their first inode.
+    """
 
     def __init__(self, tree: TreeModel, entry_count: int) -> None:
         self._tree = tree
-        self.kinds = bytearray(entry_count + 1)
-        self.dirs: dict[int, tuple[int, int]] = {}  # directory -> (parent field, nlink)
-        self._children: dict[int, tuple[int, int]] = {}  # directory -> (first_child, count)
-        self.ranges: list[tuple[int, int, int]] = []  # (first_child, count, directory), sorted
-        self._firsts: list[int] = []
+        self.entry_count = entry_count
+        self._files = bytearray(entry_count // 8 + 1)  # bit ino: a regular file's own entry
+        # Directories, by inode: their parent field, nlink, first child and child count.
+        self.dir_inos, self._parents, self._nlinks = array("I"), array("I"), array("I")
+        self._firsts, self._counts = array("I"), array("I")
+        # The child ranges (first, count, directory) sorted by first, of directories with any.
+        self._range_firsts, self._range_counts, self._range_dirs = (
+            array("I"),
+            array("I"),
+            array("I"),
+        )
+        # Inodes whose name does not sort after the previous inode's, both read.
+        self.breaks = array("I")
+        self.links: list[tuple[int, int]] = []  # (LINK entry, target)
         self._links: dict[int, list[int]] | None = None
 
+    def add_file(self, ino: int) -> None:
+        self._files[ino >> 3] |= 1 << (ino & 7)
+
     def add_dir(self, entry: fmt.Entry) -> None:
-        self.dirs[entry.ino] = (entry.parent, entry.nlink)
-        if entry.size:
-            self._children[entry.ino] = (entry.first_child, entry.size)
+        assert not self.dir_inos or entry.ino > self.dir_inos[-1]  # in inode order
+        self.dir_inos.append(entry.ino)
+        self._parents.append(entry.parent)
+        self._nlinks.append(entry.nlink)
+        self._firsts.append(entry.first_child if entry.size else 0)
+        self._counts.append(entry.size)
+
+    def _dir_index(self, directory: int) -> int | None:
+        i = bisect.bisect_left(self.dir_inos, directory)
+        return i if i < len(self.dir_inos) and self.dir_inos[i] == directory else None
+
+    def is_dir(self, ino: int) -> bool:
+        """Whether ``ino`` is a directory read in the scan."""
+        return self._dir_index(ino) is not None
+
+    def dir_facts(self, directory: int) -> tuple[int, int]:
+        """(parent field, nlink) of a directory read in the scan."""
+        i = self._dir_index(directory)
+        assert i is not None
+        return self._parents[i], self._nlinks[i]
+
+    def dirs(self) -> Iterator[tuple[int, int]]:
+        """(directory, parent field) of every directory read, in inode order."""
+        return zip(self.dir_inos, self._parents, strict=True)
+
+    def dirs_within(self, first: int, end: int) -> int:
+        """How many directories have an inode in [first, end)."""
+        return bisect.bisect_left(self.dir_inos, end) - bisect.bisect_left(self.dir_inos, first)
+
+    def breaks_within(self, first: int, end: int) -> array:
+        """The inodes in [first, end) whose name does not sort after the previous inode's."""
+        return self.breaks[
+            bisect.bisect_left(self.breaks, first) : bisect.bisect_left(self.breaks, end)
+        ]
 
     def children_of(self, directory: int) -> tuple[int, int]:
         """(first_child, count) of a directory read in the scan; (0, 0) when it has none."""
-        return self._children.get(directory, (0, 0))
+        i = self._dir_index(directory)
+        if i is None or not self._counts[i]:
+            return (0, 0)
+        return self._firsts[i], self._counts[i]
 
     def sort(self) -> None:
-        self.ranges = sorted((f, c, d) for d, (f, c) in self._children.items())
-        self._firsts = [f for f, _c, _d in self.ranges]
+        """The child ranges by first inode (then count, directory), as the tree check walks them."""
+        with_children = array("I", (i for i, count in enumerate(self._counts) if count))
+
+        def key(i: int) -> tuple[int, int, int]:
+            return self._firsts[i], self._counts[i], self.dir_inos[i]
+
+        if any(key(i) > key(j) for i, j in itertools.pairwise(with_children)):
+            # A damaged tree: its ranges out of the inode order (a sound one's are in it).
+            with_children = array("I", sorted(with_children, key=key))
+        self._range_firsts = array("I", (self._firsts[i] for i in with_children))
+        self._range_counts = array("I", (self._counts[i] for i in with_children))
+        self._range_dirs = array("I", (self.dir_inos[i] for i in with_children))
+
+    def ranges(self) -> Iterator[tuple[int, int, int]]:
+        """(first_child, count, directory) of every directory with children, by first child."""
+        return zip(self._range_firsts, self._range_counts, self._range_dirs, strict=True)
 
     def holder(self, ino: int) -> int | None:
         """The directory whose child range holds ``ino``."""
-        i = bisect.bisect_right(self._firsts, ino) - 1
+        i = bisect.bisect_right(self._range_firsts, ino) - 1
         if i >= 0:
-            first, count, directory = self.ranges[i]
+            first, count = self._range_firsts[i], self._range_counts[i]
             if first <= ino < first + count:
-                return directory
+                return self._range_dirs[i]
         return None
 
     def is_file(self, ino: int) -> bool:
         """Whether ``ino`` is a regular file's own entry (read and sound)."""
-        return 1 <= ino < len(self.kinds) and self.kinds[ino] & 0x0F == FILE
+        return 1 <= ino <= self.entry_count and bool(self._files[ino >> 3] >> (ino & 7) & 1)
 
     def name(self, ino: int) -> bytes:
         try:
@@ -90,25 +162,28 @@ class InodeTable:
         return os.fsdecode(b"/".join(reversed(parts))) or "/"
 
     def links_to(self, target: int) -> list[int]:
-        """LINK entries that name ``target`` (built on first use: only damaged files need it)."""
+        """LINK entries that name ``target`` (grouped on first use: only damaged files need it)."""
         if self._links is None:
             self._links = {}
-            for ino, kind in enumerate(self.kinds):
-                if kind & 0x0F == LINK:
-                    try:
-                        self._links.setdefault(self._tree.stored_entry(ino).target, []).append(ino)
-                    except FormatError:
-                        continue
+            for ino, linked in self.links:
+                self._links.setdefault(linked, []).append(ino)
         return self._links.get(target, [])
 
 
 class TreeCheck:
     """Checks the entries of one bundle, writing what it finds to ``findings``."""
 
-    def __init__(self, tree_model: TreeModel, config: fmt.Config, findings: Findings) -> None:
+    def __init__(
+        self,
+        tree_model: TreeModel,
+        config: fmt.Config,
+        findings: Findings,
+        unmap: Callable[[], None] | None = None,
+    ) -> None:
         self.tree_model = tree_model
         self.config = config
         self.findings = findings
+        self.unmap = unmap  # called every UNMAP_EVERY entries read (the index's mapped pages)
 
     def run(self) -> InodeTable:
         """Read every entry once into the table, then check the tree and the links."""
@@ -116,11 +191,12 @@ class TreeCheck:
         n = config.entry_count
         tree = InodeTable(tree_model, n)
         counts = integrity.TreeCounts()
-        links: list[tuple[int, int]] = []  # (LINK entry, target)
         nlinks: dict[int, int] = {}  # file with an NLINK part -> its nlink
-        previous: bytes | None = None
+        previous: bytes | None = None  # the previous inode's name, if it was read (and known)
         for ino in range(1, n + 1):
             self.findings.tick("entries", ino, n)
+            if self.unmap is not None and not ino % UNMAP_EVERY:
+                self.unmap()
             try:
                 entry = tree_model.stored_entry(ino)
             except FormatError as e:
@@ -128,27 +204,27 @@ class TreeCheck:
                 previous = None
                 continue
             counts.add(entry)
-            kind = BAD
+            known = True
             if entry.is_link:
-                kind = LINK
-                links.append((ino, entry.target))
+                tree.links.append((ino, entry.target))
             elif entry.is_file:
-                kind = FILE
+                tree.add_file(ino)
                 if entry.flags & fmt.FLAG_NLINK:
                     nlinks[ino] = entry.nlink
             elif entry.is_dir:
-                kind = DIR
                 tree.add_dir(entry)
-            elif entry.is_symlink:
-                kind = SYMLINK
-            elif entry.is_special:
-                kind = SPECIAL
+            else:
+                known = entry.is_symlink or entry.is_special
             # Which directory lists an inode is known only once every directory is read: keep
-            # the one bit the name-order rule needs against the inode before it.
-            if previous is not None and integrity.child_order(0, previous, entry.name) is None:
-                kind |= NAME_AFTER_PREVIOUS
-            tree.kinds[ino] = kind
-            previous = entry.name
+            # the inodes the name-order rule may fail at (each directory's first child, and
+            # damage), against the inode before it.
+            if (
+                known
+                and previous is not None
+                and integrity.child_order(0, previous, entry.name) is not None
+            ):
+                tree.breaks.append(ino)
+            previous = entry.name if known else None
         self.findings.report.entries = n
         self.findings.report.files, self.findings.report.dirs = counts.files, counts.dirs
         self.findings.report.symlinks, self.findings.report.hardlinks = (
@@ -165,7 +241,7 @@ class TreeCheck:
         for message in counts.problems_against(config):
             self.findings.problem("config", message)
         self._check_tree(tree)
-        self._check_links(tree, links, nlinks)
+        self._check_links(tree, nlinks)
         if config.format_version >= fmt.FIRST_V5_VERSION:
             self._check_totals(tree)
         self._check_sources(tree)
@@ -186,49 +262,44 @@ class TreeCheck:
             self.findings.problem("sources", str(e))
 
     def _check_tree(self, tree: InodeTable) -> None:
-        kinds = tree.kinds
-        if kinds[fmt.ROOT_INO] & 0x0F != DIR:
+        if not tree.is_dir(fmt.ROOT_INO):
             self.findings.problem("entry", "the root entry is not a readable directory")
         tree.sort()
+        end_of_entries = tree.entry_count + 1
         covered = fmt.ROOT_INO + 1  # the next inode a child range must start at
-        for first, count, directory in tree.ranges:
+        for first, count, directory in tree.ranges():
             end = first + count
             if first != covered:
                 what = "no directory holds" if first > covered else "two directories hold"
                 lo, hi = min(first, covered), max(first, covered) - 1
                 self.findings.problem("entry", f"{what} entries {lo}…{hi}")
-            if end - 1 > len(kinds) - 1:
+            if end > end_of_entries:
                 self.findings.problem(
                     "entry", f"directory {directory} lists children past the last entry"
                 )
             covered = max(covered, end)
-            subdirs = 0
-            for ino in range(first, min(end, len(kinds))):
-                kind = kinds[ino]
-                if kind & 0x0F == DIR:
-                    subdirs += 1
-                if ino > first and kind and kinds[ino - 1] and not kind & NAME_AFTER_PREVIOUS:
-                    names = tree.name(ino - 1), tree.name(ino)
-                    message = integrity.child_order(directory, *names)
-                    self.findings.problem(
-                        "entry", f"{tree.path(ino)}: {message}", path=tree.path(ino)
-                    )
-            parent, nlink = tree.dirs[directory]
-            message = integrity.directory_nlink(nlink, subdirs)
+            end = min(end, end_of_entries)
+            for ino in tree.breaks_within(first + 1, end):
+                message = integrity.child_order(directory, tree.name(ino - 1), tree.name(ino))
+                self.findings.problem("entry", f"{tree.path(ino)}: {message}", path=tree.path(ino))
+            _parent, nlink = tree.dir_facts(directory)
+            message = integrity.directory_nlink(nlink, tree.dirs_within(first, end))
             if message is not None:
                 self.findings.problem("entry", f"directory {tree.path(directory)} {message}")
-        if covered != len(kinds):
-            self.findings.problem("entry", f"no directory holds entries {covered}…{len(kinds) - 1}")
-        for directory, (parent, _nlink) in tree.dirs.items():
+        if covered != end_of_entries:
+            self.findings.problem(
+                "entry", f"no directory holds entries {covered}…{tree.entry_count}"
+            )
+        for directory, parent in tree.dirs():
             holder = tree.holder(directory)
             expected = fmt.ROOT_INO if directory == fmt.ROOT_INO else holder
             message = integrity.child_directory_parent(directory, parent, expected)
             if message is not None:
                 self.findings.problem("entry", f"{tree.path(directory)}: {message}")
 
-    def _check_links(self, tree: InodeTable, links: list, nlinks: dict[int, int]) -> None:
+    def _check_links(self, tree: InodeTable, nlinks: dict[int, int]) -> None:
         names: dict[int, int] = {}
-        for ino, target in links:
+        for ino, target in tree.links:
             message = integrity.link_target(ino, target, tree.is_file(target))
             if message is not None:
                 self.findings.problem("entry", f"{tree.path(ino)}: {message}", path=tree.path(ino))
@@ -245,10 +316,15 @@ class TreeCheck:
         its children's entries add up to, not their stored totals (so one wrong value is named
         once). A second read of the entries, one cursor scan per directory; O(directories) held."""
         summed: dict[int, fmt.TreeTotals | None] = {}  # None: unknown (an unreadable entry)
-        for directory in sorted(tree.dirs, reverse=True):
+        read = 0  # entries read since the index's pages were last unmapped
+        for directory in reversed(tree.dir_inos):
             total: fmt.TreeTotals | None = fmt.TreeTotals()
             try:
                 for child in self.tree_model.stored_entries(*tree.children_of(directory)):
+                    read += 1
+                    if self.unmap is not None and read == UNMAP_EVERY:  # a large directory too
+                        self.unmap()
+                        read = 0
                     below = summed.pop(child.ino, None) if child.is_dir else fmt.TreeTotals()
                     if total is None or below is None:
                         total = None
