@@ -1,20 +1,16 @@
 """The read half of the LMDB index: ``IndexReader`` (validated, read-only, lock-free, fork-safe).
 
-The reader checks the completion marker, the index size, LMDB's meta pages and the index checksum
-*before* LMDB maps the file, because LMDB trusts its file completely (a truncated file faults the
-process with SIGBUS). It knows nothing about shards beyond their descriptors. LMDB's own errors
-end here: callers see ``FormatError``. The environment per process and the at-fork rule are
-storage/lmdb_env.py's; the write half is ``IndexWriter`` (storage/index_writer.py).
-
-May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.marker``,
-``bundlefs.storage.lmdb_env``, ``bundlefs.storage.entry_scan``.
+The file is checked before LMDB maps it and, from version 6, each page before LMDB reads it
+(``index_check``): LMDB trusts its file completely. LMDB's own errors end here as
+``FormatError``. The environment per process and the at-fork rule are ``lmdb_env``'s; the write
+half is ``IndexWriter``. May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``
+``.marker``, ``.lmdb_env``, ``.entry_scan``, ``.index_check``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import logging
 import os
 import threading
 from collections.abc import Iterator
@@ -29,8 +25,6 @@ from bundlefs.storage import lmdb_env
 from bundlefs.storage.entry_scan import value_chunks
 from bundlefs.storage.index_check import check_index_file
 from bundlefs.storage.marker import read_marker
-
-log = logging.getLogger(__name__)
 
 
 class IndexReader:
@@ -400,6 +394,5 @@ def _check_totals(index: IndexReader) -> None:
         raise FormatError(
             f"index holds totals of {held} directories, the config counts {index.config.dir_count}"
         )
-    root = tree_totals(index, fmt.ROOT_INO)
-    assert root is not None
+    root = fmt.decode_totals(fmt.ROOT_INO, index._get(db, fmt.totals_key(fmt.ROOT_INO), "totals"))
     integrity.enforce(integrity.root_totals(index.config, root))
