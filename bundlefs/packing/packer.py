@@ -142,12 +142,12 @@ def _open_base(
     options: PackOptions,
     remote: RemotePublisher | None,
 ) -> Base:
-    """The base of a pack, opened (``base`` itself if it is, a distributed pack's task's);
-    ``PackError`` if the source is the caller's own ``EntrySource`` (``delta_sink.on_base``
-    takes every source a path or URL names; a distributed pack's task, a ``DirectorySource``)."""
+    """The base of a pack, opened (``base`` itself if it is: a distributed pack's task opens its
+    own); ``PackError`` if the source is the caller's own ``EntrySource`` (``delta_sink.on_base``
+    takes every source a path or URL names)."""
     if isinstance(base, Base):
         return base
-    if paths is None and not isinstance(source, DirectorySource):
+    if paths is None:
         raise PackError(
             "a pack on a base (--base) needs a directory, archives, an object-store prefix or "
             "--files-from as SRC, not a source object"
