@@ -148,14 +148,14 @@ def store(s3_server: S3Server) -> S3Server:
 def test_a_signal_during_an_upload_removes_what_was_uploaded(
     tmp_path, tree, bundle, store, command
 ):
-    # The index and the one shard are uploaded (in parallel); paused as the marker's upload
-    # begins, the third call.
+    # The index, its page table (format version 6) and the one shard are uploaded (in
+    # parallel); paused as the marker's upload begins, the fourth call.
     url = f"s3://interrupted/{command}.bundle"
     staging = tmp_path / "staging"
     staging.mkdir()
     source = [tree] if command == "pack" else [bundle]
     status, err = interrupted(
-        tmp_path, "bundlefs.storage.objectstore.upload:RemotePublisher._upload", 3, signal.SIGTERM,
+        tmp_path, "bundlefs.storage.objectstore.upload:RemotePublisher._upload", 4, signal.SIGTERM,
         command, *source, url, "--staging", staging,
         "--storage-option", f"endpoint_url={store.endpoint}",
         env={"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"},
@@ -163,7 +163,7 @@ def test_a_signal_during_an_upload_removes_what_was_uploaded(
     assert status == 143
     assert len(err) == 1, err
     assert err[0].startswith(
-        f"bundlefs: error: interrupted by SIGTERM; removed the 2 objects it had uploaded to "
+        f"bundlefs: error: interrupted by SIGTERM; removed the 3 objects it had uploaded to "
         f"{url}; removed the partial bundle {staging}/.{command}.bundle.partial-"
     )
     listed = store.client().list_objects_v2(Bucket="interrupted", Prefix=f"{command}.bundle")
