@@ -11,7 +11,7 @@ STOCK_PYFUSE3 := build/stock-pyfuse3
 # directory.
 export PIP_CACHE_DIR := $(CURDIR)/build/pip-cache
 
-.PHONY: install system-deps test test-fast lint check demo bench bench-quick bench-scale fuzz soak clean
+.PHONY: install system-deps test test-fast lint check demo bench bench-quick bench-scale bench-million fuzz soak clean
 
 install: $(STAMP)
 
@@ -91,6 +91,7 @@ bench: install
 	$(BIN)/python -m bench.diff
 	$(BIN)/python -m bench.dedup
 	$(BIN)/python -m bench.writer
+	$(BIN)/python -m bench.versions
 
 bench-quick: install
 	$(BIN)/python -m bench.run --quick
@@ -102,6 +103,13 @@ bench-scale: install
 	$(BIN)/python -m bench.scale
 	$(BIN)/python -m bench.dask_pack
 	$(BIN)/python -m bench.memory
+
+# Issue 26 on the million tree too: bench.delta packs on a base with 1,000,000 generated files
+# of ~20 KiB beside the small dataset (~25 min, ~40 GB of disk under its work directory), then the
+# issue's table (bench.versions) from this run and the newest bench.diff and bench.dedup ones.
+bench-million: install
+	$(BIN)/python -m bench.delta --million
+	$(BIN)/python -m bench.versions
 
 fuzz: install
 	BUNDLEFS_FUZZ_EXAMPLES=2000 $(BIN)/python -m pytest -q tests/library/test_fuzz.py tests/library/test_hostile_index.py

@@ -508,6 +508,7 @@ EXTRA_SECTIONS = (
     "## Compression: lz4 and zstd",
     "## Object storage",
     "## Streaming: samples and splits",
+    "## Versions: issue 26's targets",
     "## Versions: packing on a base",
     "## Diff of two bundles",
     "## Writer: a bundle from Python",
