@@ -105,8 +105,10 @@ bench-scale: install
 	$(BIN)/python -m bench.memory
 
 # Issue 26 on the million tree too: bench.delta packs on a base with 1,000,000 generated files
-# of ~20 KiB beside the small dataset (~25 min, ~40 GB of disk under its work directory), then the
-# issue's table (bench.versions) from this run and the newest bench.diff and bench.dedup ones.
+# of ~20 KiB beside the small dataset, then the issue's table (bench.versions) from this run and
+# the newest bench.diff and bench.dedup ones. ~35 min under load (writing the tree ~7, its full
+# pack ~7), ~40 GB of disk at the peak; the tree (21 GB) stays in the work directory's data/,
+# changed, and is written again by the next run: remove it when done.
 bench-million: install
 	$(BIN)/python -m bench.delta --million
 	$(BIN)/python -m bench.versions

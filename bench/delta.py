@@ -388,18 +388,23 @@ def _tree_rows(name: str, tree: dict[str, Any], s: dict[str, Any]) -> list[str]:
 
 def render(results: dict[str, Any]) -> str:
     summary = summarize(results)
+    million = "; the million tree 1" if "million" in results["trees"] else ""
+    chain = ""
+    if results.get("generations"):
+        chain = (
+            f" Then on the small tree {results['generations']} generations, each packed on the "
+            "one before after another 1 % changed, and the final tree packed whole (flat): a "
+            f"sample of {results['sample']:,} files read from both, alternating, through the "
+            "Python API and a mount, cold (caches dropped) and warm."
+        )
     lines = [
         SECTION,
         "",
         f"`python -m bench.delta` ({results['started']}, commit `{results['commit']}`, "
-        f"{results['rounds']} rounds; the million tree 1): each tree packed whole, then packed on "
-        "that bundle (`pack --base`) with nothing changed, with 1 % of the files touched (mtime "
-        "only) and after 1 % got new content of the same size; each time against a full pack of "
-        "the same tree in the same round, warm. Then on the small tree "
-        f"{results['generations']} generations, each packed on the one before after another 1 % "
-        "changed, and the final tree packed whole (flat): a sample of "
-        f"{results['sample']:,} files read from both, alternating, through the Python API and "
-        "a mount, cold (caches dropped) and warm. The targets judge wall time; CPU time (all "
+        f"{results['rounds']} rounds{million}): each tree packed whole, then packed on that "
+        "bundle (`pack --base`) with nothing changed, with 1 % of the files touched (mtime only) "
+        "and after 1 % got new content of the same size; each time against a full pack of the "
+        f"same tree in the same round, warm.{chain} The targets judge wall time; CPU time (all "
         "threads) × the full pack's is beside it: on a loaded machine a pack on a base, one "
         "thread, gets a smaller share of the 2 cores than a full pack, which compresses on two. "
         "Medians; *load*: the 1-minute load average "
