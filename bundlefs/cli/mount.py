@@ -127,7 +127,9 @@ def add_mount_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not start reading a small file's bytes when it is looked up",
     )
-    p.add_argument("--no-index-check", action="store_true", help="skip the index checksum")
+    p.add_argument(
+        "--no-index-check", action="store_true", help="skip the index checks (checksum, pages)"
+    )
     p.add_argument(
         "--strict",
         action="store_true",

@@ -143,7 +143,7 @@ def test_content_types_from_the_facts_kept_match_those_from_the_bytes(tmp_path):
 class _Sink:
     """A content sink that stores nothing: the tree's own memory is what is measured."""
 
-    def store_stream(self, rel, chunks, st) -> StoredContent:
+    def store_stream(self, rel, chunks, st, *, tick=None, again=None) -> StoredContent:
         head, size = b"", 0
         for chunk in chunks:
             head = head or chunk[:264]

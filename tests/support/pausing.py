@@ -19,7 +19,10 @@ from pathlib import Path
 # The command line with one library function paused: argv is MODULE ATTRIBUTE N READY_FILE,
 # then the command's own arguments. ATTRIBUTE may be Class.method.
 _PAUSED = """
-import importlib, os, sys, threading, time
+import importlib, os, signal, sys, threading, time
+# As a terminal starts a command: a test run launched in the background (``make test &``) has
+# SIGINT ignored, which its children inherit, and the CLI rightly leaves an ignored signal alone.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 module, attribute, nth, ready = sys.argv[1:5]
 owner = importlib.import_module(module)
 *path, name = attribute.split(".")

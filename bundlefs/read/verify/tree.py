@@ -225,13 +225,7 @@ class TreeCheck:
             ):
                 tree.breaks.append(ino)
             previous = entry.name if known else None
-        self.findings.report.entries = n
-        self.findings.report.files, self.findings.report.dirs = counts.files, counts.dirs
-        self.findings.report.symlinks, self.findings.report.hardlinks = (
-            counts.symlinks,
-            counts.hardlinks,
-        )
-        self.findings.report.specials = counts.specials
+        self._report_counts(counts, n)
         try:
             extra = next(tree_model.stored_entries(n + 1, 1), None)
         except FormatError:
@@ -246,6 +240,12 @@ class TreeCheck:
             self._check_totals(tree)
         self._check_sources(tree)
         return tree
+
+    def _report_counts(self, counts: integrity.TreeCounts, entries: int) -> None:
+        report = self.findings.report
+        report.entries, report.files, report.dirs = entries, counts.files, counts.dirs
+        report.symlinks, report.hardlinks = counts.symlinks, counts.hardlinks
+        report.specials = counts.specials
 
     def _check_sources(self, tree: InodeTable) -> None:
         """Each key of ``sources`` a regular file's own inode (no LINK), each value 16 bytes."""
