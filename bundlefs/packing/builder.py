@@ -23,7 +23,6 @@ import os
 import stat as statmod
 from array import array
 from collections import deque
-from typing import cast
 
 from bundlefs.core import format as fmt
 from bundlefs.core import integrity
@@ -341,10 +340,12 @@ class EntryBuilder:
 
     def _record_source(self, ino: int, st: Stat) -> None:
         """File ``ino``'s source ctime and inode number, as the stat its entry records gave them
-        (no extra call: the walk's lstat, or the fstat before the file was read)."""
-        if self.record_sources:
-            stat_result = cast(os.stat_result, st)
-            self.index.put_source(ino, stat_result.st_ctime_ns, stat_result.st_ino)
+        (no extra call: the walk's lstat, or the fstat before the file was read). Only a
+        directory's stat has a ctime; the made-up status of an archive member, an object or a
+        listed file has none, and records nothing."""
+        ctime_ns = getattr(st, "st_ctime_ns", None)
+        if self.record_sources and ctime_ns is not None:
+            self.index.put_source(ino, ctime_ns, st.st_ino)
 
     def _content_type_index(self, media_type: str) -> int:
         index = self.content_types.get(media_type)

@@ -331,8 +331,7 @@ class _Packer:
             self.progress,
             user_data=options.user_data,
             content_types=rules,
-            record_sources=options.record_sources
-            and isinstance(getattr(source, "inner", source), DirectorySource),
+            record_sources=options.record_sources,
         )
         builder.build()
         index.put_meta(dict(options.meta))

@@ -244,8 +244,10 @@ class IndexPageGuard:
         """Before a cursor works between ``lo`` and ``hi`` (both included): every leaf of that
         range is checked, with the leaf before and the leaf after it."""
         name = self._names[id(db)]
+        spans = self._spans[name]
+        if spans.covers(lo, hi):  # as ``key``: no lock for a range already checked (per read)
+            return
         with self._lock:
-            spans = self._spans[name]
             if spans.covers(lo, hi):
                 return
             first, end, _leaf = self._walk(name, lo)
