@@ -29,7 +29,7 @@ from bundlefs.storage.bases import bundle_store, relative_location, resolve_base
 from bundlefs.storage.index import IndexReader
 from bundlefs.storage.index_writer import IndexWriter
 from bundlefs.storage.location import Location
-from bundlefs.storage.objectstore.index_fetch import fetch_index
+from bundlefs.storage.objectstore.index_fetch import open_index
 from bundlefs.storage.objectstore.references import RemoteShard, SharedShards
 from bundlefs.storage.objectstore.shard_store import RemoteShardStore
 from bundlefs.storage.store import ShardStore
@@ -137,8 +137,8 @@ def open_remote_base(
     if location.protocol == new.protocol and _overlap(location.path, new.path):
         raise PackError(f"{new.url} overlaps the base {location.url}, which a pack never modifies")
     try:
-        index_dir = fetch_index(location)
-        reader = IndexReader(index_dir, check_checksum=False)  # fetch_index checked it
+        # Whole: a pack on a base reads every entry of it (one pass of big GETs).
+        reader = open_index(location, whole=True)
     except BundleError as e:
         raise PackError(f"the base {location.url} is not a bundle that can be read: {e}") from None
     try:

@@ -28,7 +28,7 @@ from bundlefs.storage.codec import zstd_module
 from bundlefs.storage.index import IndexReader
 from bundlefs.storage.location import Location
 from bundlefs.storage.objectstore.client import DEFAULT_STORE_TIMEOUT, check_store_timeout
-from bundlefs.storage.objectstore.index_fetch import fetch_index
+from bundlefs.storage.objectstore.index_fetch import fetch_index, open_index
 from bundlefs.storage.objectstore.shard_store import RemoteShardStore
 from bundlefs.storage.shards import ShardSet
 from bundlefs.storage.store import FailedRead, ShardStore
@@ -40,10 +40,11 @@ def store_timeout(options: ReadOptions) -> float:
     return check_store_timeout(DEFAULT_STORE_TIMEOUT if given is None else given)
 
 
-def index_directory(location: Location, options: ReadOptions) -> str:
+def index_directory(location: Location, options: ReadOptions, *, whole: bool = False) -> str:
     """The directory holding the bundle's marker and index on this machine: a local bundle's
     own, or a bundle at a URL's copy in the disk cache, fetched if not there and checked against
-    the marker (a download always, a cached copy when ``check_index``)."""
+    the marker (a download always, a cached copy when ``check_index``). From version 6 that
+    copy is sparse, filled as lookups need pages, unless ``whole`` (``verify``)."""
     if location.is_local:
         return location.path
     return fetch_index(
@@ -51,6 +52,7 @@ def index_directory(location: Location, options: ReadOptions) -> str:
         options.remote.disk_cache,
         check=options.check_index,
         timeout=store_timeout(options),
+        whole=whole,
     )
 
 
@@ -101,9 +103,12 @@ class BundleParts:
         if location.is_local:
             index = IndexReader(index_dir or path, check_checksum=options.check_index)
         else:
-            # fetch_index has checked the index against the marker: no second CRC pass here.
-            index = IndexReader(
-                index_dir or index_directory(location, options), check_checksum=False
+            index = open_index(
+                location,
+                options.remote.disk_cache,
+                check=options.check_index,
+                timeout=store_timeout(options),
+                index_dir=index_dir,
             )
         try:
             if index.config.record_codec == fmt.COMPRESSION_ZSTD:

@@ -6,7 +6,7 @@ Imports inside point one way, bottom first: the marker, the record codecs, the s
 the LMDB environment rules, the index's checks and where a bundle lives; then the read and write
 halves of the index and the shards; then publishing; then the object store, which uses all of them.
 
-Order (bottom first): location | marker | codec | store | lmdb_env | entry_scan | index_check,
-index | index_writer | shards | shard_writer, liveness | source_records | publish, objectstore,
-bases, remove
+Order (bottom first): location | marker | codec | store | lmdb_env | entry_scan | index_fill,
+index_check, index | index_writer | shards | shard_writer, liveness | source_records | publish,
+objectstore, bases, remove
 """

@@ -4,7 +4,7 @@ The file is checked before LMDB maps it and, from version 6, each page before LM
 (``index_check``): LMDB trusts its file completely. LMDB's own errors end here as
 ``FormatError``. The environment per process and the at-fork rule are ``lmdb_env``'s; the write
 half is ``IndexWriter``. May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``
-``.marker``, ``.lmdb_env``, ``.entry_scan``, ``.index_check``.
+``.marker``, ``.lmdb_env``, ``.entry_scan``, ``.index_fill``, ``.index_check``.
 """
 
 from __future__ import annotations
@@ -24,24 +24,29 @@ from bundlefs.errors import BundleClosedError, FormatError, NotABundleError
 from bundlefs.storage import lmdb_env
 from bundlefs.storage.entry_scan import value_chunks
 from bundlefs.storage.index_check import check_index_file
+from bundlefs.storage.index_fill import RangeGet
 from bundlefs.storage.marker import read_marker
 
 
 class IndexReader:
-    """Read-only view of a bundle's index. Safe to share between threads and across fork()."""
+    """Read-only view of a bundle's index. Safe to share between threads and across fork().
+    ``fetch``: a sparse copy of a version-6 index, its missing pages fetched (``index_check``)."""
 
-    def __init__(self, bundle_dir: str, *, check_checksum: bool = True) -> None:
+    def __init__(
+        self, bundle_dir: str, *, check_checksum: bool = True, fetch: RangeGet | None = None
+    ) -> None:
         self.bundle_dir = bundle_dir
+        self._fetch = fetch
         self.marker = read_marker(bundle_dir)
-        self._check_checksum = check_checksum
         self._env: lmdb.Environment | None = None
         self._local = threading.local()
         self._closed = False
-        self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the validated file
         self._resident: ResidentMapping | None = None
         self._resident_lock = threading.Lock()
         self._codecs: dict[int, int] = {}  # shard -> codec, version 3 (at most 65,536 items)
-        self._validate_file()
+        self._identity, self._pages = check_index_file(  # (st_dev, st_ino); the page checks
+            bundle_dir, self.marker, check_checksum, fetch
+        )
         try:
             self._open()
             self.config = fmt.decode_config(
@@ -76,11 +81,6 @@ class IndexReader:
         page cache; the next lookup maps what it touches): for a scan of every entry, which
         would otherwise hold the whole index in its RSS by its end (``verify``)."""
         unmap_file_pages(self.index_path)
-
-    def _validate_file(self) -> None:
-        self._identity, self._pages = check_index_file(
-            self.bundle_dir, self.marker, self._check_checksum
-        )
 
     def _open(self) -> None:
         try:
@@ -132,7 +132,8 @@ class IndexReader:
         See ``lmdb_env.resident_mapping``: the lookups on the caller's thread (the mount's event
         loop) then pay no disk reads. Raises ``OSError`` where the kernel cannot.
         """
-        assert self._identity is not None
+        if self._fetch is not None:  # its holes would be faulted in as zeros
+            raise OSError("the index is fetched page by page from its object store")
         mapping = lmdb_env.resident_mapping(self.index_path, self._identity)
         with self._resident_lock:
             if self._closed or self._resident is not None:

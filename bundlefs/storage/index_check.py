@@ -16,7 +16,12 @@ entries behind that page are lost, not the bundle.
 Memory: one bit per page (128 KiB for a 4 GiB index), decoded branch pages (bounded) and the
 remembered ranges (bounded: forgotten when too many, then found again by walking).
 
-May import: ``bundlefs.core``, ``bundlefs.errors``.
+A sparse copy of an index on an object store (docs/storage.md, "The index") is given a way to
+fetch pages (``index_fill.PageFill``): there a page that fails its CRC is fetched, and it is
+damage only if the store's bytes fail too. Since every page LMDB can reach is checked first,
+LMDB reads only pages that are there.
+
+May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.index_fill``.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from bundlefs.core import format as fmt
 from bundlefs.core.checksum import crc32c, file_checksum
 from bundlefs.core.format import pages as lp
 from bundlefs.errors import BundleClosedError, CorruptDataError, FormatError, NotABundleError
+from bundlefs.storage.index_fill import PageFill, RangeGet
 
 END = b"\xff" * 512  # above every LMDB key (at most 511 bytes): the end of a database
 _MAX_RANGES = 8_192  # per database; past it the ranges are forgotten (walked again when needed)
@@ -36,10 +42,12 @@ _MAX_BRANCHES = 16_384  # decoded branch pages kept (the upper levels of every t
 
 
 def check_index_file(
-    bundle_dir: str, marker: fmt.Marker, checksum: bool = True
+    bundle_dir: str, marker: fmt.Marker, checksum: bool = True, fetch: RangeGet | None = None
 ) -> tuple[tuple[int, int], IndexPageGuard | NoPageChecks]:
     """Check data.mdb before LMDB maps it (docs/format.md §2): size, meta pages, checksum (the
     whole file's before version 6; from version 6 the page table's, the pages checked on use).
+    ``fetch``: data.mdb is a sparse copy (version 6) whose missing pages come from there; its
+    pages are checked whatever ``checksum`` says (the checks are what fetches them).
 
     Returns the file's (st_dev, st_ino) and what checks its pages. LMDB trusts its file
     completely: a truncated one would fault the process with SIGBUS, so nothing may open an
@@ -58,8 +66,9 @@ def check_index_file(
             "(truncated or replaced index)"
         )
     fmt.check_lmdb_meta(head, st.st_size)
-    if checksum and marker.format_version >= lp.FIRST_PAGE_CHECK_VERSION:
-        return (st.st_dev, st.st_ino), IndexPageGuard(bundle_dir, marker, lp.lmdb_page_size(head))
+    if (checksum or fetch) and marker.format_version >= lp.FIRST_PAGE_CHECK_VERSION:
+        guard = IndexPageGuard(bundle_dir, marker, lp.lmdb_page_size(head), fetch)
+        return (st.st_dev, st.st_ino), guard
     if checksum and file_checksum(path)[0] != marker.index_crc32c:
         raise FormatError("index fails its checksum (the index file was altered or damaged)")
     return (st.st_dev, st.st_ino), NoPageChecks()
@@ -139,7 +148,9 @@ class KeyRanges:
 class IndexPageGuard:
     """Checks the pages of one version-6 index before LMDB reads them (see the module)."""
 
-    def __init__(self, bundle_dir: str, marker: fmt.Marker, page_size: int) -> None:
+    def __init__(
+        self, bundle_dir: str, marker: fmt.Marker, page_size: int, fetch: RangeGet | None = None
+    ) -> None:
         index_dir = os.path.join(bundle_dir, fmt.INDEX_DIR)
         self._bundle = bundle_dir
         self.path = os.path.join(index_dir, fmt.INDEX_FILE)
@@ -158,6 +169,7 @@ class IndexPageGuard:
                 crc32c=crc32c,
             )
             self._page_size = page_size
+            self._fill = None if fetch is None else PageFill(self.path, table, page_size, fetch)
             pages = lp.page_count(self._table)
             self._last_pg = pages - 1
             self._checked = bytearray((pages + 7) // 8)
@@ -165,7 +177,7 @@ class IndexPageGuard:
             self._lock = threading.Lock()
             self._roots = self._main_databases()
         except BaseException:
-            os.close(self._fd)
+            self.close()
             raise
         self._names: dict[int, bytes] = {}
         self._leaves: dict[bytes, KeyRanges] = {name: KeyRanges() for name in self._roots}
@@ -223,11 +235,21 @@ class IndexPageGuard:
     def forked(self) -> None:
         """In a child after ``fork()``: a parent thread may have held the lock."""
         self._lock = threading.Lock()
+        if self._fill is not None:
+            self._fill.forked()
 
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+        fill = getattr(self, "_fill", None)  # None too when the table failed at open
+        if fill is not None:
+            fill.close()
+
+    @property
+    def fill(self) -> PageFill | None:
+        """What fetches this sparse copy's missing pages; None for a whole index."""
+        return self._fill
 
     # -- what readers call before LMDB --------------------------------------------------------
 
@@ -341,8 +363,24 @@ class IndexPageGuard:
         bit = 1 << (pgno & 7)
         if not self._checked[pgno >> 3] & bit:
             if len(data) != self._page_size or crc32c(data) != lp.page_crc(self._table, pgno):
-                raise self._damage(pgno, "fails its checksum")
+                data = self._fetch(pgno)
             self._checked[pgno >> 3] |= bit
+        return data
+
+    def _fetch(self, pgno: int) -> bytes:
+        """A page of a sparse copy that is not there (or damaged there): from the store."""
+        if self._fill is None:
+            raise self._damage(pgno, "fails its checksum")
+        try:
+            data = self._fill.page(pgno)
+        except OSError as e:
+            raise CorruptDataError(
+                f"index page {pgno} cannot be fetched: {e.strerror or e}",
+                bundle=self._bundle,
+                unreadable=True,
+            ) from None
+        if data is None:
+            raise self._damage(pgno, "fails its checksum (as the object store holds it)")
         return data
 
     def _damage(self, pgno: int, what: str) -> CorruptDataError:

@@ -22,10 +22,9 @@ from dataclasses import dataclass, field
 from bundlefs.core import format as fmt
 from bundlefs.errors import BundleError, PackError
 from bundlefs.storage.bases import resolve_base
-from bundlefs.storage.index import IndexReader
 from bundlefs.storage.location import Location
 from bundlefs.storage.marker import is_bundle, not_a_bundle
-from bundlefs.storage.objectstore.index_fetch import fetch_index
+from bundlefs.storage.objectstore.index_fetch import open_index
 from bundlefs.storage.objectstore.references import marker_path, refuse_if_referenced
 from bundlefs.storage.objectstore.upload import RemotePublisher
 
@@ -70,7 +69,7 @@ def _bases(location: Location) -> list[tuple[Location, bytes]]:
     """The bases the bundle at ``location`` keeps shards in, with its bundle id (none if its
     index cannot be read: its markers there are then left, stale)."""
     try:
-        reader = IndexReader(fetch_index(location), check_checksum=False)
+        reader = open_index(location)
     except BundleError:
         return []
     try:

@@ -110,7 +110,7 @@ class _Verifier:
         # bundle at a URL: its index fetched and checked against the remote marker (a mismatch
         # raises: the index the marker vouches for is not there); the checks run on that copy.
         checked = dataclasses.replace(self.options, check_index=True)
-        index_dir = index_directory(self.location, checked)
+        index_dir = index_directory(self.location, checked, whole=True)
         marker = read_marker(index_dir)
         if self._check_index_file(index_dir, marker):
             # Checked whole above; from version 6 the reader checks pages as it reads, which

@@ -1,18 +1,21 @@
-"""The index of a bundle on an object store, fetched into a local cache: ``fetch_index``, and
-``fetch_marker`` (the bundle's ``COMPLETE`` as the store holds it now).
+"""The index of a bundle on an object store, in a local cache: ``fetch_index``, ``open_index``
+(its ``IndexReader``), and ``fetch_marker`` (the bundle's ``COMPLETE`` as the store holds it now).
 
-The bundle's ``COMPLETE`` is fetched on every open; its ``index/data.mdb`` is fetched once into a
-local cache directory keyed by the bundle id and checked against the marker's size and CRC32C
-before use. A cached copy is used only when its marker is byte for byte the remote one; a remote
-index that does not match its marker (changed or damaged) is refused, never mixed with a cached
-one. The local directory then opens with ``IndexReader``.
+The bundle's ``COMPLETE`` is fetched on every open. Up to format version 5 its ``index/data.mdb``
+is fetched whole, once, into a local cache directory keyed by the bundle id and checked against
+the marker's size and CRC32C before use. From version 6 only the page table and the index's
+first pages are (``index_pages``): the rest comes page by page as lookups need it, each page
+checked against the table, so an open costs the same at any size. A cached copy is used only
+when its marker is byte for byte the remote one; a remote index that does not match its marker
+(changed or damaged) is refused, never mixed with a cached one.
 
 Cache layout (``CACHE`` is the ``cache_dir`` given, else ``default_cache_dir()``)::
 
     CACHE/index/<bundle id hex>/COMPLETE, CACHE/index/<bundle id hex>/index/data.mdb
 
 May import: the standard library, ``bundlefs.core``, ``bundlefs.errors``,
-``bundlefs.storage.location``, ``bundlefs.storage.objectstore.{client, fetcher, disk_cache}``.
+``bundlefs.storage.{location, marker, index}``, ``bundlefs.storage.objectstore.{client,
+fetcher, disk_cache, index_pages}``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any
 
 from bundlefs.core import format as fmt
 from bundlefs.core.checksum import crc32c, file_checksum
-from bundlefs.core.format.pages import FIRST_PAGE_CHECK_VERSION, PAGES_FILE, PAGES_HEAD_SIZE
+from bundlefs.core.format.pages import FIRST_PAGE_CHECK_VERSION
 from bundlefs.errors import (
     BundleError,
     FormatError,
@@ -35,7 +38,9 @@ from bundlefs.errors import (
     NotABundleError,
     StorageError,
 )
+from bundlefs.storage.index import IndexReader
 from bundlefs.storage.location import Location
+from bundlefs.storage.marker import read_marker
 from bundlefs.storage.objectstore.client import (
     DEFAULT_STORE_TIMEOUT,
     error_reason,
@@ -45,6 +50,13 @@ from bundlefs.storage.objectstore.client import (
 )
 from bundlefs.storage.objectstore.disk_cache import default_cache_dir
 from bundlefs.storage.objectstore.fetcher import Fetcher
+from bundlefs.storage.objectstore.index_pages import (
+    ChangedIndex,
+    IndexRanges,
+    fill_whole,
+    make_sparse_copy,
+    sparse_copy_ok,
+)
 
 log = logging.getLogger(__name__)
 
@@ -115,12 +127,20 @@ def fetch_marker(location: Location, fetcher: Fetcher | None = None) -> bytes:
         raise _open_error(location, fetcher.fs, e) from None
 
 
+def _paged(marker: fmt.Marker) -> bool:
+    """Whether the index is fetched page by page (version 6: it has a page table)."""
+    return marker.format_version >= FIRST_PAGE_CHECK_VERSION
+
+
 def _cached_index_ok(local: str, marker_bytes: bytes, marker: fmt.Marker, check: bool) -> bool:
-    """Whether the cached copy at ``local`` is exactly this marker's index."""
+    """Whether the cached copy at ``local`` is exactly this marker's index (from version 6 a
+    sparse copy: its pages are checked as they are read)."""
     try:
         with open(os.path.join(local, fmt.MARKER_NAME), "rb") as f:
             if f.read(fmt.MARKER_SIZE + 1) != marker_bytes:
                 return False
+        if _paged(marker):
+            return sparse_copy_ok(local, marker)
         path = os.path.join(local, fmt.INDEX_DIR, fmt.INDEX_FILE)
         if os.stat(path).st_size != marker.index_size:
             return False
@@ -167,23 +187,6 @@ def _download_index(
     return pos == marker.index_size and value == marker.index_crc32c
 
 
-def _download_page_table(
-    location: Location, fetcher: Fetcher, marker: fmt.Marker, tmp: str
-) -> None:
-    """Version 6: the index's page table beside it, for ``verify`` (a download was checked
-    whole, so readers of the copy need no page checks; docs/format.md §3.10)."""
-    url = location.child(f"{fmt.INDEX_DIR}/{PAGES_FILE}")
-    try:  # at most 4 bytes per page of 512 bytes or more, and its header and CRC
-        table = fetcher.get(url, 0, marker.index_size // 128 + PAGES_HEAD_SIZE + 8)
-    except FileNotFoundError:
-        raise FormatError(f"{location.url}: the index page table is missing") from None
-    except OSError as e:
-        raise StorageError(f"cannot fetch the index of {location.url}: {e}") from None
-    with open(os.path.join(tmp, fmt.INDEX_DIR, PAGES_FILE), "wb") as f:
-        f.write(table)
-        os.fsync(f.fileno())
-
-
 def fetch_index(
     location: Location,
     cache_dir: str | os.PathLike[str] | None = None,
@@ -191,10 +194,12 @@ def fetch_index(
     check: bool = True,
     fetcher: Fetcher | None = None,
     timeout: float = DEFAULT_STORE_TIMEOUT,
+    whole: bool = False,
 ) -> str:
-    """The local directory holding ``location``'s marker and index, fetched if not cached.
+    """The local directory holding ``location``'s marker and index, fetched if not cached: from
+    version 6 a sparse copy (open it with ``open_index``), with every page in it if ``whole``.
 
-    ``check`` also verifies a cached copy's CRC32C (a download is always verified). Raises
+    ``check`` also verifies a cached whole copy's CRC32C (a download is always verified). Raises
     ``NotABundleError`` (no ``COMPLETE``; ``IncompleteBundleError`` when shards or an index are
     there without it), ``StorageError`` (unreachable, access denied), ``FormatError`` (the remote
     index does not match its marker: it was changed or damaged; it is refused).
@@ -213,15 +218,57 @@ def fetch_index(
         if _cached_index_ok(local, marker_bytes, marker, check):
             with contextlib.suppress(OSError):
                 os.utime(local)  # last used: what a cleaner of old indexes would look at
-            return local
-        if os.path.exists(local):
-            log.warning(
-                "%s: the cached index at %s is damaged; fetching it again", location.url, local
-            )
-            _remove_tree(local)
-        if _cache_index(location, fetcher, marker_bytes, marker, cache, local, retry=attempt == 0):
-            return local
+        else:
+            if os.path.exists(local):
+                log.warning(
+                    "%s: the cached index at %s is damaged; fetching it again", location.url, local
+                )
+                _remove_tree(local)
+            if not _cache_index(
+                location, fetcher, marker_bytes, marker, cache, local, retry=attempt == 0
+            ):
+                continue
+        if whole and _paged(marker):
+            fill_whole(location, fetcher, local, marker)
+        return local
     raise FormatError(f"{location.url} keeps changing while it is opened; try again")
+
+
+def _fetch_copy(location: Location, fetcher: Fetcher, marker: fmt.Marker, tmp: str) -> bool:
+    """Fill the new directory ``tmp``: the whole index up to version 5, from version 6 its
+    page table and first pages; False when the store's is not the marker's."""
+    if not _paged(marker):
+        return _download_index(
+            location, fetcher, marker, os.path.join(tmp, fmt.INDEX_DIR, fmt.INDEX_FILE)
+        )
+    try:
+        make_sparse_copy(location, fetcher, marker, tmp)
+    except ChangedIndex as e:
+        log.info("%s", e)
+        return False
+    return True
+
+
+def open_index(
+    location: Location,
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    check: bool = True,
+    timeout: float = DEFAULT_STORE_TIMEOUT,
+    whole: bool = False,
+    index_dir: str | None = None,
+) -> IndexReader:
+    """The ``IndexReader`` of ``location``'s index in the local cache (``index_dir``: as
+    ``fetch_index`` already returned it): from version 6 a sparse copy whose missing pages
+    are fetched when a lookup needs them; a whole copy before (checked: no second CRC pass)."""
+    fetcher = _fetcher(location, timeout)
+    local = index_dir or fetch_index(
+        location, cache_dir, check=check, fetcher=fetcher, timeout=timeout, whole=whole
+    )
+    if not _paged(read_marker(local)):
+        return IndexReader(local, check_checksum=False)
+    ranges = IndexRanges(location, lambda: _fetcher(location, timeout), fetcher)
+    return IndexReader(local, fetch=ranges)
 
 
 def _cache_index(
@@ -247,17 +294,13 @@ def _cache_index(
         ) from None
     try:
         os.mkdir(os.path.join(tmp, fmt.INDEX_DIR))
-        if not _download_index(
-            location, fetcher, marker, os.path.join(tmp, fmt.INDEX_DIR, fmt.INDEX_FILE)
-        ):
+        if not _fetch_copy(location, fetcher, marker, tmp):
             if retry and fetch_marker(location, fetcher) != marker_bytes:
                 return False  # replaced between the marker and the index: start over once
             raise FormatError(
                 f"{location.url}: the index does not match its completion marker (changed "
                 "or damaged on the store); refusing it"
             )
-        if marker.format_version >= FIRST_PAGE_CHECK_VERSION:
-            _download_page_table(location, fetcher, marker, tmp)
         with open(os.path.join(tmp, fmt.MARKER_NAME), "wb") as f:
             f.write(marker_bytes)
             f.flush()
