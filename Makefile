@@ -98,11 +98,15 @@ bench-quick: install
 
 # Issue 13 (docs/scale.md): bench.scale packs 100,000 and 10,000,000 generated files (~15 min,
 # ~3.5 GB of disk); bench.memory (issue 27) the peak memory of pack from a tar stream, verify and
-# merge at 100,000 and 1,000,000 files, projected to 10,000,000 and 100,000,000 (~6 min).
+# merge at 100,000 and 1,000,000 files, projected to 10,000,000 and 100,000,000 (~6 min);
+# bench.s3_open (issue 27) the first byte of the scale tree's bundle on a local S3 server and the
+# bytes fetched before it, at 100,000 and 1,000,000 files (~5 min; --sizes 1e5,1e6,1e7 for the
+# issue's row: ~10 min more, ~1 GB of disk).
 bench-scale: install
 	$(BIN)/python -m bench.scale
 	$(BIN)/python -m bench.dask_pack
 	$(BIN)/python -m bench.memory
+	$(BIN)/python -m bench.s3_open
 
 # Issue 26 on the million tree too: bench.delta packs on a base with 1,000,000 generated files
 # of ~20 KiB beside the small dataset, then the issue's table (bench.versions) from this run and

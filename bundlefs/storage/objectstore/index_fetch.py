@@ -63,10 +63,12 @@ log = logging.getLogger(__name__)
 INDEX_CHUNK = 8 * 1024 * 1024
 
 
-def _fetcher(location: Location, timeout: float) -> Fetcher:
+def _fetcher(location: Location, timeout: float, filesystem: Any = None) -> Fetcher:
     # No outage warnings: a failed open is its own sentence.
     return Fetcher(
-        lambda: remote_filesystem(location, timeout),
+        (lambda: filesystem)
+        if filesystem is not None
+        else lambda: remote_filesystem(location, timeout),
         location.url,
         log_outages=False,
         timeout=timeout,
@@ -257,11 +259,14 @@ def open_index(
     timeout: float = DEFAULT_STORE_TIMEOUT,
     whole: bool = False,
     index_dir: str | None = None,
+    filesystem: Any = None,
 ) -> IndexReader:
     """The ``IndexReader`` of ``location``'s index in the local cache (``index_dir``: as
     ``fetch_index`` already returned it): from version 6 a sparse copy whose missing pages
-    are fetched when a lookup needs them; a whole copy before (checked: no second CRC pass)."""
-    fetcher = _fetcher(location, timeout)
+    are fetched when a lookup needs them; a whole copy before (checked: no second CRC pass).
+    ``filesystem``: the fsspec file system to fetch through (one the shard store shares saves
+    a client and a connection); a child after ``fork()`` makes its own."""
+    fetcher = _fetcher(location, timeout, filesystem)
     local = index_dir or fetch_index(
         location, cache_dir, check=check, fetcher=fetcher, timeout=timeout, whole=whole
     )

@@ -99,8 +99,9 @@ class RemoteShardStore(ShardStoreBase):
     ``disk_cache`` is the cache root (``default_cache_dir()`` when None); ``disk_cache_size`` 0
     keeps nothing on disk; ``coalesce`` is the largest read-ahead GET (0: no read-ahead);
     ``memory`` bounds the fetched bytes held in memory (and half of it those in flight ahead of
-    readers); ``store_timeout`` bounds each fetch (``Fetcher``). ``stats()`` gives the counters
-    ``bundlefs info`` shows.
+    readers); ``store_timeout`` bounds each fetch (``Fetcher``); ``session``: the fsspec file
+    system to start with (the index's, its connection made; a child after fork makes its own).
+    ``stats()`` gives the counters ``bundlefs info`` shows.
     """
 
     # Reading a slice of a raw record costs a round trip just as the whole record does, and only
@@ -127,6 +128,7 @@ class RemoteShardStore(ShardStoreBase):
         filesystem: Any = None,
         store_timeout: float = DEFAULT_STORE_TIMEOUT,
         probe_interval: float = PROBE_INTERVAL,
+        session: Any = None,
     ) -> None:
         self.location = location
         self._bundle_id = bundle_id
@@ -134,7 +136,7 @@ class RemoteShardStore(ShardStoreBase):
         self._attempts, self._backoff = attempts, backoff
         self._timeout, self._probe_interval = store_timeout, probe_interval
         self._filesystem = filesystem
-        self._fetcher = self._new_fetcher()
+        self._fetcher = self._new_fetcher(session)
         self._urls: dict[str, str] = {}
         size = DEFAULT_DISK_CACHE_SIZE if disk_cache_size is None else disk_cache_size
         root = self._cache_root = os.fspath(disk_cache) if disk_cache else default_cache_dir()
@@ -160,8 +162,8 @@ class RemoteShardStore(ShardStoreBase):
             self._clip,
         )
 
-    def _new_fetcher(self) -> Fetcher:
-        filesystem = self._filesystem
+    def _new_fetcher(self, session: Any = None) -> Fetcher:
+        filesystem = self._filesystem or session
         fetcher = Fetcher(
             (lambda: filesystem) if filesystem is not None else self._new_filesystem,
             self.location.url,
