@@ -6,6 +6,7 @@ one copy; a version-5 bundle is still fetched whole."""
 
 from __future__ import annotations
 
+import errno
 import multiprocessing
 import os
 import shutil
@@ -22,6 +23,7 @@ from bundlefs.packing.options import PackOptions
 from bundlefs.read.verify import verify
 from bundlefs.storage.objectstore.fetcher import Fetcher
 from tests.support.s3server import S3Server, s3_server, upload_bundle
+from tests.support.trees import assert_one_line_error, run_cli
 
 __all__ = ["s3_server"]  # a fixture, imported to be found
 
@@ -128,29 +130,87 @@ def _leaf_page_of_entries(bundle: Path) -> int:
     return leaves[len(leaves) // 2]
 
 
-def test_a_damaged_page_on_the_store_costs_only_its_entries(s3_server, bundles, tmp_path):
-    bundle = bundles["large"]
-    url = _upload(s3_server, bundle)
+def _damaged_upload(server: S3Server, bundle: Path) -> tuple[str, int]:
+    """``bundle`` uploaded with one leaf of ``entries`` damaged on the store: (URL, page)."""
+    url = _upload(server, bundle)
     index = bytearray((bundle / "index" / "data.mdb").read_bytes())
     page = _leaf_page_of_entries(bundle)
     index[page * 4096 + 2000] ^= 0xFF
-    s3_server.put(f"{url}/index/data.mdb", bytes(index))
-    good = bad = 0
+    server.put(f"{url}/index/data.mdb", bytes(index))
+    return url, page
+
+
+def _split(remote: Bundle, local: Bundle, page: int) -> tuple[list[str], list[str]]:
+    """(readable, lost) of a sample of the files: the readable ones read as the source."""
+    good, lost = [], []
+    for d in range(40):
+        for i in range(0, 1000, 50):
+            rel = f"d{d:03}/f{i:05}.txt"
+            try:
+                data = remote.read(rel)
+            except CorruptDataError as e:
+                assert f"index page {page}" in str(e)
+                lost.append(rel)
+                continue
+            assert data == local.read(rel)
+            good.append(rel)
+    return good, lost
+
+
+def _cli_options(server: S3Server, cache: Path) -> list[str]:
+    return [
+        "--storage-option=key=test",
+        "--storage-option=secret=test",
+        f"--storage-option=client_kwargs.endpoint_url={server.endpoint}",
+        "--storage-option=client_kwargs.region_name=us-east-1",
+        "--disk-cache", str(cache),
+    ]  # fmt: skip
+
+
+def test_a_damaged_page_on_the_store_costs_only_its_entries(s3_server, bundles, tmp_path):
+    bundle = bundles["large"]
+    url, page = _damaged_upload(s3_server, bundle)
     with Bundle(bundle) as local, _open(s3_server, url, tmp_path / "c") as remote:
-        for d in range(40):
-            for i in range(0, 1000, 50):
-                rel = f"d{d:03}/f{i:05}.txt"
-                try:
-                    data = remote.read(rel)
-                except CorruptDataError as e:
-                    assert f"index page {page}" in str(e)
-                    bad += 1
-                    continue
-                assert data == local.read(rel)
-                good += 1
-    assert bad and good > 10 * bad
+        good, lost = _split(remote, local, page)
+    assert lost and len(good) > 10 * len(lost)
+    # The command line: one sentence naming the page, the rest of the bundle still there.
+    options = _cli_options(s3_server, tmp_path / "cli")
+    line = assert_one_line_error(run_cli("cat", *options, url, lost[0]))
+    assert f"index page {page}" in line
+    shown = run_cli("cat", *options, url, good[0])
+    assert shown.returncode == 0 and shown.stdout == (bundle.parent / "src" / good[0]).read_bytes()
     report = verify(url, storage_options=s3_server.storage_options, disk_cache=str(tmp_path / "c"))
     assert any(f"index page {page} fails its checksum" in p.message for p in report.problems)
+
+
+def _files_on_page(bundle: Path, page: int) -> list[str]:
+    """The files whose entries the leaf ``page`` holds (the tree's inodes are breadth-first:
+    the root 1, the 40 directories 2-41, then each directory's 1,000 files)."""
+    index = (bundle / "index" / "data.mdb").read_bytes()
+    leaf = lp.tree_page(index[page * 4096 : (page + 1) * 4096], page, len(index) // 4096 - 1)
+    inodes = [int.from_bytes(key, "big") - 42 for key in leaf.keys]
+    return [f"d{k // 1000:03}/f{k % 1000:05}.txt" for k in inodes if k >= 0]
+
+
+@pytest.mark.mount
+def test_a_damaged_page_on_the_store_is_eio_on_a_mount(s3_server, bundles, tmp_path, mount_bundle):
+    pytest.importorskip("pyfuse3")
+    bundle = bundles["large"]
+    url, page = _damaged_upload(s3_server, bundle)
+    lost = _files_on_page(bundle, page)
+    m = mount_bundle(
+        url,
+        *_cli_options(s3_server, tmp_path / "cache"),
+        allowed_log=[rf"index page {page}", "damaged", "EIO", "fails its checksum"],
+    )
+    with pytest.raises(OSError) as e:
+        (m.mountpoint / lost[len(lost) // 2]).read_bytes()
+    assert e.value.errno == errno.EIO
+    src = bundle.parent / "src"
+    for d in ("d000", "d039"):
+        assert sorted(os.listdir(m.mountpoint / d)) == sorted(os.listdir(src / d))
+        for name in sorted(os.listdir(src / d))[::100]:
+            assert (m.mountpoint / d / name).read_bytes() == (src / d / name).read_bytes()
 
 
 def _read_all(url: str, options: dict, cache: str, expect: dict[str, bytes]) -> int:
