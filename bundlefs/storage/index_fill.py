@@ -134,10 +134,14 @@ class PageFill:
 
     def fill_all(self, chunk: int = MAX_RUN) -> None:
         """Fetch the whole index (``verify``: every page is read anyway) in runs of ``chunk``
-        bytes, writing each page that passes its CRC."""
-        at, end = 0, self._pages * self._page_size
+        bytes, writing each page that passes its CRC; a run this copy holds whole is not
+        fetched again (a second ``verify`` reads the copy, as it did a whole one)."""
+        at, end, size = 0, self._pages * self._page_size, self._page_size
         with self._lock:
             while at < end:
+                if self._held(at // size, min(chunk, end - at)):
+                    at += min(chunk, end - at)
+                    continue
                 data = self._get(at, min(at + chunk, end))
                 self._count(len(data))
                 self._write_sound(at // self._page_size, data)
@@ -146,6 +150,17 @@ class PageFill:
                 at += len(data)
 
     # -- inside ------------------------------------------------------------------------------
+
+    def _held(self, first: int, length: int) -> bool:
+        """Whether this copy holds every page of ``length`` bytes from page ``first`` (its
+        first page read alone first: a copy that lacks it costs one page's read)."""
+        size = self._page_size
+        if not self._sound(first, os.pread(self._fd, size, first * size)):
+            return False
+        held = memoryview(os.pread(self._fd, length, first * size))
+        return len(held) == length and all(
+            self._sound(first + i, held[i * size : (i + 1) * size]) for i in range(length // size)
+        )
 
     def _plan(self, pgno: int) -> tuple[int, int]:
         """The run to fetch for a miss at ``pgno``: (first page, pages)."""

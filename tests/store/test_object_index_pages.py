@@ -96,7 +96,7 @@ def test_an_open_fetches_what_lookups_need_not_the_index(s3_server, bundles, tmp
     assert large <= small + 256 * 1024  # a run or a few more: not the index's growth
 
 
-def test_lookups_listings_and_reads_are_the_sources(s3_server, bundles, tmp_path):
+def test_lookups_listings_and_reads_are_the_sources(s3_server, bundles, tmp_path, fetched):
     bundle = bundles["large"]
     url = _upload(s3_server, bundle)
     with Bundle(bundle) as local, _open(s3_server, url, tmp_path / "c") as remote:
@@ -109,6 +109,9 @@ def test_lookups_listings_and_reads_are_the_sources(s3_server, bundles, tmp_path
         assert remote.info().config.file_count == local.info().config.file_count
     report = verify(url, storage_options=s3_server.storage_options, disk_cache=str(tmp_path / "c"))
     assert report.ok, report.problems
+    fetched.clear()
+    report = verify(url, storage_options=s3_server.storage_options, disk_cache=str(tmp_path / "c"))
+    assert report.ok and fetched["data.mdb"] == 0  # the copy is whole now: nothing fetched
 
 
 def _leaf_page_of_entries(bundle: Path) -> int:
