@@ -18,8 +18,9 @@ would end the file system). What the handlers lean on lives beside it: the refus
 attributes (``xattrs``) and the kernel probes (``kernel``).
 
 May import: pyfuse3 (from ``bundlefs.mount.bindings``), ``bundlefs.core``, ``bundlefs.errors``,
-``bundlefs.read``, ``bundlefs.mount.kernel``, ``bundlefs.mount.readonly``,
-``bundlefs.mount.reads``, ``bundlefs.mount.stats``, ``bundlefs.mount.xattrs``.
+``bundlefs.read``, ``bundlefs.mount.kernel``, ``bundlefs.mount.listing``,
+``bundlefs.mount.readonly``, ``bundlefs.mount.reads``, ``bundlefs.mount.stats``,
+``bundlefs.mount.xattrs``.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from bundlefs.errors import (
     NotADirectory,
     NotASymlink,
 )
-from bundlefs.mount import kernel, xattrs
+from bundlefs.mount import kernel, listing, xattrs
 from bundlefs.mount.bindings import binding, pyfuse3
 from bundlefs.mount.readonly import ReadOnlyOperations
 from bundlefs.mount.reads import ReadScheduler
@@ -63,6 +64,9 @@ class MountSettings:
     load_threads: int = 4  # record loads that may run at once off the event loop; 0: inline
     open_mode: str = "auto"  # "auto" (no-open wherever available), "no-open" or "open"
     prefetch: bool = True  # start reading a small file's bytes when it is looked up
+    # When the kernel asks for entries with attributes (READDIRPLUS) rather than names and types
+    # (READDIR): "auto" (the kernel's heuristic), "always" or "never"; a stock pyfuse3: "always".
+    readdirplus: str = "auto"
 
 
 # The errno of each error kind a request may meet; any other is EIO.
@@ -138,6 +142,9 @@ class BundleOperations(ReadOnlyOperations):
         if not self.open_mode_reason:
             self.enable_no_open = True
         self.open_mode = "open"  # until init() knows what the kernel granted
+        # The patched pyfuse3 reads it at the handshake; a stock one always asks for READDIRPLUS.
+        self.readdirplus = settings.readdirplus
+        self._reply_batch = getattr(pyfuse3, "readdir_reply_batch", None)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -283,6 +290,8 @@ class BundleOperations(ReadOnlyOperations):
         # start_id is the position in the directory, so a listing resumes exactly where the kernel
         # stopped it, in O(1), however large the directory.
         directory = self._entry(fh)
+        if directory.is_dir and self._reply_batch and not pyfuse3.readdir_plus(token):
+            return listing.reply_plain(self._tree, self._reply_batch, directory, start_id, token)
         position = start_id
         for name, entry in self._tree.children(directory, start_id):
             position += 1
