@@ -48,6 +48,7 @@ from bundlefs.mount.readonly import ReadOnlyOperations
 from bundlefs.mount.reads import ReadScheduler
 from bundlefs.mount.stats import EIO, REQUEST_INDEX, MountStats
 from bundlefs.read.bundle import Bundle
+from bundlefs.read.listing import Stat
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +130,7 @@ class BundleOperations(ReadOnlyOperations):
         self._tree = bundle.tree  # the two models every request goes to, one lookup nearer
         self._content = bundle.content
         self._entry_count = bundle.config.entry_count
+        self._block_size = bundle.config.block_size
         self.settings = settings
         self.on_ready = on_ready  # called once the kernel handshake is done
         # load_threads == 0: load records inline on the event loop (no thread hop; blocks it).
@@ -220,17 +222,23 @@ class BundleOperations(ReadOnlyOperations):
     # -- attributes --------------------------------------------------------------------------------
 
     def _attributes(self, entry: fmt.Entry) -> pyfuse3.EntryAttributes:
-        attr = pyfuse3.EntryAttributes()
         uid, gid = self._tree.owner(entry)
-        attr.st_ino = entry.ino
-        attr.st_mode = entry.mode
-        attr.st_nlink = entry.nlink
+        return self._stat_attributes(
+            (entry.ino, entry.mode, entry.nlink, uid, gid, entry.size, entry.mtime_ns, entry.rdev)
+        )
+
+    def _stat_attributes(self, stat: Stat) -> pyfuse3.EntryAttributes:
+        ino, mode, nlink, uid, gid, size, mtime_ns, rdev = stat
+        attr = pyfuse3.EntryAttributes()
+        attr.st_ino = ino
+        attr.st_mode = mode
+        attr.st_nlink = nlink
         attr.st_uid = uid if self.settings.uid is None else self.settings.uid
         attr.st_gid = gid if self.settings.gid is None else self.settings.gid
-        attr.st_size, attr.st_rdev = entry.size, entry.rdev  # a device's number; mounted nodev
-        attr.st_blksize = self.bundle.config.block_size
-        attr.st_blocks = entry.blocks
-        attr.st_atime_ns = attr.st_mtime_ns = attr.st_ctime_ns = entry.mtime_ns
+        attr.st_size, attr.st_rdev = size, rdev  # a device's number; mounted nodev
+        attr.st_blksize = self._block_size
+        attr.st_blocks = (size + 511) // 512 if mode & 0o170000 == fmt.KIND_FILE else 0
+        attr.st_atime_ns = attr.st_mtime_ns = attr.st_ctime_ns = mtime_ns
         attr.entry_timeout = attr.attr_timeout = CACHE_TIMEOUT
         return attr
 
@@ -292,11 +300,7 @@ class BundleOperations(ReadOnlyOperations):
         directory = self._entry(fh)
         if directory.is_dir and self._reply_batch and not pyfuse3.readdir_plus(token):
             return listing.reply_plain(self._tree, self._reply_batch, directory, start_id, token)
-        position = start_id
-        for name, entry in self._tree.children(directory, start_id):
-            position += 1
-            if not pyfuse3.readdir_reply(token, name, self._attributes(entry), position):
-                break
+        listing.reply_plus(self._tree, self._stat_attributes, directory, start_id, token)
 
     @_handler
     def releasedir(self, fh: pyfuse3.FileHandleT) -> None:

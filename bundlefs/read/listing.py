@@ -22,11 +22,14 @@ from collections.abc import Callable, Iterator
 from bundlefs.core import format as fmt
 from bundlefs.core import integrity
 from bundlefs.core.format.dirents import dirents as _dirents_v3
-from bundlefs.errors import NotADirectory
+from bundlefs.core.format.dirents import file_stats as _file_stats
+from bundlefs.errors import FormatError, NotADirectory
 from bundlefs.storage.index import IndexReader
 
 _VALUE = operator.itemgetter(1)
 Dirents = tuple[list[bytes], list[int], list[int]]  # names, inode numbers, modes
+# ino, mode, nlink, uid, gid, size, mtime_ns, rdev: what a stat of the entry gives (as stored)
+Stat = tuple[int, int, int, int, int, int, int, int]
 
 
 def children(
@@ -74,13 +77,67 @@ def dirents(
         names, modes, rest = [b""] * count, [0] * count, list(range(count))
     inodes = list(range(first, first + count))
     for i in rest:
-        raw = index.decode(first + i, values[i])
-        if raw.is_dir and raw.parent != directory.ino:
-            integrity.enforce(integrity.child_directory_parent(raw.ino, raw.parent, directory.ino))
-        entry = resolve(raw.ino) if raw.is_link else raw
-        names[i], inodes[i], modes[i] = raw.name, entry.ino, entry.mode
+        names[i], entry = _decoded(index, resolve, directory, first + i, values[i])
+        inodes[i], modes[i] = entry.ino, entry.mode
     _check_names(directory.ino, names, previous)
     return names, inodes, modes
+
+
+def dirent_stats(
+    index: IndexReader,
+    resolve: Callable[[int], fmt.Entry],
+    directory: fmt.Entry,
+    start: int,
+    count: int,
+    previous: bytes | None = None,
+) -> tuple[list[bytes], list[Stat]]:
+    """``dirents`` with each child's attributes (a listing with attributes: READDIRPLUS), as
+    ``Stat`` tuples; a plain file's are read without a decode (``core.format.dirents``), checked
+    as ``children`` checks them."""
+    _check_directory(directory)
+    count = min(count, directory.size - start)
+    if count <= 0:
+        return [], []
+    first = directory.first_child + start
+    values = list(map(_VALUE, index.iter_raw(first, count)))
+    version = index.marker.format_version
+    if version >= 3:
+        names, modes, rest = _dirents_v3(values)
+        files = _file_stats(values, version)
+        for i in rest:
+            files[i] = None
+    else:
+        names, modes, files = [b""] * count, [0] * count, [None] * count
+    stats: list[Stat] = []
+    owners = index.owners
+    for i, got in enumerate(files):
+        if got is None:
+            names[i], e = _decoded(index, resolve, directory, first + i, values[i])
+            uid, gid = owners[e.owner]
+            stats.append((e.ino, e.mode, e.nlink, uid, gid, e.size, e.mtime_ns, e.rdev))
+            continue
+        size, mtime_ns, owner, nlink = got
+        if owner >= len(owners):
+            raise FormatError(f"entry {first + i} names owner {owner}, which does not exist")
+        uid, gid = owners[owner]
+        stats.append((first + i, modes[i], nlink, uid, gid, size, mtime_ns, 0))
+    _check_names(directory.ino, names, previous)
+    return names, stats
+
+
+def _decoded(
+    index: IndexReader,
+    resolve: Callable[[int], fmt.Entry],
+    directory: fmt.Entry,
+    ino: int,
+    value: bytes,
+) -> tuple[bytes, fmt.Entry]:
+    """(name, entry) of child ``ino`` of ``directory``, decoded in full and checked; a LINK
+    entry's entry is its target's."""
+    raw = index.decode(ino, value)
+    if raw.is_dir and raw.parent != directory.ino:
+        integrity.enforce(integrity.child_directory_parent(raw.ino, raw.parent, directory.ino))
+    return raw.name, (resolve(raw.ino) if raw.is_link else raw)
 
 
 def _check_directory(directory: fmt.Entry) -> None:

@@ -206,6 +206,12 @@ class TreeModel:
         """``children``'s names, inode numbers and modes, without whole decodes (listing.py)."""
         return listing.dirents(self._index, self.entry, directory, start, count, previous)
 
+    def dirent_stats(
+        self, directory: fmt.Entry, start: int, count: int, previous: bytes | None = None
+    ) -> tuple[list[bytes], list[listing.Stat]]:
+        """``dirents`` with each child's attributes, a file's without a decode (listing.py)."""
+        return listing.dirent_stats(self._index, self.entry, directory, start, count, previous)
+
     def parent_of(self, directory: fmt.Entry) -> fmt.Entry:
         """The directory that lists ``directory`` (the root for the root)."""
         parent = self._index.entry(directory.parent)

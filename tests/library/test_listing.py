@@ -34,7 +34,9 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         elif i == 4:
             os.mkfifo(name)
         else:
-            name.write_bytes(b"x" * i)
+            name.write_bytes(b"x" * i * (1 + 300 * (i % 5 == 0)))  # sizes of 1 to 3 bytes
+            if i % 7 == 0:  # whole seconds: the layout with a u32 mtime
+                os.utime(name, (1_700_000_000, 1_700_000_000))
     dest = tmp_path_factory.mktemp("listing-bundle") / "b"
     pack(str(src), str(dest), PackOptions())
     return dest
@@ -59,6 +61,13 @@ def test_a_plain_listing_equals_children_in_any_pieces(mixed):
                 previous = names[-1]
             assert got == want
         assert b.tree.dirents(d, d.size, 10) == ([], [], [])
+        names, stats = b.tree.dirent_stats(d, 0, d.size)
+        kids = [e for _, e in b.tree.children(d)]
+        assert names == want[0]
+        assert stats == [
+            (e.ino, e.mode, e.nlink, *b.tree.owner(e), e.size, e.mtime_ns, e.rdev) for e in kids
+        ]
+        assert b.tree.dirent_stats(d, 7, 5, want[0][6]) == (names[7:12], stats[7:12])
         assert stat.S_ISFIFO(want[2][4]) and stat.S_ISLNK(want[2][2]) and stat.S_ISDIR(want[2][1])
         assert want[1][3] == want[1][0]  # a hard link lists its file's inode
 
@@ -97,5 +106,7 @@ def test_a_forged_name_fails_the_plain_listing_as_it_fails_children(mixed, tmp_p
             b.tree.dirents(d, 0, d.size)
         with pytest.raises(FormatError):
             b.tree.dirents(d, 5, 10, None)
+        with pytest.raises(FormatError):
+            b.tree.dirent_stats(d, 0, d.size)
         with pytest.raises(FormatError):
             _by_children(b.tree, d)

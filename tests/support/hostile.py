@@ -379,6 +379,17 @@ def _listings_agree(tree, violations: list[str]) -> None:
             want = ([n for n, _ in kids], [e.ino for _, e in kids], [e.mode for _, e in kids])
             if tuple(got) != tuple(want):
                 violations.append(f"the plain listing of directory {directory.ino} is wrong")
+        try:
+            names, stats = tree.dirent_stats(directory, 0, directory.size)
+        except BundleError:
+            names = None
+        if names is not None:
+            want_stats = [
+                (e.ino, e.mode, e.nlink, *tree.owner(e), e.size, e.mtime_ns, e.rdev)
+                for _, e in kids
+            ]
+            if names != [n for n, _ in kids] or stats != want_stats:
+                violations.append(f"the attributes listed in directory {directory.ino} are wrong")
         stack += [entry for _name, entry in kids if entry.is_dir]
 
 
