@@ -117,7 +117,7 @@ def add_mount_arguments(p: argparse.ArgumentParser) -> None:
         "--readdirplus",
         choices=_READDIRPLUS,
         default=None,
-        help="listings with attributes (READDIRPLUS): auto (the kernel's choice), always, never",
+        help="listings with attributes (READDIRPLUS): auto (default: kernel's pick), always, never",
     )
     p.add_argument(
         "--index-resident",
