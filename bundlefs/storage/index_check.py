@@ -16,7 +16,7 @@ entries behind that page are lost, not the bundle.
 Memory: one bit per page (128 KiB for a 4 GiB index), decoded branch pages (bounded) and the
 remembered ranges (bounded: forgotten when too many, then found again by walking).
 
-May import: ``bundlefs.core``, ``bundlefs.errors``.
+May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.native``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from bundlefs.core import format as fmt
 from bundlefs.core.checksum import crc32c, file_checksum
 from bundlefs.core.format import pages as lp
 from bundlefs.errors import BundleClosedError, CorruptDataError, FormatError, NotABundleError
+from bundlefs.storage import native
 
 END = b"\xff" * 512  # above every LMDB key (at most 511 bytes): the end of a database
 _MAX_RANGES = 8_192  # per database; past it the ranges are forgotten (walked again when needed)
@@ -309,7 +310,7 @@ class IndexPageGuard:
         if page is not None:
             return page
         try:
-            page = lp.tree_page(self._page(pgno), pgno, self._last_pg)
+            page = native.tree_page(self._page(pgno), pgno, self._last_pg)
             for first, size in page.overflow:
                 self._check_overflow(first, size)
         except CorruptDataError:
