@@ -111,11 +111,15 @@ class BuildExt(build_ext):
             )
             return None
         digest = hashlib.sha256((HERE / NATIVE_SOURCE).read_bytes()).hexdigest()
-        (built,) = cythonize(
-            [Extension(NATIVE, [NATIVE_SOURCE])],
-            build_dir=str(Path(self.build_temp) / "native"),
-            quiet=True,
-        )
+        try:
+            (built,) = cythonize(
+                [Extension(NATIVE, [NATIVE_SOURCE])],
+                build_dir=str(Path(self.build_temp) / "native"),
+                quiet=True,
+            )
+        except Exception as e:  # a Cython that cannot compile it: the Python path serves
+            self.warn(f"not building {NATIVE} ({e}): the pure-Python path serves")
+            return None
         ext.sources = built.sources
         ext.define_macros = [("BUNDLEFS_NATIVE_SHA256", f'"{digest}"')]
         ext.extra_compile_args = ["-O2"]

@@ -196,15 +196,31 @@ cdef Py_ssize_t _name_at(const uint8_t *p, Py_ssize_t n) noexcept nogil:
     return pos if pos <= n else -1
 
 
+cdef bint _covered(object ranges, bytes key, bytes end) except -1:
+    """``KeyRanges.covers(key, key)`` (index_check.py) of the guard's ranges: no call, no lock."""
+    cdef tuple pairs = ranges.pairs  # replaced whole by ``add``: a consistent pair
+    cdef list starts = pairs[0], ends = pairs[1]
+    cdef Py_ssize_t lo = 0, hi = len(starts), mid
+    while lo < hi:  # bisect_right
+        mid = (lo + hi) // 2
+        if key < starts[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo > 0 and (key < ends[lo - 1] or ends[lo - 1] == end)
+
+
 def find_child(
-    get, key_check, db, unsigned long long first, unsigned long long count, bytes name,
-    entry_name, int version,
+    get, key_check, ranges, db, unsigned long long first, unsigned long long count, bytes name,
+    entry_name, int version, bytes END,
 ):
     """The inode among ``first … first+count−1`` (a directory's children, in name order) whose
     entry is named ``name``, or 0: the binary search of ``TreeModel.lookup``. ``get(key, db=db)``
-    reads a value (None: missing), ``key_check(db, key)`` is the page guard's check before it, and
-    ``entry_name(value, version)`` names a value whose name this cannot place itself. Returns
-    None where a value is missing (the caller's path reports it)."""
+    reads a value (None: missing); ``key_check(db, key)``, the page guard's check, runs before it
+    unless ``ranges`` (the guard's checked leaves: ``KeyRanges``) cover the key already, never
+    where ``key_check`` is None (nothing to check); ``entry_name(value, version)`` names a value
+    whose name this cannot place itself. Returns None where a value is missing (the caller's
+    path reports it)."""
     cdef long long lo = first, hi = first + count - 1, mid
     cdef const uint8_t *p
     cdef Py_ssize_t n, at
@@ -218,7 +234,8 @@ def find_child(
         keybuf[2] = <char>((mid >> 8) & 0xFF)
         keybuf[3] = <char>(mid & 0xFF)
         key = PyBytes_FromStringAndSize(keybuf, 4)
-        key_check(db, key)
+        if key_check is not None and (ranges is None or not _covered(ranges, key, END)):
+            key_check(db, key)
         value = get(key, db=db)
         if value is None or type(value) is not bytes:
             return None

@@ -224,7 +224,7 @@ class IndexReader:
     def find_child(self, first: int, count: int, name: bytes) -> int | None:
         """The child among ``first … first+count−1`` (a directory's) named ``name``, or None."""
         args = (self._dbs[fmt.DB_ENTRIES], first, count, name, self.marker.format_version)
-        return native.find_child(self._txn(), self._pages.key, self._get, *args)
+        return native.find_child(self._txn(), self._pages, self._get, *args)
 
     def iter_entries(self, first: int, count: int) -> Iterator[fmt.Entry]:
         """Entries ``first … first+count−1`` with one cursor scan."""

@@ -31,7 +31,7 @@ from bundlefs.core.format import pages as lp
 from bundlefs.errors import BundleClosedError, CorruptDataError, FormatError, NotABundleError
 from bundlefs.storage import native
 
-END = b"\xff" * 512  # above every LMDB key (at most 511 bytes): the end of a database
+END = native.END  # above every LMDB key (at most 511 bytes): the end of a database
 _MAX_RANGES = 8_192  # per database; past it the ranges are forgotten (walked again when needed)
 _MAX_BRANCHES = 16_384  # decoded branch pages kept (the upper levels of every tree)
 
@@ -89,6 +89,9 @@ class NoPageChecks:
 
     def key(self, db: object, key: bytes) -> None:
         pass
+
+    def leaves(self, db: object) -> None:
+        return None  # nothing to check
 
     def span(self, db: object, lo: bytes = b"", hi: bytes = b"") -> None:
         pass
@@ -231,6 +234,11 @@ class IndexPageGuard:
             self._fd = -1
 
     # -- what readers call before LMDB --------------------------------------------------------
+
+    def leaves(self, db: object) -> KeyRanges:
+        """The key ranges of ``db`` whose leaves ``key`` has checked (a compiled search reads
+        them before it calls ``key``: storage.native)."""
+        return self._leaves_of[id(db)]
 
     def key(self, db: object, key: bytes) -> None:
         """Before ``get(key)``: the path to the leaf that holds ``key`` is checked."""

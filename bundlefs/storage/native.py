@@ -32,6 +32,8 @@ from bundlefs.core import format as fmt
 from bundlefs.core.format import pages as lp
 from bundlefs.errors import FormatError
 
+END = b"\xff" * 512  # index_check.END: above every LMDB key (at most 511 bytes)
+
 log = logging.getLogger(__name__)
 
 DISABLE_ENV = "BUNDLEFS_NO_NATIVE"
@@ -70,7 +72,7 @@ def decode_entry(ino: int, value: bytes, version: int) -> fmt.Entry:
 
 def find_child(
     txn: lmdb.Transaction,
-    key_check: Callable[[Any, bytes], None],
+    guard: Any,
     get: Callable[[Any, bytes, str], bytes],
     db: Any,
     first: int,
@@ -79,12 +81,15 @@ def find_child(
     version: int,
 ) -> int | None:
     """The inode among ``first … first+count−1`` (a directory's children, in name order) named
-    ``name``, or None: a binary search of raw names. ``key_check`` is the page guard's check
-    before each read; ``get(db, key, what)`` is the reader's checked read (the Python path)."""
+    ``name``, or None: a binary search of raw names. ``guard`` is the index's page checks
+    (``index_check``: ``key`` before each read, ``leaves`` the ranges checked already);
+    ``get(db, key, what)`` is the reader's checked read (the Python path)."""
     if module is not None:
+        ranges = guard.leaves(db)  # None: nothing to check
+        check = None if ranges is None else guard.key
         try:
             found = module.find_child(
-                txn.get, key_check, db, first, count, name, fmt.entry_name, version
+                txn.get, check, ranges, db, first, count, name, fmt.entry_name, version, END
             )
         except lmdb.Error as e:
             raise FormatError(f"index is damaged reading entry: {e}") from None
