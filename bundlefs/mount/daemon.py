@@ -68,7 +68,7 @@ def mount(options: MountOptions, log_setup: LogSetup | None = None) -> int:
         startup.readiness.detach()  # from here on, this process is the daemon
     if log_setup is not None:
         log_setup(options.foreground)
-    if native.module is None:  # the same bytes, ~15 % more CPU per cold file (performance.md)
+    if native.module is None:  # the same bytes, ~15-20 % more CPU a cold file (performance.md)
         log.info("index steps in Python: bundlefs.storage._native %s", native.status)
     ops.mount_stats.daemon_facts = daemon_facts(options)
     if workers == 1:
