@@ -15,7 +15,6 @@ Synchronous and thread-safe. May import: ``bundlefs.core``, ``bundlefs.errors``,
 
 from __future__ import annotations
 
-import operator
 import os
 from collections.abc import Callable, Iterator
 
@@ -26,7 +25,6 @@ from bundlefs.core.format.dirents import file_stats as _file_stats
 from bundlefs.errors import FormatError, NotADirectory
 from bundlefs.storage.index import IndexReader
 
-_VALUE = operator.itemgetter(1)
 Dirents = tuple[list[bytes], list[int], list[int]]  # names, inode numbers, modes
 # ino, mode, nlink, uid, gid, size, mtime_ns, rdev: what a stat of the entry gives (as stored)
 Stat = tuple[int, int, int, int, int, int, int, int]
@@ -70,7 +68,7 @@ def dirents(
     if count <= 0:
         return [], [], []
     first = directory.first_child + start
-    values = list(map(_VALUE, index.iter_raw(first, count)))
+    values = list(index.values(first, count))
     if index.marker.format_version >= 3:
         names, modes, rest = _dirents_v3(values)
     else:
@@ -99,7 +97,7 @@ def dirent_stats(
     if count <= 0:
         return [], []
     first = directory.first_child + start
-    values = list(map(_VALUE, index.iter_raw(first, count)))
+    values = list(index.values(first, count))
     version = index.marker.format_version
     if version >= 3:
         names, modes, rest = _dirents_v3(values)
@@ -149,15 +147,14 @@ def _check_names(directory: int, names: list[bytes], previous: bytes | None) -> 
     """Every name valid and the names strictly increasing, in a few passes at C speed (~0.1 µs
     a name); the first offence is then found and named by the one-name checks."""
     joined = b"".join(names)
-    ordered = all(map(bytes.__lt__, names, names[1:]))
+    lengths = sorted(set(map(len, names)))  # a few distinct lengths: cheaper than min and max
     if (
         b"/" in joined
         or b"\0" in joined
-        or not ordered
-        or min(map(len, names)) == 0
-        or max(map(len, names)) > fmt.MAX_NAME
-        or b"." in names
-        or b".." in names
+        or not all(map(bytes.__lt__, names, names[1:]))
+        or lengths[0] == 0
+        or lengths[-1] > fmt.MAX_NAME
+        or (lengths[0] <= 2 and (b"." in names or b".." in names))
         or (previous is not None and names[0] <= previous)
     ):
         before = previous
