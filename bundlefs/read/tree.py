@@ -6,7 +6,8 @@ and the bounded caches that make those cheap. It applies the format's tree invar
 (core/integrity.py) to what it reads and fails fast with ``FormatError``.
 
 Synchronous and thread-safe. May import: ``bundlefs.core``, ``bundlefs.errors``,
-``bundlefs.storage.index``, ``bundlefs.storage.source_records``, ``bundlefs.read.options``.
+``bundlefs.storage.index``, ``bundlefs.storage.source_records``, ``bundlefs.storage.totals``,
+``bundlefs.read.options``.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from collections.abc import Iterator
 from bundlefs.core import format as fmt
 from bundlefs.core import integrity
 from bundlefs.errors import EntryNotFound, FormatError, NotADirectory, SymlinkLoop
+from bundlefs.read import listing
 from bundlefs.read.options import DEFAULT_NAME_CACHE
-from bundlefs.storage.index import IndexReader, tree_totals
+from bundlefs.storage.index import IndexReader
 from bundlefs.storage.source_records import iter_source_records
+from bundlefs.storage.totals import tree_totals
 
 MAX_SYMLINK_HOPS = 40
 _DIRECTORY_CACHE = 4096  # decoded directory entries held (~0.3 KB each)
@@ -129,17 +132,8 @@ class TreeModel:
                 return None
             return self._child(parent, parent.first_child + i, name)
         # Binary search over the directory's name-ordered inode range, comparing raw names.
-        lo, hi = parent.first_child, parent.first_child + parent.size - 1
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            candidate = self._index.entry_name(mid)
-            if candidate == name:
-                return self._child(parent, mid, name)
-            if candidate < name:
-                lo = mid + 1
-            else:
-                hi = mid - 1
-        return None
+        ino = self._index.find_child(parent.first_child, parent.size, name)
+        return None if ino is None else self._child(parent, ino, name)
 
     def _child(self, parent: fmt.Entry, ino: int, name: bytes) -> fmt.Entry:
         entry = self._directories.get(ino) or self._index.entry(ino)  # decoded and validated
@@ -195,25 +189,21 @@ class TreeModel:
         return names
 
     def children(self, directory: fmt.Entry, start: int = 0) -> Iterator[tuple[bytes, fmt.Entry]]:
-        """(name, entry) for the children of ``directory`` from position ``start``, links resolved.
+        """(name, entry) for the children of ``directory`` from position ``start``, links resolved
+        and checked as they go (read/listing.py)."""
+        return listing.children(self._index, self.entry, directory, start)
 
-        Validates as it goes: names strictly increasing and each child directory's parent correct.
-        """
-        if not directory.is_dir:
-            raise NotADirectory(
-                f"{directory.name!r} is not a directory", os.fsdecode(directory.name)
-            )
-        previous = None
-        count = directory.size - start
-        for raw in self._index.iter_entries(directory.first_child + start, count):
-            # The rules inline, their words from core/integrity.py: this loop serves readdir.
-            if previous is not None and raw.name <= previous:
-                integrity.enforce(integrity.child_order(directory.ino, previous, raw.name))
-            previous = raw.name
-            if raw.is_dir and raw.parent != directory.ino:
-                rule = integrity.child_directory_parent(raw.ino, raw.parent, directory.ino)
-                integrity.enforce(rule)
-            yield raw.name, (self.entry(raw.ino) if raw.is_link else raw)
+    def dirents(
+        self, directory: fmt.Entry, start: int, count: int, previous: bytes | None = None
+    ) -> listing.Dirents:
+        """``children``'s names, inode numbers and modes, without whole decodes (listing.py)."""
+        return listing.dirents(self._index, self.entry, directory, start, count, previous)
+
+    def dirent_stats(
+        self, directory: fmt.Entry, start: int, count: int, previous: bytes | None = None
+    ) -> tuple[list[bytes], list[listing.Stat]]:
+        """``dirents`` with each child's attributes, a file's without a decode (listing.py)."""
+        return listing.dirent_stats(self._index, self.entry, directory, start, count, previous)
 
     def parent_of(self, directory: fmt.Entry) -> fmt.Entry:
         """The directory that lists ``directory`` (the root for the root)."""
