@@ -217,10 +217,16 @@ class EntryBuilder:
         chosen = media_type
         if chosen is None and self.content_rules is not None:  # as _file_entry: by name
             chosen = self.content_rules.choose(item.rel, b"")
-        new_type = fmt.NO_CONTENT_TYPE if chosen is None else self._content_type_index(chosen)
+        if chosen is None:
+            new_type = fmt.NO_CONTENT_TYPE
+        else:  # _content_type_index's, but for the first use
+            known = self.content_types.get(chosen)
+            new_type = self._content_type_index(chosen) if known is None else known
+        known = self.owners.get((st.st_uid, st.st_gid))  # _owner's, but for the first use
+        new_owner = self._owner(st) if known is None else known
         if (
             new_type == content_type
-            and self._owner(st) == owner
+            and new_owner == owner
             and self.user_data is None
             and ino <= fmt.MAX_ENTRIES
         ):

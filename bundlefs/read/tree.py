@@ -21,8 +21,9 @@ from bundlefs.core import format as fmt
 from bundlefs.core import integrity
 from bundlefs.errors import EntryNotFound, FormatError, NotADirectory, SymlinkLoop
 from bundlefs.read.options import DEFAULT_NAME_CACHE
-from bundlefs.storage.index import IndexReader, tree_totals
+from bundlefs.storage.index import IndexReader
 from bundlefs.storage.source_records import iter_source_records
+from bundlefs.storage.totals import tree_totals
 
 MAX_SYMLINK_HOPS = 40
 _DIRECTORY_CACHE = 4096  # decoded directory entries held (~0.3 KB each)

@@ -7,6 +7,6 @@ the LMDB environment rules, the index's checks and where a bundle lives; then th
 halves of the index and the shards; then publishing; then the object store, which uses all of them.
 
 Order (bottom first): location | marker | codec | store | lmdb_env | entry_scan | index_check,
-index | index_writer | shards | shard_writer, liveness | source_records | publish, objectstore,
-bases, remove
+index | index_writer | shards | shard_writer, liveness | source_records | publish | totals,
+objectstore, bases, remove
 """

@@ -22,7 +22,7 @@ from bundlefs.core import integrity
 from bundlefs.core.libc import ResidentMapping, unmap_file_pages
 from bundlefs.errors import BundleClosedError, FormatError, NotABundleError
 from bundlefs.storage import lmdb_env
-from bundlefs.storage.entry_scan import value_chunks
+from bundlefs.storage.entry_scan import record_pairs, value_chunks
 from bundlefs.storage.index_check import check_index_file
 from bundlefs.storage.marker import read_marker
 
@@ -285,12 +285,11 @@ class IndexReader:
         return record
 
     def iter_records(self, shard: int) -> Iterator[fmt.Record]:
-        self._pages.span(
-            self._dbs[fmt.DB_RECORDS], fmt.record_key(shard, 0), fmt.record_key(shard + 1, 0)
-        )
+        db, first = self._dbs[fmt.DB_RECORDS], fmt.record_key(shard, 0)
+        self._pages.span(db, first, fmt.record_key(shard + 1, 0))
         try:
-            cursor = self._txn().cursor(db=self._dbs[fmt.DB_RECORDS])
-            if not cursor.set_range(fmt.record_key(shard, 0)):
+            cursor = self._txn().cursor(db=db)
+            if not cursor.set_range(first):
                 return
             for key, value in cursor:
                 rec_shard, offset = fmt.decode_record_key(key)
@@ -301,6 +300,13 @@ class IndexReader:
                 )
         except lmdb.Error as e:
             raise FormatError(f"index is damaged listing records: {e}") from None
+
+    def raw_records(self, shard: int) -> list[tuple[bytes, bytes]]:
+        """``shard``'s records as stored (``entry_scan.record_pairs``), their pages checked: for
+        a copy into an index of this version (a pack on a base), whose readers decode them."""
+        db, first = self._dbs[fmt.DB_RECORDS], fmt.record_key(shard, 0)
+        self._pages.span(db, first, fmt.record_key(shard + 1, 0))
+        return record_pairs(self._txn().cursor(db=db), shard)
 
     def shard_info(self, shard: int) -> fmt.ShardInfo:
         """Shard ``shard``'s descriptor: from version 3 on, its entry in the shard table."""
@@ -323,7 +329,7 @@ class IndexReader:
         return codec
 
 
-# -- what open loads, directory totals (version 5), bases (version 6): outside the class (budget) --
+# -- what open loads (directory totals: ``totals``), bases (version 6): outside the class --
 
 
 def _load_owners(index: IndexReader) -> list[tuple[int, int]]:
@@ -358,29 +364,6 @@ def _load_bases(index: IndexReader) -> list[fmt.BaseRef]:
     except lmdb.Error as e:
         raise FormatError(f"index is damaged reading its bases: {e}") from None
     return [fmt.decode_base(n, key, value) for n, (key, value) in enumerate(items, 1)]
-
-
-def tree_totals(index: IndexReader, ino: int) -> fmt.TreeTotals | None:
-    """What lies below directory ``ino`` (its key in ``totals``); None before version 5. A
-    directory without totals in a version-5 index is a ``FormatError``."""
-    db = index._dbs.get(fmt.DB_TOTALS)
-    key, what = fmt.totals_key(ino), f"totals of directory {ino}"
-    return None if db is None else fmt.decode_totals(ino, index._get(db, key, what))
-
-
-def iter_totals(index: IndexReader) -> Iterator[tuple[int, fmt.TreeTotals]]:
-    """(directory, totals) of every key in ``totals``, in inode order; nothing before version 5
-    (``compact`` copies them)."""
-    db = index._dbs.get(fmt.DB_TOTALS)
-    if db is None:
-        return
-    index._pages.span(db)
-    try:
-        for key, value in index._txn().cursor(db=db):
-            ino = fmt.decode_entry_key(key)
-            yield ino, fmt.decode_totals(ino, value)
-    except lmdb.Error as e:
-        raise FormatError(f"index is damaged listing directory totals: {e}") from None
 
 
 def _check_totals(index: IndexReader) -> None:

@@ -10,8 +10,11 @@ import os
 import random
 from pathlib import Path
 
+import pytest
+
 from bundlefs import Bundle, PackOptions, pack
 from bundlefs.core import format as fmt
+from bundlefs.packing.sources import directory
 from bundlefs.read.verify import verify
 from bundlefs.storage.index import IndexReader
 from tests.support.trees import MTIME_NS, set_mtimes
@@ -120,4 +123,41 @@ def test_a_chmod_of_an_unchanged_file_is_in_its_new_entry(tmp_path: Path) -> Non
     assert {k: v for k, v in new.items() if k != b"f002.bin"} == {
         k: v for k, v in old.items() if k != b"f002.bin"
     }
+    assert verify(tmp_path / "new").ok
+
+
+def test_the_bases_records_are_copied_as_they_are(tmp_path: Path) -> None:
+    src = _tree(tmp_path / "src")
+    _pack(src, tmp_path / "old")
+    (src / "d0" / "f000.bin").write_bytes(b"new content")  # NEW has a shard of its own too
+    _pack(src, tmp_path / "new", tmp_path / "old")
+    old, new = IndexReader(str(tmp_path / "old")), IndexReader(str(tmp_path / "new"))
+    try:
+        assert old.raw_records(0) and new.raw_records(0) == old.raw_records(0)
+        assert new.config.shard_count == 2 and new.raw_records(1)
+    finally:
+        old.close()
+        new.close()
+    assert verify(tmp_path / "new").ok
+
+
+def test_unchanged_changed_and_new_files_of_a_directory_arrive_in_name_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(directory, "_KNOWN_WINDOW", 3)  # windows end between every kind of file
+    src = _tree(tmp_path / "src", files=30)
+    _pack(src, tmp_path / "old")
+    folder = src / "d1"
+    for name in ("f001.json", "f010.bin", "f013.json"):  # changed: lstat'ed twice, stored
+        (folder / name).write_bytes(b"changed " + name.encode())
+    for name in ("f003.json.new", "f000.bin", "zz.bin"):  # new names among the old ones
+        (folder / name).write_bytes(name.encode())
+    (folder / "f004.bin").unlink()
+    summary = pack(str(src), str(tmp_path / "new"), PackOptions(), base=tmp_path / "old")
+    assert summary.reuse is not None and summary.reuse.reused_files == 30 - 4
+    with Bundle(tmp_path / "new") as b:
+        names = [e.name for e in b.scandir("d1")]
+        assert names == sorted(os.listdir(folder), key=os.fsencode)
+        for name in names:
+            assert b.read(f"d1/{name}") == (folder / name).read_bytes(), name
     assert verify(tmp_path / "new").ok
