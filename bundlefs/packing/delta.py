@@ -82,6 +82,12 @@ class DeltaSource:
 
         used, counts = self.base.used, self.base.reuse
         for item in self._walk(rel, copyable, read_if if old else None):
+            if item.run is not None:  # unchanged files, lstat'ed beside OLD's values: copied
+                used.update({reuse[4] for _rel, _name, _st, reuse in item.run})
+                counts.reused_files += len(item.run)
+                counts.reused_bytes += sum(st.st_size for _rel, _name, st, _reuse in item.run)
+                yield item
+                continue
             if item.reuse is None and item.name in old and statmod.S_ISREG(item.st.st_mode):
                 item.reuse = self._copy(copyable, old[item.name], item)  # not probed with read_if
             if item.reuse is not None:  # inline: most items of a pack on a base are these

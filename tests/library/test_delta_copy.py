@@ -161,3 +161,25 @@ def test_unchanged_changed_and_new_files_of_a_directory_arrive_in_name_order(
         for name in names:
             assert b.read(f"d1/{name}") == (folder / name).read_bytes(), name
     assert verify(tmp_path / "new").ok
+
+
+def test_a_file_amid_a_run_of_unchanged_files_that_cannot_be_copied_keeps_its_place(
+    tmp_path: Path,
+) -> None:
+    src = _tree(tmp_path / "src", files=30)
+    _pack(src, tmp_path / "old")
+    os.chown(src / "d1" / "f013.json", 1234, 1234)  # same stat but a new owner: built anew
+    summary = pack(str(src), str(tmp_path / "new"), PackOptions(), base=tmp_path / "old")
+    assert summary.reuse is not None and summary.reuse.reused_files == 30
+    new, old = _values(tmp_path / "new"), _values(tmp_path / "old")
+    assert new[b"f013.json"] != old[b"f013.json"]
+    assert {k: v for k, v in new.items() if k != b"f013.json"} == {
+        k: v for k, v in old.items() if k != b"f013.json"
+    }
+    with Bundle(tmp_path / "new") as b:
+        for folder in ("d0", "d1", "d2"):
+            names = [e.name for e in b.scandir(folder)]
+            assert names == sorted(os.listdir(src / folder), key=os.fsencode)
+        assert b.lstat("d1/f013.json").st_uid == 1234
+        assert b.read("d1/f013.json") == (src / "d1" / "f013.json").read_bytes()
+    assert verify(tmp_path / "new").ok

@@ -93,9 +93,20 @@ class PartitionSource(DirectorySource):
         return self._kept(rel, super().known_children(rel, known, read_if))
 
     def _kept(self, rel: bytes, items: Iterator[SourceItem]) -> Iterator[SourceItem]:
-        """``items`` (children of ``rel``) that are this partition's."""
+        """``items`` (children of ``rel``) that are this partition's; of a run of unchanged
+        files (``SourceItem.run``, regular files all), those that are."""
         parent = key_of(rel)
         for item in items:
+            if item.run is not None:
+                run = [
+                    known
+                    for known in item.run
+                    if known[0] in self._moved_in
+                    or (self._holds(parent + (known[1],)) and known[0] not in self._moved_out)
+                ]
+                if run:
+                    yield SourceItem(run[-1][0], run[-1][1], run[-1][2], run=run)
+                continue
             key = parent + (item.name,)
             if statmod.S_ISDIR(item.st.st_mode):
                 keep = self._reaches(key) or item.rel in self._toward_moved

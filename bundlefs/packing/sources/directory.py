@@ -10,6 +10,7 @@ May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.packing.sources.b
 
 from __future__ import annotations
 
+import bisect
 import errno
 import os
 import stat as statmod
@@ -25,10 +26,12 @@ from bundlefs.packing.sources.base import (
     EXACT_MTIME,
     READ_CHUNK,
     Content,
+    CopiedRun,
     MtimeTick,
     Reuse,
     SourceErrors,
     SourceItem,
+    Stat,
     excluded,
 )
 
@@ -103,17 +106,28 @@ _KNOWN_WINDOW = 4096
 Known = Mapping[bytes, tuple[tuple[int, int, int], Reuse]]
 
 
-def _merged(first: list[SourceItem], second: Iterator[SourceItem]) -> Iterator[SourceItem]:
-    """Two runs of items, each in name order, merged (no name is in both)."""
-    following = next(second, None)
-    for item in first:
-        while following is not None and following.name < item.name:
-            yield following
-            following = next(second, None)
+def _run_item(run: CopiedRun) -> SourceItem:
+    """One item for ``run``: the builder takes it whole (``SourceItem.run``)."""
+    rel, name, st, _reuse = run[-1]
+    return SourceItem(rel, name, st, run=run)
+
+
+def _merged(first: CopiedRun, second: Iterator[SourceItem]) -> Iterator[SourceItem]:
+    """``first``'s files in runs and ``second``'s items, each in name order, merged (no name is
+    in both): a run ends where an item of ``second`` comes between its files."""
+    start = 0
+    for item in second:
+        end = bisect.bisect_left(first, item.name, lo=start, key=_name_of)
+        if end > start:
+            yield _run_item(first[start:end])
+        start = end
         yield item
-    if following is not None:
-        yield following
-        yield from second
+    if start < len(first):
+        yield _run_item(first[start:])
+
+
+def _name_of(known: tuple[bytes, bytes, Stat, Reuse]) -> bytes:
+    return known[1]
 
 
 class _OpenFile:
@@ -246,15 +260,16 @@ class DirectorySource:
         """``children`` probed in order, as ``probed``, but a regular file whose name ``known``
         holds as ((mode, size, mtime_ns), reuse) is lstat'ed here, a window at a time, and
         delivered unread with that ``reuse`` when its lstat has that mode, size and mtime and
-        one link (a delta pack's unchanged file); the others, and those whose stat differs
-        (lstat'ed again), are probed as in any pack, and the two runs merged by name. This
-        loop is most of what such a pack costs per unchanged file (no probe, no read_if)."""
+        one link (a delta pack's unchanged file), consecutive ones in one item
+        (``SourceItem.run``); the others, and those whose stat differs (lstat'ed again), are
+        probed as in any pack, and the two merged by name. This loop is most of what such a
+        pack costs per unchanged file (no probe, no read_if, no item each)."""
         if not known:
             yield from self.probed(children, read_if)
             return
         prefix, lstat, get = self.prefix, os.lstat, known.get
         for start in range(0, len(children), _KNOWN_WINDOW):
-            quick: list[SourceItem] = []
+            quick: CopiedRun = []
             rest: list[tuple[bytes, bytes]] = []
             for name, rel in children[start : start + _KNOWN_WINDOW]:
                 found = get(name)
@@ -268,10 +283,13 @@ class DirectorySource:
                         and st.st_nlink == 1
                         and (st.st_mode, st.st_size, st.st_mtime_ns) == found[0]
                     ):
-                        quick.append(SourceItem(rel, name, st, reuse=found[1]))
+                        quick.append((rel, name, st, found[1]))
                         continue
                 rest.append((name, rel))
-            yield from _merged(quick, self.probed(rest, read_if) if rest else iter(()))
+            if rest:
+                yield from _merged(quick, self.probed(rest, read_if))
+            elif quick:
+                yield _run_item(quick)  # nothing changed here: one run
 
     def _probes(
         self, children: list[tuple[bytes, bytes]], read_if: ReadIf | None
