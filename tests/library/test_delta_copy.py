@@ -14,6 +14,7 @@ import pytest
 
 from bundlefs import Bundle, PackOptions, pack
 from bundlefs.core import format as fmt
+from bundlefs.packing import delta
 from bundlefs.packing.sources import directory
 from bundlefs.read.verify import verify
 from bundlefs.storage.index import IndexReader
@@ -183,3 +184,28 @@ def test_a_file_amid_a_run_of_unchanged_files_that_cannot_be_copied_keeps_its_pl
         assert b.lstat("d1/f013.json").st_uid == 1234
         assert b.read("d1/f013.json") == (src / "d1" / "f013.json").read_bytes()
     assert verify(tmp_path / "new").ok
+
+
+def test_a_file_rewritten_after_its_run_was_lstated_is_found_by_the_next_pack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = _tree(tmp_path / "src", files=30)
+    _pack(src, tmp_path / "old")
+    victim = src / "d1" / "f013.json"
+    walk = delta.DeltaSource._walk
+
+    def rewriting_walk(self, rel, copyable, read_if):  # type: ignore[no-untyped-def]
+        for item in walk(self, rel, copyable, read_if):
+            yield item
+            if item.run is not None and any(known[1] == victim.name.encode() for known in item.run):
+                victim.write_bytes(b"X" * victim.stat().st_size)  # same size, mid-pack
+
+    monkeypatch.setattr(delta.DeltaSource, "_walk", rewriting_walk)
+    pack(str(src), str(tmp_path / "new"), PackOptions(), base=tmp_path / "old")
+    monkeypatch.undo()
+    assert victim.read_bytes()[:1] == b"X"  # rewritten after its run was lstat'ed
+    assert verify(tmp_path / "new").ok  # NEW holds the file as lstat'ed: OLD's content
+    pack(str(src), str(tmp_path / "next"), PackOptions(), base=tmp_path / "new")
+    with Bundle(tmp_path / "next") as b:
+        assert b.read("d1/f013.json") == victim.read_bytes()
+    assert verify(tmp_path / "next").ok
