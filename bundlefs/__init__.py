@@ -12,6 +12,7 @@ May import: ``bundlefs.errors``, ``bundlefs.read`` (and ``bundlefs.packing``, la
 from typing import TYPE_CHECKING
 
 from bundlefs.errors import (
+    BaseBundleError,
     BundleError,
     CorruptDataError,
     DuplicatePathError,
@@ -68,6 +69,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "BaseBundleError",
     "Bundle",
     "BundleError",
     "BundleFile",

@@ -51,11 +51,11 @@ def remove_bundle(location: Location, *, force: bool = False) -> Removed:
     if state.foreign or not state.complete:
         raise not_a_bundle(location.url)
     if not force:
-        with publisher._store_errors("looking for bundles that use its shards"):
+        with publisher.store_errors("looking for bundles that use its shards"):
             refuse_if_referenced(location, publisher.fs, "removed", "; --force removes it anyway")
     bases = _bases(location)
     root, fs = publisher.root, publisher.fs
-    with publisher._store_errors("removing the bundle"):
+    with publisher.store_errors("removing the bundle"):
         fs.rm_file(f"{root}/{fmt.MARKER_NAME}")
         rest = [f"{root}/{name}" for name in sorted(state.objects) if name != fmt.MARKER_NAME]
         if rest:

@@ -1,8 +1,9 @@
-"""Directory totals (version 5) read from an open index: ``tree_totals`` of one directory
-(``read.tree``), ``iter_totals`` of all (``compact`` copies them). ``IndexReader`` checks at
-open that each directory has its totals and that the root's are the config's counts.
+"""Directory totals (format version 5, docs/format.md §3.8): what lies below each directory, read
+through an open ``IndexReader`` — ``tree_totals`` for one directory (the tree model, ``info``),
+``iter_totals`` for all of them (``compact`` copies them). Beside ``IndexReader`` as
+``source_records`` is (index.py is at its size budget); the check at open stays in index.py.
 
-May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.index``, lmdb.
+May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.index``.
 """
 
 from __future__ import annotations

@@ -384,6 +384,20 @@ def test_the_library_imports_without_pyfuse3_or_trio(module):
     assert result.returncode == 0, result.stderr
 
 
+def test_the_cli_and_the_mount_start_without_importlib_metadata():
+    # ~40 ms of every command's and every mount's start (bundlefs/core/checksum.py and
+    # third_party/pyfuse3/README.md say where).
+    code = (
+        "import sys, bundlefs.cli.app, bundlefs.mount.daemon, bundlefs.core.checksum as c\n"
+        "from bundlefs.mount.bindings import pyfuse3  # the patched build: version-lazily.patch\n"
+        "assert c.crc32c(b'123456789') == 0xE3069283\n"
+        "print('importlib.metadata' in sys.modules, c._crc32c.__name__)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "crc32c._crc32c"]
+
+
 def test_the_format_layer_imports_no_storage_or_compression_library():
     for path in (PACKAGE / "core").rglob("*.py"):
         if path.name in ("checksum.py",):

@@ -144,7 +144,7 @@ class RemotePublisher:
     # -- errors ------------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _store_errors(self, doing: str) -> Iterator[None]:
+    def store_errors(self, doing: str) -> Iterator[None]:
         """Any failure of the store while ``doing`` as one PackError sentence.
 
         fsspec back-ends raise their own types for network failures (botocore's
@@ -173,7 +173,7 @@ class RemotePublisher:
 
     def scan(self) -> RemoteState:
         """List the objects under the URL (a listing the back-end has cached is not trusted)."""
-        with self._store_errors("listing what is there"):
+        with self.store_errors("listing what is there"):
             self.fs.invalidate_cache(self.root)
             found: dict[str, Any] = self.fs.find(self.root, detail=True)
         objects: dict[str, int] = {}
@@ -204,7 +204,7 @@ class RemotePublisher:
         if state.complete and not force:
             raise PackError(f"{self.url} already exists (use --force to replace it)")
         if state.complete:
-            with self._store_errors("looking for bundles that use its shards"):
+            with self.store_errors("looking for bundles that use its shards"):
                 refuse_if_referenced(self.location, self.fs, "replaced")
         return state
 
@@ -237,7 +237,7 @@ class RemotePublisher:
         if state.complete:
             # First, so that from here on nothing opens the URL: a reader never pairs the old
             # marker with new shards or index.
-            with self._store_errors("removing the old completion marker"):
+            with self.store_errors("removing the old completion marker"):
                 self.fs.rm_file(self._object(fmt.MARKER_NAME))
         try:
             self._parallel(
@@ -251,10 +251,10 @@ class RemotePublisher:
                 lambda name: self._check_uploaded(work, name, sizes[name]),
                 "checking uploads",
             )
-            with self._store_errors("checking the shards in the base"):
+            with self.store_errors("checking the shards in the base"):
                 shared.check(self.fs, self.root, self.url)
                 shared.mark(self.fs, self.url, marker.bundle_id)  # before COMPLETE: never missed
-            with self._store_errors("writing the completion marker"):
+            with self.store_errors("writing the completion marker"):
                 self._upload(work, fmt.MARKER_NAME, uploaded, small=True)
                 self._check_uploaded(work, fmt.MARKER_NAME, fmt.MARKER_SIZE, published=True)
         except KeyboardInterrupt as e:
@@ -342,7 +342,7 @@ class RemotePublisher:
 
     def _parallel(self, names: list[str], task: Callable[[str], None], doing: str) -> None:
         """Run ``task`` on every name, ``jobs`` at a time; the first failure stops the rest."""
-        with self._store_errors(doing):
+        with self.store_errors(doing):
             if self.jobs == 1 or len(names) == 1:
                 for name in names:
                     task(name)
