@@ -303,13 +303,6 @@ class IndexReader:
         except lmdb.Error as e:
             raise FormatError(f"index is damaged listing records: {e}") from None
 
-    def raw_records(self, shard: int) -> list[tuple[bytes, bytes]]:
-        """``shard``'s records as stored (``entry_scan.record_pairs``), their pages checked: for
-        a copy into an index of this version (a pack on a base), whose readers decode them."""
-        db, first = self._dbs[fmt.DB_RECORDS], fmt.record_key(shard, 0)
-        self._pages.span(db, first, fmt.record_key(shard + 1, 0))
-        return record_pairs(self._txn().cursor(db=db), shard)
-
     def shard_info(self, shard: int) -> fmt.ShardInfo:
         """Shard ``shard``'s descriptor: from version 3 on, its entry in the shard table."""
         if not 0 <= shard < self.config.shard_count:
@@ -381,3 +374,12 @@ def _check_totals(index: IndexReader) -> None:
         )
     root = fmt.decode_totals(fmt.ROOT_INO, index._get(db, fmt.totals_key(fmt.ROOT_INO), "totals"))
     integrity.enforce(integrity.root_totals(index.config, root))
+
+
+def raw_records(index: IndexReader, shard: int) -> list[tuple[bytes, bytes]]:
+    """``shard``'s records as stored (``entry_scan.record_pairs``), their pages checked as
+    ``iter_records``'s: for a copy into an index of this version (a pack on a base), whose
+    readers decode them."""
+    db, first = index._dbs[fmt.DB_RECORDS], fmt.record_key(shard, 0)
+    index._pages.span(db, first, fmt.record_key(shard + 1, 0))
+    return record_pairs(index._txn().cursor(db=db), shard)
