@@ -3,9 +3,8 @@
 The daemon's lifecycle is ``bundlefs.mount.daemon``; it is imported only when a command runs, so
 building the parser (for any command) loads nothing of the mount. ``-o a,b=c`` is the form
 mount(8), mount.fuse3 and fstab pass (``bundlefs BUNDLE MNT -o OPTS``; see ``cli.app``). Where
-the detached daemon logs is decided here: ``--log-file``, else syslog, else (no usable
-``/dev/log``: containers, HPC nodes) a file under ``$XDG_STATE_HOME/bundlefs``
-(``daemon_log_path``).
+the detached daemon logs is decided here: ``--log-file``, else syslog, else (no ``/dev/log``:
+containers, HPC nodes) a file under ``$XDG_STATE_HOME/bundlefs`` (``daemon_log_path``).
 
 May import: the library layers, ``bundlefs.mount`` (the daemon only when a command runs),
 ``bundlefs.cli.output``.
@@ -39,13 +38,13 @@ _IGNORED_OPTIONS = {
 # -o options that take a text value; sizes among them are parsed once merged with the flags.
 _TEXT_OPTIONS = (
     "cache_size", "owner", "log_file", "open_mode", "index_resident", "disk_cache",
-    "disk_cache_size", "store_timeout",
+    "disk_cache_size", "store_timeout", "readdirplus",
 )  # fmt: skip
 # libfuse transports and loop options that the worker processes do not use.
 _UNSUPPORTED_TRANSPORTS = {"io_uring", "clone_fd", "max_threads", "max_idle_threads"}
 _NUMBER_OPTIONS = ("uid", "gid", "read_ahead_kb", "workers")
 _LIST_OPTIONS = ("storage_option", "storage_options_file")  # repeatable, in order
-_OPEN_MODES = ("auto", "no-open", "open")
+_OPEN_MODES, _READDIRPLUS = ("auto", "no-open", "open"), ("auto", "always", "never")
 _SYSLOG_SOCKET = "/dev/log"
 
 
@@ -113,6 +112,12 @@ def add_mount_arguments(p: argparse.ArgumentParser) -> None:
         help="no-open: the kernel serves opens and cached reads without asking the daemon "
         "(needs the patched pyfuse3 and Linux 5.1+); open: the daemon answers every open; "
         "auto (default): no-open where available",
+    )
+    p.add_argument(
+        "--readdirplus",
+        choices=_READDIRPLUS,
+        default=None,
+        help="listings with attributes (READDIRPLUS): auto (default: kernel's pick), always, never",
     )
     p.add_argument(
         "--index-resident",
@@ -240,6 +245,7 @@ def _flags_and_options(args: argparse.Namespace) -> tuple[dict[str, object], lis
         read_ahead_kb=args.read_ahead_kb,
         log_file=args.log_file,
         open_mode=args.open_mode,
+        readdirplus=args.readdirplus,
         index_resident=args.index_resident,
         disk_cache=args.disk_cache,
         disk_cache_size=args.disk_cache_size,
@@ -253,8 +259,9 @@ def _flags_and_options(args: argparse.Namespace) -> tuple[dict[str, object], lis
     values.update(mount_options)
     if values["owner"] not in ("stored", "mounter"):
         raise MountOptionError("owner= takes 'stored' or 'mounter'")
-    if values["open_mode"] not in (None, *_OPEN_MODES):
-        raise MountOptionError("open_mode= takes 'auto', 'no-open' or 'open'")
+    for key, allowed in (("open_mode", _OPEN_MODES), ("readdirplus", _READDIRPLUS)):
+        if values[key] not in (None, *allowed):
+            raise MountOptionError(f"{key}= takes {', '.join(map(repr, allowed))}")
     return values, [*args.storage_option, *pairs_o], [*args.storage_options_file, *files_o]
 
 
@@ -284,6 +291,7 @@ def options_from_args(args: argparse.Namespace) -> MountOptions:
         read_ahead_kb=DEFAULT_READ_AHEAD_KB if read_ahead is None else read_ahead,
         load_threads=None if args.threads is None else max(0, args.threads),
         open_mode=_text_or_none(values["open_mode"]) or "auto",
+        readdirplus=_text_or_none(values["readdirplus"]) or "auto",
         index_resident=DEFAULT_INDEX_RESIDENT if resident is None else resident,
         prefetch=not args.no_prefetch,
         strict=bool(values["strict"]),

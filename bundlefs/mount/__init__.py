@@ -2,7 +2,8 @@
 trio.
 
 Order (bottom first): bindings | table | stats | options | lifecycle | offload,
-kernel | readonly, xattrs | tuning, preflight | reads, operations, worker, supervisor, daemon
+kernel | readonly, xattrs | tuning, preflight | reads | listing, operations, worker, supervisor,
+daemon
 
 - ``bindings``: which FUSE binding the mount runs on (patched or stock) and what to say of it
 - ``table``: the kernel's mount table, and the daemon's xattrs read from outside
@@ -16,6 +17,7 @@ kernel | readonly, xattrs | tuning, preflight | reads, operations, worker, super
 - ``tuning``: mallopt, the kernel's read-ahead, the index held in memory, load threads
 - ``preflight``: the checks before mounting, the worker count, the kernel's mount options
 - ``reads``: ``ReadScheduler``, where a read's loads run (inline or in threads)
+- ``listing``: plain directory listings, added to the reply in batches
 - ``operations``: ``BundleOperations``, the pyfuse3 adapter and the one errno table
 - ``worker``: one serving process (pyfuse3's loop under trio, its signals, a cloned session)
 - ``supervisor``: several worker processes, started, replaced and stopped

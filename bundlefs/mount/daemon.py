@@ -102,6 +102,7 @@ def _adapter(options: MountOptions, bundle: Bundle, workers: int) -> BundleOpera
         load_threads=tuning.load_threads(options, workers, bundle),
         open_mode=options.open_mode,
         prefetch=options.prefetch,
+        readdirplus=options.readdirplus,
     )
     return BundleOperations(bundle, settings)
 

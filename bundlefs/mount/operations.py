@@ -18,8 +18,9 @@ would end the file system). What the handlers lean on lives beside it: the refus
 attributes (``xattrs``) and the kernel probes (``kernel``).
 
 May import: pyfuse3 (from ``bundlefs.mount.bindings``), ``bundlefs.core``, ``bundlefs.errors``,
-``bundlefs.read``, ``bundlefs.mount.kernel``, ``bundlefs.mount.readonly``,
-``bundlefs.mount.reads``, ``bundlefs.mount.stats``, ``bundlefs.mount.xattrs``.
+``bundlefs.read``, ``bundlefs.mount.kernel``, ``bundlefs.mount.listing``,
+``bundlefs.mount.readonly``, ``bundlefs.mount.reads``, ``bundlefs.mount.stats``,
+``bundlefs.mount.xattrs``.
 """
 
 from __future__ import annotations
@@ -41,12 +42,13 @@ from bundlefs.errors import (
     NotADirectory,
     NotASymlink,
 )
-from bundlefs.mount import kernel, xattrs
+from bundlefs.mount import kernel, listing, xattrs
 from bundlefs.mount.bindings import binding, pyfuse3
 from bundlefs.mount.readonly import ReadOnlyOperations
 from bundlefs.mount.reads import ReadScheduler
 from bundlefs.mount.stats import EIO, REQUEST_INDEX, MountStats
 from bundlefs.read.bundle import Bundle
+from bundlefs.read.listing import Stat
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,9 @@ class MountSettings:
     load_threads: int = 4  # record loads that may run at once off the event loop; 0: inline
     open_mode: str = "auto"  # "auto" (no-open wherever available), "no-open" or "open"
     prefetch: bool = True  # start reading a small file's bytes when it is looked up
+    # When the kernel asks for entries with attributes (READDIRPLUS) rather than names and types
+    # (READDIR): "auto" (the kernel's heuristic), "always" or "never"; a stock pyfuse3: "always".
+    readdirplus: str = "auto"
 
 
 # The errno of each error kind a request may meet; any other is EIO.
@@ -125,6 +130,7 @@ class BundleOperations(ReadOnlyOperations):
         self._tree = bundle.tree  # the two models every request goes to, one lookup nearer
         self._content = bundle.content
         self._entry_count = bundle.config.entry_count
+        self._block_size = bundle.config.block_size
         self.settings = settings
         self.on_ready = on_ready  # called once the kernel handshake is done
         # load_threads == 0: load records inline on the event loop (no thread hop; blocks it).
@@ -138,6 +144,9 @@ class BundleOperations(ReadOnlyOperations):
         if not self.open_mode_reason:
             self.enable_no_open = True
         self.open_mode = "open"  # until init() knows what the kernel granted
+        # The patched pyfuse3 reads it at the handshake; a stock one always asks for READDIRPLUS.
+        self.readdirplus = settings.readdirplus
+        self._reply_batch = getattr(pyfuse3, "readdir_reply_batch", None)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -213,17 +222,23 @@ class BundleOperations(ReadOnlyOperations):
     # -- attributes --------------------------------------------------------------------------------
 
     def _attributes(self, entry: fmt.Entry) -> pyfuse3.EntryAttributes:
-        attr = pyfuse3.EntryAttributes()
         uid, gid = self._tree.owner(entry)
-        attr.st_ino = entry.ino
-        attr.st_mode = entry.mode
-        attr.st_nlink = entry.nlink
+        return self._stat_attributes(
+            (entry.ino, entry.mode, entry.nlink, uid, gid, entry.size, entry.mtime_ns, entry.rdev)
+        )
+
+    def _stat_attributes(self, stat: Stat) -> pyfuse3.EntryAttributes:
+        ino, mode, nlink, uid, gid, size, mtime_ns, rdev = stat
+        attr = pyfuse3.EntryAttributes()
+        attr.st_ino = ino
+        attr.st_mode = mode
+        attr.st_nlink = nlink
         attr.st_uid = uid if self.settings.uid is None else self.settings.uid
         attr.st_gid = gid if self.settings.gid is None else self.settings.gid
-        attr.st_size, attr.st_rdev = entry.size, entry.rdev  # a device's number; mounted nodev
-        attr.st_blksize = self.bundle.config.block_size
-        attr.st_blocks = entry.blocks
-        attr.st_atime_ns = attr.st_mtime_ns = attr.st_ctime_ns = entry.mtime_ns
+        attr.st_size, attr.st_rdev = size, rdev  # a device's number; mounted nodev
+        attr.st_blksize = self._block_size
+        attr.st_blocks = (size + 511) // 512 if mode & 0o170000 == fmt.KIND_FILE else 0
+        attr.st_atime_ns = attr.st_mtime_ns = attr.st_ctime_ns = mtime_ns
         attr.entry_timeout = attr.attr_timeout = CACHE_TIMEOUT
         return attr
 
@@ -283,11 +298,9 @@ class BundleOperations(ReadOnlyOperations):
         # start_id is the position in the directory, so a listing resumes exactly where the kernel
         # stopped it, in O(1), however large the directory.
         directory = self._entry(fh)
-        position = start_id
-        for name, entry in self._tree.children(directory, start_id):
-            position += 1
-            if not pyfuse3.readdir_reply(token, name, self._attributes(entry), position):
-                break
+        if directory.is_dir and self._reply_batch and not pyfuse3.readdir_plus(token):
+            return listing.reply_plain(self._tree, self._reply_batch, directory, start_id, token)
+        listing.reply_plus(self._tree, self._stat_attributes, directory, start_id, token)
 
     @_handler
     def releasedir(self, fh: pyfuse3.FileHandleT) -> None:

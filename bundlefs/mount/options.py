@@ -36,6 +36,7 @@ class MountOptions:
     read_ahead_kb: int = DEFAULT_READ_AHEAD_KB
     load_threads: int | None = None  # None: tuning.load_threads chooses
     open_mode: str = "auto"
+    readdirplus: str = "auto"  # "auto", "always" or "never" (cli/mount.py, --readdirplus)
     index_resident: int = DEFAULT_INDEX_RESIDENT
     prefetch: bool = True
     strict: bool = False  # refuse a bundle with a damaged shard instead of serving the rest

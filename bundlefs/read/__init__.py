@@ -4,7 +4,8 @@ extract and export.
 Modules import one way, bottom first (a module imports only those on lines above its own, and
 ``if TYPE_CHECKING:`` imports count):
 
-1. ``options`` (``ReadOptions``, ``RemoteOptions``; imports nothing of ``bundlefs``)
+1. ``options`` (``ReadOptions``, ``RemoteOptions``; imports nothing of ``bundlefs``), ``listing``
+   (a directory's children, decoded or as names, inodes and types for plain listings)
 2. ``cache`` (the record cache), ``tree`` (entries by inode, lookups, paths)
 3. ``content`` (file bytes through the cache)
 4. ``paths`` (``BundleStat``, ``BundleDirEntry``), ``fileobj`` (``BundleFile``), ``salvage`` (a
@@ -21,7 +22,7 @@ Modules import one way, bottom first (a module imports only those on lines above
 
 As the layering test reads it:
 
-Order (bottom first): options, cache | tree, content, paths | fileobj | salvage, stream,
+Order (bottom first): options | listing, cache | tree, content, paths | fileobj | salvage, stream,
 assemble | mapping | samples, facts | diff, bundle | verify, extract | export
 
 Where the next features go: a record cache shared by several readers, or a store that resolves

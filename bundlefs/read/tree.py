@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from bundlefs.core import format as fmt
 from bundlefs.core import integrity
 from bundlefs.errors import EntryNotFound, FormatError, NotADirectory, SymlinkLoop
+from bundlefs.read import listing
 from bundlefs.read.options import DEFAULT_NAME_CACHE
 from bundlefs.storage.index import IndexReader
 from bundlefs.storage.source_records import iter_source_records
@@ -188,25 +189,21 @@ class TreeModel:
         return names
 
     def children(self, directory: fmt.Entry, start: int = 0) -> Iterator[tuple[bytes, fmt.Entry]]:
-        """(name, entry) for the children of ``directory`` from position ``start``, links resolved.
+        """(name, entry) for the children of ``directory`` from position ``start``, links resolved
+        and checked as they go (read/listing.py)."""
+        return listing.children(self._index, self.entry, directory, start)
 
-        Validates as it goes: names strictly increasing and each child directory's parent correct.
-        """
-        if not directory.is_dir:
-            raise NotADirectory(
-                f"{directory.name!r} is not a directory", os.fsdecode(directory.name)
-            )
-        previous = None
-        count = directory.size - start
-        for raw in self._index.iter_entries(directory.first_child + start, count):
-            # The rules inline, their words from core/integrity.py: this loop serves readdir.
-            if previous is not None and raw.name <= previous:
-                integrity.enforce(integrity.child_order(directory.ino, previous, raw.name))
-            previous = raw.name
-            if raw.is_dir and raw.parent != directory.ino:
-                rule = integrity.child_directory_parent(raw.ino, raw.parent, directory.ino)
-                integrity.enforce(rule)
-            yield raw.name, (self.entry(raw.ino) if raw.is_link else raw)
+    def dirents(
+        self, directory: fmt.Entry, start: int, count: int, previous: bytes | None = None
+    ) -> listing.Dirents:
+        """``children``'s names, inode numbers and modes, without whole decodes (listing.py)."""
+        return listing.dirents(self._index, self.entry, directory, start, count, previous)
+
+    def dirent_stats(
+        self, directory: fmt.Entry, start: int, count: int, previous: bytes | None = None
+    ) -> tuple[list[bytes], list[listing.Stat]]:
+        """``dirents`` with each child's attributes, a file's without a decode (listing.py)."""
+        return listing.dirent_stats(self._index, self.entry, directory, start, count, previous)
 
     def parent_of(self, directory: fmt.Entry) -> fmt.Entry:
         """The directory that lists ``directory`` (the root for the root)."""

@@ -232,15 +232,18 @@ class IndexReader:
             yield self._decode(ino, value)
 
     def iter_raw(self, first: int, count: int) -> Iterator[tuple[int, bytes]]:
-        """(inode, undecoded value) for inodes ``first … first+count−1``: one cursor scan in
-        checked chunks (``entry_scan``)."""
+        """(inode, undecoded value) for inodes ``first … first+count−1``."""
+        return zip(itertools.count(first), self.values(first, count))
+
+    def values(self, first: int, count: int) -> Iterator[bytes]:
+        """The undecoded values of inodes ``first … first+count−1``: one cursor scan in checked
+        chunks (``entry_scan``)."""
         if count <= 0:
             return iter(())
         db = self._dbs[fmt.DB_ENTRIES]
         self._pages.span(db, fmt.entry_key(first), fmt.entry_key(first + count - 1))
         cursor = self._txn().cursor(db=db)
-        values = itertools.chain.from_iterable(value_chunks(cursor, first, count))
-        return zip(itertools.count(first), values)
+        return itertools.chain.from_iterable(value_chunks(cursor, first, count))
 
     def iter_values(self) -> Iterator[bytes]:
         """Every entry's undecoded value in inode order, the keys unread: for scans of one field

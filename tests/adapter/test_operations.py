@@ -122,30 +122,51 @@ class Reply:
 
 
 class ReaddirRecorder:
-    """Stands in for ``pyfuse3.readdir_reply``: takes ``room`` entries a request, then says full."""
+    """Stands in for ``pyfuse3.readdir_reply`` (READDIRPLUS, or any listing on a stock binding)
+    and ``readdir_reply_batch`` (a plain READDIR on the patched one): takes ``room`` entries a
+    request, then says full."""
 
     def __init__(self) -> None:
         self.token = object()
         self.room: int | None = None
         self.accepted: list[Reply] = []
+        self.plus = True
 
     def __call__(self, token, name, attr, next_id) -> bool:
         assert token is self.token, "the handler must pass on the token it was given"
+        assert self.plus, "a plain READDIR is answered in batches"
         if self.room is not None and len(self.accepted) >= self.room:
             return False  # the kernel's buffer is full: this entry was not taken
         self.accepted.append(Reply(name, attr.st_ino, attr.st_mode, next_id))
         return True
 
+    def is_plus(self, token) -> bool:
+        assert token is self.token
+        return self.plus
 
-@pytest.fixture
-def readdir(monkeypatch: pytest.MonkeyPatch) -> Callable:
-    """``await readdir(ops, fh, start_id=0, room=None) -> [Reply]``: one READDIR request."""
+    def batch(self, token, names, inodes, modes, next_id) -> int:
+        assert token is self.token and not self.plus
+        assert len(names) == len(inodes) == len(modes) > 0
+        for i, entry in enumerate(zip(names, inodes, modes, strict=True)):
+            if self.room is not None and len(self.accepted) >= self.room:
+                return i
+            self.accepted.append(Reply(*entry, next_id + i))
+        return len(names)
+
+
+@pytest.fixture(params=["readdirplus", "plain", "stock"])
+def readdir(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Callable:
+    """``await readdir(ops, fh, start_id=0, room=None) -> [Reply]``: one request, as a
+    READDIRPLUS, a plain READDIR (answered in batches) or on a stock binding (no batches)."""
     recorder = ReaddirRecorder()
+    recorder.plus = request.param != "plain"
     monkeypatch.setattr(pyfuse3, "readdir_reply", recorder)
+    monkeypatch.setattr(pyfuse3, "readdir_plus", recorder.is_plus, raising=False)
 
     async def _readdir(ops, fh, start_id=0, room=None) -> list[Reply]:
         recorder.accepted = []
         recorder.room = room
+        ops._reply_batch = None if request.param == "stock" else recorder.batch
         await ops.readdir(fh, start_id, recorder.token)
         return recorder.accepted
 

@@ -289,6 +289,7 @@ def _probe(bundle_path: str, source: str, work: str, strict: bool | str, seed: i
                 for top, _dirs, names in tree:
                     for name in names:
                         files.append(os.path.join(top, name) if top else name)
+            guarded("listings", _listings_agree, bundle.tree, violations)
             # Every source file by path (binary-search lookups), then what the walk found.
             wanted = sorted(set(_source_files(src)) | set(files))
             for rel in wanted:
@@ -353,6 +354,43 @@ def _probe(bundle_path: str, source: str, work: str, strict: bool | str, seed: i
         violations.append("extract wrote outside DEST")
     shutil.rmtree(dest, ignore_errors=True)
     return {"violations": violations, "outcomes": outcomes}
+
+
+def _listings_agree(tree, violations: list[str]) -> None:
+    """A plain listing (``TreeModel.dirents``, which reads names and modes without decoding
+    whole entries) must give what ``children`` gives wherever both answer, and never crash."""
+    from bundlefs.errors import BundleError
+
+    stack, seen = [tree.root], 0
+    while stack and seen < 200:  # a forged cycle must not loop
+        directory = stack.pop()
+        seen += 1
+        try:
+            kids = list(tree.children(directory))
+        except BundleError:
+            kids = None
+        try:
+            got = tree.dirents(directory, 0, directory.size)
+        except BundleError:
+            got = None
+        if kids is None:
+            continue
+        if got is not None:
+            want = ([n for n, _ in kids], [e.ino for _, e in kids], [e.mode for _, e in kids])
+            if tuple(got) != tuple(want):
+                violations.append(f"the plain listing of directory {directory.ino} is wrong")
+        try:
+            names, stats = tree.dirent_stats(directory, 0, directory.size)
+        except BundleError:
+            names = None
+        if names is not None:
+            want_stats = [
+                (e.ino, e.mode, e.nlink, *tree.owner(e), e.size, e.mtime_ns, e.rdev)
+                for _, e in kids
+            ]
+            if names != [n for n, _ in kids] or stats != want_stats:
+                violations.append(f"the attributes listed in directory {directory.ino} are wrong")
+        stack += [entry for _name, entry in kids if entry.is_dir]
 
 
 def _check_extracted(dest: str, expected: Callable[[bytes], bytes | None], strict: bool) -> list:

@@ -7,9 +7,11 @@ Rooms, each importing only those before it: ``constants`` (versions, names, limi
 ``keys`` (LMDB keys, shard file names, the version check, metadata, content types, totals, source
 records), ``bundle`` (marker, LMDB meta probe, config, owners), ``entry`` (``Entry``, the shared
 validation), ``entry_v2`` (versions 1, 2), ``entry_v3`` (versions 3 to 6, ``reusable_file``),
-``records`` (records, shard table, shard header), ``bases`` (version 6); apart, ``pages``.
+``records`` (records, shard table, shard header), ``bases`` (version 6); apart, ``pages`` and
+``dirents`` (names and modes for listings).
 
-Order (bottom first): constants, keys, bundle, entry, entry_v2 | entry_v3, records, bases | pages
+Order (bottom first): constants, keys, bundle, entry, entry_v2 | entry_v3, records, bases | pages |
+dirents
 
 May import: the standard library, ``bundlefs.errors``, ``bundlefs.core.format.*``.
 """
@@ -391,10 +393,7 @@ __all__ = [
     "pad_to",
     "record_key",
     "relocate_files",
-    "shard_filename",
-    "shard_key",
-    "validate_layout",
-    "validate_name",
 ]
-__all__ += ["BaseRef", "DB_BASES", "FIRST_BASES_VERSION", "base_key", "decode_base", "encode_base"]
-__all__ += ["store_name"]
+__all__ += ["shard_filename", "shard_key", "validate_layout", "validate_name"]
+__all__ += ["BaseRef", "DB_BASES", "FIRST_BASES_VERSION", "base_key", "decode_base"]
+__all__ += ["encode_base", "store_name"]
