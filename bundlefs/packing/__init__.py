@@ -24,8 +24,9 @@ Modules import one way, bottom first (a module imports only those on lines above
 As the layering test reads it (a sub-package is one child; ``sources`` orders its own inside):
 
 Order (bottom first): user_data | reuse, sources, options, content, builder, destination,
-compare | remote_base | strict, delta, delta_sink | compact, packer | writer, merge, distributed
+compare | remote_base | strict, delta_base, delta, delta_sink | compact, packer | writer, merge,
+distributed
 
 Where the next features go: a new archive format is one module in ``sources`` over ``synthetic``
-and ``streams``; object-store bases of a delta pack go in ``delta`` (over ``reuse``).
+and ``streams``; object-store bases of a delta pack go in ``delta_base`` (over ``reuse``).
 """

@@ -31,6 +31,7 @@ from bundlefs.errors import PackError
 from bundlefs.packing.content import ContentWriter
 from bundlefs.packing.options import PackProgress, UserData
 from bundlefs.packing.sources.base import (
+    CopiedRun,
     EntrySource,
     SourceErrors,
     SourceItem,
@@ -147,12 +148,18 @@ class EntryBuilder:
         children: list[tuple[fmt.Entry, bytes]] = []  # its directories
         previous = b""
         for item in self.source.children(rel):
-            if item.name <= previous:
-                raise PackError(f"the source listed {os.fsdecode(item.rel)!r} out of name order")
+            run = item.run
+            if run is None and item.reuse is not None:
+                run = [(item.rel, item.name, item.st, item.reuse)]
+            first = item.name if run is None else run[0][1]  # a run: its files in order
+            if first <= previous:
+                first_rel = item.rel if run is None else run[0][0]
+                raise PackError(f"the source listed {os.fsdecode(first_rel)!r} out of name order")
             previous = item.name
-            if item.reuse is not None and self._copied(item):
-                files += 1
-                data_bytes += item.st.st_size
+            if run is not None:  # a delta pack's unchanged files
+                added, added_bytes = self._copied_run(run, directory.ino)
+                files += added
+                data_bytes += added_bytes
                 continue
             child = self._pack_child(item, directory.ino)
             if child is None:
@@ -207,35 +214,50 @@ class EntryBuilder:
 
     # -- entries -----------------------------------------------------------------------------------
 
-    def _copied(self, item: SourceItem) -> bool:
-        """Put a delta pack's unchanged file (``item.reuse``) as its base's entry value when that
-        is what its entry would encode to: the same owner and content type indexes, no user
-        data. Else its content arrives ``stored`` at the base's place, as any file's does."""
-        assert item.reuse is not None
-        value, owner, content_type, media_type, _shard = item.reuse
-        ino, st = self.next_ino, item.st
-        chosen = media_type
-        if chosen is None and self.content_rules is not None:  # as _file_entry: by name
-            chosen = self.content_rules.choose(item.rel, b"")
-        new_type = fmt.NO_CONTENT_TYPE if chosen is None else self._content_type_index(chosen)
-        if (
-            new_type == content_type
-            and self._owner(st) == owner
-            and self.user_data is None
-            and ino <= fmt.MAX_ENTRIES
-        ):
-            self.index.put_entry_value(ino, value)
-            self._record_source(ino, st)
-            self.counts.files += 1
-            self.counts.data_bytes += st.st_size
-            self.progress.files += 1
-            self.next_ino += 1
-            return True
-        old = fmt.decode_entry(ino, value)
-        item.stored = StoredContent(
-            old.shard, old.offset, old.size, old.crc32c, st, b"", media_type, digest=old.digest
+    def _copied_run(self, run: CopiedRun, parent: int) -> tuple[int, int]:
+        """A delta pack's unchanged files (a ``SourceItem.run``, or one ``SourceItem.reuse``),
+        each put as its base's entry value when that is what its entry would encode to: the
+        same owner and content type indexes, no user data; in one loop (~1 µs a file less
+        than one call each). The others packed as any file, their content ``stored`` at the
+        base's place. Returns the files and bytes added."""
+        index, types, owners, rules = (
+            self.index,
+            self.content_types,
+            self.owners,
+            self.content_rules,
         )
-        return False
+        record, plain, ino = self.record_sources, self.user_data is None, self.next_ino
+        files = data_bytes = copied = copied_bytes = 0
+        for rel, name, st, (value, owner, content_type, media_type, _shard) in run:
+            chosen = media_type
+            if chosen is None and rules is not None:  # as _file_entry: by name
+                chosen = rules.choose(rel, b"")
+            if chosen is None:
+                new_type = fmt.NO_CONTENT_TYPE
+            else:  # _content_type_index's, but for the first use
+                new_type = types[chosen] if chosen in types else self._content_type_index(chosen)
+            key = (st.st_uid, st.st_gid)  # _owner's, but for the first use
+            new_owner = owners[key] if key in owners else self._owner(st)
+            if new_type == content_type and new_owner == owner and plain and ino <= fmt.MAX_ENTRIES:
+                ctime_ns = getattr(st, "st_ctime_ns", None) if record else None  # _record_source
+                source = None if ctime_ns is None else fmt.encode_source(ctime_ns, st.st_ino)
+                index.put_copied(ino, value, source)
+                ino, copied, copied_bytes = ino + 1, copied + 1, copied_bytes + st.st_size
+                continue
+            old = fmt.decode_entry(ino, value)
+            stored = StoredContent(
+                old.shard, old.offset, old.size, old.crc32c, st, b"", media_type, digest=old.digest
+            )
+            self.next_ino = ino
+            child = self._pack_child(SourceItem(rel, name, st, stored=stored), parent)
+            if child is not None:  # a regular file of one link
+                files, data_bytes = files + 1, data_bytes + child.size
+            ino = self.next_ino
+        self.next_ino = ino
+        self.counts.files += copied
+        self.counts.data_bytes += copied_bytes
+        self.progress.files += copied
+        return files + copied, data_bytes + copied_bytes
 
     def _owner(self, st: Stat) -> int:
         """The owners table's index of ``st``'s (uid, gid), added in order of first use."""

@@ -1,6 +1,7 @@
 """Packing a tree on a base bundle: a new, complete bundle that reuses the base's stored bytes
-for every file that did not change (``pack(SRC, NEW, base=OLD)``): ``Base`` and ``DeltaSource``.
-docs/versions.md says when a file counts as unchanged; here is how.
+for every file that did not change (``pack(SRC, NEW, base=OLD)``): ``DeltaSource`` (the base
+opened, and what it takes, is ``delta_base.Base``). docs/versions.md says when a file counts as
+unchanged; here is how.
 
 ``DeltaSource`` walks SRC as a pack does (a ``WalkedSource``: a directory, an object-store
 prefix) beside OLD's index, one directory at a time (a directory's children are one inode range
@@ -10,204 +11,32 @@ of the same size in OLD is either trusted by its stat (``check`` "stat": its mti
 fine as the source's ``mtime_tick``, and ``racy_seconds`` (plus a tick) before OLD's creation;
 "strict": also the ctime and inode OLD's source records hold) and not read — it arrives
 ``stored`` at OLD's place, most such files as OLD's entry value undecoded (``SourceItem.reuse``)
-for the builder to copy when the new entry would encode to those very bytes — or read and
-compared (``compare``: by OLD's digest from version 5; else with OLD's bytes): equal content is
-reused with nothing written, different content goes to the ``ContentWriter`` as in any pack.
+for the builder to copy when the new entry would encode to those very bytes (from a directory,
+lstat'ed in one loop beside OLD's values, each parsed once: ``DirectorySource.known_children``)
+— or read and compared (``compare``: by OLD's digest from version 5; else with OLD's bytes):
+equal content is reused with nothing written, different content goes to the ``ContentWriter``
+as in any pack. Memory: the entry values of the OLD directory being walked, twice over.
 
-May import: ``bundlefs.core``, ``errors``, ``storage``, ``packing`` below it (``options``, …).
+May import: ``bundlefs.core``, ``errors``, ``storage``, ``packing`` below it (``delta_base``, …).
 """
 
 from __future__ import annotations
 
-import os
 import stat as statmod
 from collections.abc import Iterator
 from typing import Protocol
 
 from bundlefs.core import format as fmt
-from bundlefs.core.checksum import ContentDigest
-from bundlefs.errors import BundleError, PackError
+from bundlefs.errors import BundleError
 from bundlefs.packing import strict
 from bundlefs.packing.compare import same_bytes, same_stream
-from bundlefs.packing.options import BaseReuse, PackOptions
-from bundlefs.packing.remote_base import RemoteBase, open_remote_base
-from bundlefs.packing.reuse import ReusedShards
-from bundlefs.packing.sources.base import (
-    EXACT_MTIME,
-    Content,
-    MtimeTick,
-    Reuse,
-    SourceItem,
-    Stat,
-    StoredContent,
-)
-from bundlefs.packing.sources.directory import ReadIf
-from bundlefs.storage.codec import zstd_module
-from bundlefs.storage.index import IndexReader
-from bundlefs.storage.index_writer import IndexWriter
-from bundlefs.storage.location import Location, parse_location
-from bundlefs.storage.objectstore.upload import RemotePublisher
-from bundlefs.storage.shard_writer import ShardWriter
-from bundlefs.storage.shards import ShardSet
-from bundlefs.storage.store import LocalShardStore, ShardStore
+from bundlefs.packing.delta_base import EMPTY_DIGEST, Base
+from bundlefs.packing.sources.base import Content, MtimeTick, Reuse, SourceItem, Stat, StoredContent
+from bundlefs.packing.sources.directory import DirectorySource, ReadIf
 
-EMPTY_DIGEST = ContentDigest().digest()  # an empty file needs no shard, but has a digest
-
-
-class Base:
-    """The base bundle of a pack, opened: index, shards, what it took (``used``, ``reuse``)."""
-
-    def __init__(
-        self,
-        path: str,
-        dest: str,
-        options: PackOptions,
-        publisher: RemotePublisher | None = None,
-        *,
-        linked: bool = True,
-    ) -> None:
-        try:
-            location = parse_location(path, options.storage_options)
-            new = parse_location(dest, options.storage_options)
-        except BundleError as e:
-            raise PackError(str(e)) from None
-        self.path = location.path if location.is_local else location.url
-        self.publisher = publisher  # a pack to a URL: told what it need not upload
-        self.remote: RemoteBase | None = None  # a base on an object store
-        store: ShardStore
-        if location.is_local:
-            self.reader = self._open_local(path, dest, new)
-            store = LocalShardStore(self.path)
-        else:
-            self.reader, store, self.remote = open_remote_base(location, new, options)
-        self.shards = ShardSet(store, self.reader.marker, self.reader.shard_info)
-        config = self.reader.config
-        self.count = config.shard_count
-        self.check = options.check
-        # An mtime at or after this is too close to OLD's creation to be trusted by stat.
-        self.racy_limit = config.created_ns - int(options.racy_seconds * 10**9)
-        self.used: set[int] = set()
-        self.linked = linked  # False: a distributed pack's task, its merge links (``finish``)
-        self.reuse = BaseReuse(base=path)
-        self.strict = self.check == "strict"
-        # Unchanged files' values copied as they are: OLD's layout is the pack's (5's is 6's).
-        self.copies = self.check != "content" and config.format_version >= fmt.FIRST_V5_VERSION
-
-    def _open_local(self, path: str, dest: str, new: Location) -> IndexReader:
-        if not os.path.isdir(self.path):
-            raise PackError(f"the base {path} is not a bundle (no such directory)")
-        here, there = os.path.realpath(self.path), os.path.realpath(os.path.abspath(new.path))
-        if new.is_local and os.path.commonpath([here, there]) in (here, there):
-            raise PackError(f"{dest} overlaps the base {path}, which a pack never modifies")
-        try:
-            return IndexReader(self.path)
-        except BundleError as e:
-            raise PackError(f"the base {path} is not a bundle that can be read: {e}") from None
-
-    def close(self) -> None:
-        self.shards.close()
-        self.reader.close()
-
-    def writer_config(self, config: fmt.Config, block_size_given: bool) -> fmt.Config:
-        """The new bundle's layout: OLD's block size (its records sit on its block boundaries)."""
-        old = self.reader.config
-        if config.block_size != old.block_size and block_size_given:
-            raise PackError(
-                f"the base has a block size of {old.block_size} and a pack on it keeps it "
-                f"(not {config.block_size})"
-            )
-        return fmt.Config(
-            block_size=old.block_size,
-            record_size=config.record_size,
-            compression=config.compression,
-            created_ns=config.created_ns,
-        )
-
-    def final_config(self, config: fmt.Config) -> fmt.Config:
-        """``config`` widened to hold OLD's shards: its record size, and zstd if any shard
-        linked is zstd (a reader needs it)."""
-        old = self.reader.config
-        codecs = {self.reader.shard_info(s).codec for s in self.used}
-        compression = config.compression
-        if fmt.COMPRESSION_ZSTD in codecs:
-            compression = fmt.COMPRESSION_ZSTD
-        return fmt.Config(
-            block_size=config.block_size,
-            record_size=max(config.record_size, old.record_size),
-            large_file_threshold=config.large_file_threshold,
-            compression=compression,
-            created_ns=config.created_ns,
-        )
-
-    def finish(self, work: str, index: IndexWriter, config: fmt.Config) -> list[int]:
-        """OLD's used shards linked into ``work`` and their table imported; an empty shard of
-        the new bundle in place of each unused one. Returns those (the new bundle's own). Not
-        ``linked``: OLD's shard descriptors only (a partial bundle of a distributed pack, which
-        ``merge(..., base=)`` alone reads: it never opens those shards)."""
-        if fmt.COMPRESSION_ZSTD in {self.reader.shard_info(s).codec for s in self.used}:
-            try:
-                zstd_module()  # what the new bundle's config will say it needs
-            except BundleError as e:
-                raise PackError(str(e)) from None
-        if not self.linked:  # OLD's shard table only, no file: read by a merge on OLD alone
-            whole = ReusedShards([self.reader], [self.path], keep_numbers=True)
-            whole.import_table(index, append=False, records=False)
-            return []
-        if self.remote is not None:  # the files stay on the store: referenced, or copied there
-            assert self.publisher is not None  # a local NEW on a remote base was refused
-            self.publisher.shared = self.remote.take(index, sorted(self.used))
-            way = "server-side copy" if self.remote.materialize else "reference"
-            ways = [way] * len(self.used)
-        else:
-            reused = ReusedShards(
-                [self.reader], [self.path], select=[sorted(self.used)], keep_numbers=True
-            )
-            ways = reused.link(work)
-            reused.import_table(index, append=False)  # the new bundle's own records are in
-        empty = [s for s in range(self.count) if s not in self.used]
-        for shard in empty:
-            path = os.path.join(work, fmt.shard_filename(shard))
-            index.put_shard(shard, ShardWriter(path, shard, config).finish(), append=False)
-        self.reuse.shards_linked = len(ways)
-        self.reuse.shards_left = len(empty)
-        self.reuse.ways = {way: ways.count(way) for way in sorted(set(ways))}
-        return empty
-
-    def trusted(self, entry: fmt.Entry | None, st: Stat, tick: MtimeTick = EXACT_MTIME) -> bool:
-        """Whether the file with status ``st`` (an mtime as fine as ``tick``) is OLD's
-        ``entry`` unchanged, by its stat (and with ``check="strict"`` its source record)."""
-        return (
-            entry is not None
-            and self.check != "content"
-            and entry.is_file
-            and st.st_size == entry.size
-            and st.st_mtime_ns == entry.mtime_ns
-            and self.settled(entry.mtime_ns, tick)
-            and (not self.strict or self.same_source(entry.ino, st))
-        )
-
-    def settled(self, mtime_ns: int, tick: MtimeTick) -> bool:
-        """Whether a file of mtime ``mtime_ns``, as fine as ``tick``, was last written before
-        OLD's racy window: its true mtime lies anywhere up to a tick after the one it shows.
-        A tick of None (an mtime that tells versions apart not at all) never is."""
-        return tick is not None and mtime_ns + tick - 1 < self.racy_limit
-
-    def same_source(self, ino: int, st: Stat) -> bool:
-        return strict.same_source(self.reader, ino, st, self.racy_limit)
-
-    def reused(self, entry: fmt.Entry, st: Stat) -> StoredContent:
-        """The item's content as OLD stored it; ``st`` is SRC's (what the entry records)."""
-        self.used.add(entry.shard)
-        return StoredContent(
-            entry.shard,
-            entry.offset,
-            entry.size,
-            entry.crc32c,
-            st,
-            b"",
-            self.reader.content_type(entry),
-            digest=entry.digest,  # copied, as a merge does: none from a base older than version 5
-        )
+# OLD's copyable files in the directory being walked (``DeltaSource._old_children``) by name:
+# the (mode, size, mtime_ns) each was packed with, and the Reuse to deliver when SRC's has them.
+Copyable = dict[bytes, tuple[tuple[int, int, int], Reuse]]
 
 
 class WalkedSource(Protocol):
@@ -240,29 +69,37 @@ class DeltaSource:
         return self.inner.root()
 
     def children(self, rel: bytes) -> Iterator[SourceItem]:
-        old = self._old_children(self._pending.pop(rel, None))
+        old, copyable = self._old_children(self._pending.pop(rel, None))
 
         def read_if(item: SourceItem) -> bool:  # marks the copyable ``reuse``: not read
             found = old.get(item.name)
             if found is None:
                 return True
-            item.reuse = self._copyable(found, item.st)
+            item.reuse = self._copy(copyable, found, item)
             if item.reuse is not None:
                 return False  # OLD's value copied: no entry decoded (the hot path)
             return not self.base.trusted(self._entry(found), item.st, self.tick)
 
-        for item in self.inner.children(rel, read_if if old else None):
-            if item.reuse is not None:
-                self._copied(item)
+        used, counts = self.base.used, self.base.reuse
+        for item in self._walk(rel, copyable, read_if if old else None):
+            if item.run is not None:  # unchanged files, lstat'ed beside OLD's values: copied
+                used.update({reuse[4] for _rel, _name, _st, reuse in item.run})
+                counts.reused_files += len(item.run)
+                counts.reused_bytes += sum(st.st_size for _rel, _name, st, _reuse in item.run)
+                yield item
+                continue
+            if item.reuse is None and item.name in old and statmod.S_ISREG(item.st.st_mode):
+                item.reuse = self._copy(copyable, old[item.name], item)  # not probed with read_if
+            if item.reuse is not None:  # inline: most items of a pack on a base are these
+                used.add(item.reuse[4])
+                counts.reused_files += 1
+                counts.reused_bytes += item.st.st_size
                 yield item
                 continue
             found = old.get(item.name)
             kind = statmod.S_IFMT(item.st.st_mode)
             if kind == statmod.S_IFREG and found is not None:
-                item.reuse = self._copyable(found, item.st)  # not probed with read_if
-                if item.reuse is not None:
-                    self._copied(item)
-                elif not self._later_name(item.st):
+                if not self._later_name(item.st):
                     self._file(item, self._entry(found))
             elif kind == statmod.S_IFDIR and found is not None:
                 entry = self._entry(found)
@@ -271,6 +108,15 @@ class DeltaSource:
             elif kind == statmod.S_IFREG and not self._later_name(item.st):
                 self._file(item, None)
             yield item
+
+    def _walk(self, rel: bytes, copyable: Copyable, read_if: ReadIf | None) -> Iterator[SourceItem]:
+        """SRC's children of ``rel``; from a directory, those ``copyable`` holds lstat'ed in one
+        loop and delivered with their ``reuse`` (``DirectorySource.known_children``): not with
+        ``check="strict"``, which needs each one's source record too (``_copy``)."""
+        inner = self.inner
+        if isinstance(inner, DirectorySource):
+            return inner.known_children(rel, {} if self.base.strict else copyable, read_if)
+        return inner.children(rel, read_if)
 
     def readlink(self, item: SourceItem) -> bytes:
         return self.inner.readlink(item)
@@ -287,15 +133,42 @@ class DeltaSource:
         self._linked.add(key)
         return seen
 
-    def _old_children(self, ino: int | None) -> dict[bytes, tuple[int, bytes]]:
-        """OLD's entries in directory ``ino`` by name: (inode, value), decoded only when used."""
+    def _old_children(self, ino: int | None) -> tuple[dict[bytes, tuple[int, bytes]], Copyable]:
+        """OLD's entries in directory ``ino`` by name, (inode, value), decoded only when used;
+        and its files whose value can be copied as it is: a plain file's whose new entry would
+        be that value byte for byte but for the owner and content type indexes
+        (``fmt.reusable_file``; the builder checks those), with content and an mtime settled
+        before the racy window at the source's tick (``Base.settled``)."""
         if ino is None:
-            return {}
-        reader = self.base.reader
+            return {}, {}
+        base, reader = self.base, self.base.reader
         directory = reader.entry(ino)
         version = reader.marker.format_version
         raw = reader.iter_raw(directory.first_child, directory.size)
-        return {fmt.entry_name(value, version): (i, value) for i, value in raw}
+        if not base.copies or self.tick is None:
+            return {fmt.entry_name(value, version): (i, value) for i, value in raw}, {}
+        settled_before = base.racy_limit - self.tick + 1  # Base.settled, solved for the mtime
+        count, types, owners = base.count, reader.content_types, len(reader.owners)
+        old: dict[bytes, tuple[int, bytes]] = {}
+        copyable: Copyable = {}
+        for i, value in raw:  # one parse per entry: the loop is part of what a file costs
+            fields = fmt.reusable_file(value)
+            if fields is None:
+                old[fmt.entry_name(value, version)] = (i, value)
+                continue
+            mode, size, mtime_ns, owner, shard, content_type, name = fields
+            old[name] = (i, value)
+            if (  # else racy (compared by content) or an index out of range (decoded: refused)
+                size
+                and mtime_ns < settled_before
+                and shard < count
+                and content_type < len(types)
+                and owner < owners
+            ):
+                media_type = None if content_type == fmt.NO_CONTENT_TYPE else types[content_type]
+                reuse = (value, owner, content_type, media_type, shard)
+                copyable[name] = ((mode, size, mtime_ns), reuse)
+        return old, copyable
 
     def _entry(self, found: tuple[int, bytes]) -> fmt.Entry:
         """OLD's entry, decoded; a hard link's later name resolved to the file that holds the
@@ -304,38 +177,18 @@ class DeltaSource:
         entry = reader.decode(*found)
         return reader.entry(entry.target) if entry.is_link else entry
 
-    def _copyable(self, found: tuple[int, bytes], st: Stat) -> Reuse | None:
-        """What the builder needs to copy OLD's entry ``found`` (inode, value) for the file of
-        status ``st``, when the file is unchanged (``Base.trusted``) and its new entry would be
-        that value byte for byte but for the owner and content type indexes (the builder checks
-        those): the same mode, one link, content, no NLINK, LINK or user data in OLD."""
-        base = self.base
-        if not base.copies or st.st_nlink != 1:
+    def _copy(self, copyable: Copyable, found: tuple[int, bytes], item: SourceItem) -> Reuse | None:
+        """OLD's value to copy for ``item`` (``found``: OLD's (inode, value) of its name): when
+        it is ``copyable`` and ``item`` has its mode, size and mtime, one link, and with
+        ``check="strict"`` the ctime and inode OLD's source record holds."""
+        known, st = copyable.get(item.name), item.st
+        if known is None or st.st_nlink != 1:
             return None
-        ino, value = found
-        fields = fmt.reusable_file(value)
-        if fields is None:
+        if (st.st_mode, st.st_size, st.st_mtime_ns) != known[0]:
             return None
-        mode, size, mtime_ns, owner, shard, content_type = fields
-        types = base.reader.content_types
-        if (st.st_mode, st.st_size, st.st_mtime_ns) != (mode, size, mtime_ns) or not size:
+        if self.base.strict and not self.base.same_source(found[0], st):
             return None
-        if not base.settled(mtime_ns, self.tick):
-            return None  # racy: compared by content
-        if shard >= base.count or content_type >= len(types) or owner >= len(base.reader.owners):
-            return None  # an index out of range: decode it in full (it is refused)
-        if base.strict and not base.same_source(ino, st):
-            return None
-        media_type = None if content_type == fmt.NO_CONTENT_TYPE else types[content_type]
-        return value, owner, content_type, media_type, shard
-
-    def _copied(self, item: SourceItem) -> None:
-        """Count ``item``, which arrives with OLD's value to copy (``SourceItem.reuse``)."""
-        assert item.reuse is not None
-        self.base.used.add(item.reuse[4])
-        counts = self.base.reuse
-        counts.reused_files += 1
-        counts.reused_bytes += item.st.st_size
+        return known[1]
 
     def _file(self, item: SourceItem, entry: fmt.Entry | None) -> None:
         """Set ``item.stored`` when its content is OLD's; counts either way."""

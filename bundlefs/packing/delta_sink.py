@@ -36,7 +36,8 @@ from collections.abc import Callable, Iterable, Iterator
 from bundlefs.core import format as fmt
 from bundlefs.errors import BundleError, PackError
 from bundlefs.packing.compare import same_bytes, same_chunks
-from bundlefs.packing.delta import EMPTY_DIGEST, Base, DeltaSource
+from bundlefs.packing.delta import DeltaSource
+from bundlefs.packing.delta_base import EMPTY_DIGEST, Base
 from bundlefs.packing.sources.base import (
     EXACT_MTIME,
     READ_CHUNK,

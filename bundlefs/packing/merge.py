@@ -27,7 +27,7 @@ from bundlefs.core import format as fmt
 from bundlefs.errors import BundleError, PackError
 from bundlefs.packing.builder import EntryBuilder
 from bundlefs.packing.content import ContentWriter
-from bundlefs.packing.delta import Base
+from bundlefs.packing.delta_base import Base
 from bundlefs.packing.destination import check_places, publish_built
 from bundlefs.packing.options import PackProgress, creation_time
 from bundlefs.packing.reuse import ReusedShards
@@ -101,7 +101,7 @@ def merge(
     ``base``: the inputs are packs on that base bundle (the tasks of a distributed pack on a
     base), each describing the base's shards at their own numbers before its own (holding their
     files or not: they are never read from an input): the merged bundle holds them once, those
-    a file uses linked from the base (``delta.Base.finish``), and each input's own after them.
+    a file uses linked from the base (``delta_base.Base.finish``), and each input's own after them.
 
     Raises ``PackError`` for every failure (an input that is not a bundle, inputs that cannot
     share one bundle, a clash the rule refuses, a DEST that overlaps an input), and leaves

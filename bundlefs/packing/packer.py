@@ -28,7 +28,7 @@ from bundlefs.errors import IndexWriteError, PackError
 from bundlefs.packing.builder import EntryBuilder
 from bundlefs.packing.compact import CompactOptions, compact_into
 from bundlefs.packing.content import ContentWriter
-from bundlefs.packing.delta import Base
+from bundlefs.packing.delta_base import Base
 from bundlefs.packing.delta_sink import on_base
 from bundlefs.packing.destination import (
     check_destination,
@@ -104,8 +104,8 @@ def pack(
     "content") and stores only the others: ``delta`` and ``delta_sink`` say how,
     docs/versions.md when to. OLD's shards are linked (a local OLD), or referenced where they are
     (an OLD on the object store ``dest`` is on; ``options.materialize``: copied there
-    server-side), ``remote_base``. ``base`` may be a ``delta.Base`` already opened (a distributed
-    pack's task), which ``pack`` closes.
+    server-side), ``remote_base``. ``base`` may be a ``delta_base.Base`` already opened (a
+    distributed pack's task), which ``pack`` closes.
 
     ``dedup`` (``options.dedup`` when None): store each distinct content once; a later file with
     the same content gets an entry of its own at the first copy's place (``content.DedupTable``).

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from bundlefs.core import format as fmt
 from bundlefs.errors import BundleError, PackError
-from bundlefs.storage.index import IndexReader
+from bundlefs.storage.index import IndexReader, raw_records
 from bundlefs.storage.index_writer import IndexWriter
 
 _FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
@@ -113,6 +113,15 @@ class ReusedShards:
         renumbered; not ``append``: records of later shards are written already (a delta pack's
         own). Returns the shards adopted (``adopt``), for ``seal`` to stamp with NEW's id."""
         for reader, _number, shard, new in self._each() if records else ():
+            if (
+                new == shard
+                and self.keep_numbers
+                and reader.marker.format_version == fmt.FORMAT_VERSION
+            ):
+                # A delta pack's base: keys and values as they are (its readers decode them):
+                # ~1 µs a record, not ~10: most of Base.finish, ~0.1 s at 100,000 files.
+                index.put_raw_records(raw_records(reader, shard), append=append)
+                continue
             for record in reader.iter_records(shard):
                 record.shard = new
                 index.put_record(record, append=append)

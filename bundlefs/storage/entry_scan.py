@@ -1,6 +1,7 @@
 """Checked scans of consecutive entries: the values of inodes ``first … first+count−1`` read with
 one LMDB cursor, values only, a chunk at a time, each chunk proved to be exactly its inodes before
 any of it is handed on. ``IndexReader.iter_raw`` (listings, ``bundlefs diff``) reads through here.
+Also a shard's records as they are stored (``record_pairs``), for a copy.
 
 May import: ``bundlefs.core``, ``bundlefs.errors``, lmdb.
 """
@@ -37,3 +38,22 @@ def value_chunks(cursor: lmdb.Cursor, first: int, count: int) -> Iterator[list[b
             done, chunk = done + n, min(chunk * 2, LAST_CHUNK)
     except lmdb.Error as e:
         raise FormatError(f"index is damaged listing entries: {e}") from None
+
+
+def record_pairs(cursor: lmdb.Cursor, shard: int) -> list[tuple[bytes, bytes]]:
+    """(key, value) of every record of ``shard`` (a cursor of the records database), each value
+    checked for its size only. ``FormatError`` for a damaged index."""
+    prefix = fmt.record_key(shard, 0)[:4]  # the shard's number, big-endian, leads each key
+    out: list[tuple[bytes, bytes]] = []
+    try:
+        if not cursor.set_range(prefix):
+            return out
+        for key, value in cursor:
+            if not key.startswith(prefix):
+                break
+            if len(value) != fmt.RECORD_VALUE_SIZE:
+                raise FormatError(f"a record of shard {shard} is {len(value)} bytes")
+            out.append((key, value))
+    except lmdb.Error as e:
+        raise FormatError(f"index is damaged listing records: {e}") from None
+    return out

@@ -23,7 +23,7 @@ from bundlefs.core import integrity
 from bundlefs.core.libc import ResidentMapping, unmap_file_pages
 from bundlefs.errors import BundleClosedError, FormatError, NotABundleError
 from bundlefs.storage import lmdb_env, native
-from bundlefs.storage.entry_scan import value_chunks
+from bundlefs.storage.entry_scan import record_pairs, value_chunks
 from bundlefs.storage.index_check import check_index_file
 from bundlefs.storage.index_fill import RangeGet
 from bundlefs.storage.marker import read_marker
@@ -292,12 +292,11 @@ class IndexReader:
         return record
 
     def iter_records(self, shard: int) -> Iterator[fmt.Record]:
-        self._pages.span(
-            self._dbs[fmt.DB_RECORDS], fmt.record_key(shard, 0), fmt.record_key(shard + 1, 0)
-        )
+        db, first = self._dbs[fmt.DB_RECORDS], fmt.record_key(shard, 0)
+        self._pages.span(db, first, fmt.record_key(shard + 1, 0))
         try:
-            cursor = self._txn().cursor(db=self._dbs[fmt.DB_RECORDS])
-            if not cursor.set_range(fmt.record_key(shard, 0)):
+            cursor = self._txn().cursor(db=db)
+            if not cursor.set_range(first):
                 return
             for key, value in cursor:
                 rec_shard, offset = fmt.decode_record_key(key)
@@ -380,3 +379,12 @@ def _check_totals(index: IndexReader) -> None:
         )
     root = fmt.decode_totals(fmt.ROOT_INO, index._get(db, fmt.totals_key(fmt.ROOT_INO), "totals"))
     integrity.enforce(integrity.root_totals(index.config, root))
+
+
+def raw_records(index: IndexReader, shard: int) -> list[tuple[bytes, bytes]]:
+    """``shard``'s records as stored (``entry_scan.record_pairs``), their pages checked as
+    ``iter_records``'s: for a copy into an index of this version (a pack on a base), whose
+    readers decode them."""
+    db, first = index._dbs[fmt.DB_RECORDS], fmt.record_key(shard, 0)
+    index._pages.span(db, first, fmt.record_key(shard + 1, 0))
+    return record_pairs(index._txn().cursor(db=db), shard)

@@ -73,6 +73,19 @@ class IndexWriter:
         if len(self._entries) >= self.BATCH:
             self._entries = self._put_batch(fmt.DB_ENTRIES, self._entries)
 
+    def put_copied(self, ino: int, value: bytes, source: bytes | None) -> None:
+        """``put_entry_value`` and, unless None, ``put_source`` of an encoded source record
+        (``fmt.encode_source``) in one call with one key: a delta pack's unchanged file, most
+        of whose cost per file is calls like these."""
+        key = fmt.entry_key(ino)
+        self._entries.append((key, value))
+        if len(self._entries) >= self.BATCH:
+            self._entries = self._put_batch(fmt.DB_ENTRIES, self._entries)
+        if source is not None:
+            self._sources.append((key, source))
+            if len(self._sources) >= self.BATCH:
+                self._sources = self._put_batch(fmt.DB_SOURCES, self._sources)
+
     def put_source(self, ino: int, ctime_ns: int, st_ino: int) -> None:
         """File ``ino``'s source record (version 6: its source's ctime and inode number when it
         was packed), in inode order."""
@@ -80,20 +93,28 @@ class IndexWriter:
         if len(self._sources) >= self.BATCH:
             self._sources = self._put_batch(fmt.DB_SOURCES, self._sources)
 
+    def put_raw_records(self, records: list[tuple[bytes, bytes]], *, append: bool = True) -> None:
+        """Records as (key, value) in this version's layout, in key order, copied as they are (a
+        delta pack's base's: not decoded and encoded again); not ``append``: as ``put_record``."""
+        self._put_batches()
+        self._put_batch(fmt.DB_RECORDS, records, append=append)
+
     def _put_batches(self) -> None:
         if self._entries:
             self._entries = self._put_batch(fmt.DB_ENTRIES, self._entries)
         if self._sources:
             self._sources = self._put_batch(fmt.DB_SOURCES, self._sources)
 
-    def _put_batch(self, name: bytes, batch: list[tuple[bytes, bytes]]) -> list:
-        """``batch`` appended to database ``name`` in order, committing where ``_put`` would;
-        the next batch (empty)."""
+    def _put_batch(
+        self, name: bytes, batch: list[tuple[bytes, bytes]], append: bool = True
+    ) -> list:
+        """``batch`` put into database ``name`` in order (one ``putmulti`` per commit), committing
+        where ``_put`` would; a key written twice is a ``FormatError``. The next batch (empty)."""
         db, done = self._dbs[name], 0
         try:
             while done < len(batch):
                 part = batch[done : done + self.COMMIT_EVERY - self._pending]
-                added = self._txn.cursor(db=db).putmulti(part, append=True, overwrite=False)[1]
+                added = self._txn.cursor(db=db).putmulti(part, append=append, overwrite=False)[1]
                 if added != len(part):
                     raise FormatError(f"index key {part[added][0]!r} was written twice")
                 done += len(part)

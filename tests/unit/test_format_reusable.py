@@ -42,14 +42,22 @@ def test_a_plain_files_value_gives_its_fields_and_encodes_back_to_itself(
 ) -> None:
     value = fmt.encode_entry(entry)
     fields = fmt.reusable_file(value)
-    assert fields == (entry.mode, entry.size, entry.mtime_ns, entry.owner, entry.shard, -1)
+    assert fields == (
+        entry.mode,
+        entry.size,
+        entry.mtime_ns,
+        entry.owner,
+        entry.shard,
+        -1,
+        entry.name,
+    )
     decoded = fmt.decode_entry(entry.ino, value)
     assert fmt.encode_entry(decoded) == value
 
 
 def test_a_content_type_index_is_given_and_a_file_without_a_digest_is_reusable() -> None:
     value = fmt.encode_entry(dataclasses.replace(FILE, content_type=9, digest=b""))
-    assert fmt.reusable_file(value) == (FILE.mode, 1000, FILE.mtime_ns, 0, 3, 9)
+    assert fmt.reusable_file(value) == (FILE.mode, 1000, FILE.mtime_ns, 0, 3, 9, FILE.name)
 
 
 @pytest.mark.parametrize(

@@ -187,12 +187,13 @@ def _reusable_spec(flags: int, layout: int) -> tuple | None:
     )
 
 
-def reusable_file(data: bytes) -> tuple[int, int, int, int, int, int] | None:
-    """(mode, size, mtime_ns, owner, shard, content_type) of a plain regular file's value in the
-    layout of versions 3 to 6 that ``_encode_entry_v3`` would write back byte for byte from its
-    fields (widths the narrowest, flags only CONTENT_TYPE and DIGEST, content and a name): what
-    a pack on a base copies for a file that did not change instead of decoding and encoding it
-    (``packing.delta``). None for any other value: decode that in full."""
+def reusable_file(data: bytes) -> tuple[int, int, int, int, int, int, bytes] | None:
+    """(mode, size, mtime_ns, owner, shard, content_type, name) of a plain regular file's value
+    in the layout of versions 3 to 6 that ``_encode_entry_v3`` would write back byte for byte
+    from its fields (widths the narrowest, flags only CONTENT_TYPE and DIGEST, content and a
+    name): what a pack on a base copies for a file that did not change instead of decoding and
+    encoding it (``packing.delta``, which takes the name from here too: one parse per entry of
+    its base). None for any other value: decode that in full."""
     if len(data) < _V3_PREFIX.size or data[0] & 0xF0 != KIND_FILE >> 8:
         return None
     key = data[2] << 8 | data[3]
@@ -224,7 +225,7 @@ def reusable_file(data: bytes) -> tuple[int, int, int, int, int, int] | None:
     content_type = NO_CONTENT_TYPE
     if content_type_at:
         content_type = data[content_type_at] << 8 | data[content_type_at + 1]
-    return data[0] << 8 | data[1], size, mtime, owner, shard, content_type
+    return data[0] << 8 | data[1], size, mtime, owner, shard, content_type, data[name_at:]
 
 
 # Where the name starts, by (file type, flags, layout), for values whose name offset those fix

@@ -27,6 +27,7 @@ PAGES_MAGIC = b"BNDLPAGE"
 _PAGES_HEAD = struct.Struct(">8sII16sQ")  # magic, page_size, reserved, bundle_id, page_count
 PAGES_HEAD_SIZE = _PAGES_HEAD.size  # 40
 _CRC = struct.Struct(">I")
+_NODE = struct.Struct("<HHHH")  # a node header (below), unpacked once per node of a page
 
 # LMDB 0.9, 64-bit (mdb.c): the page header, the node header, page and node flags.
 PAGE_HEADER = 16  # mp_pgno u64, mp_pad u16, mp_flags u16, mp_lower u16, mp_upper u16
@@ -166,23 +167,27 @@ def tree_page(page: bytes, pgno: int, last_pg: int, *, main: bool = False) -> Tr
     children: list[int] = []
     overflow: list[tuple[int, int]] = []
     values: list[bytes] = []
+    node = _NODE.unpack_from
     for ptr in struct.unpack_from(f"<{count}H", page, PAGE_HEADER):
         if ptr < upper or ptr % 2 or ptr + NODE_HEADER > size:
             raise FormatError(f"index page {pgno} has a node outside its body")
-        lo, hi, nflags, ksize = struct.unpack_from("<HHHH", page, ptr)
+        lo, hi, nflags, ksize = node(page, ptr)
         start = ptr + NODE_HEADER
-        if start + ksize > size or ksize > MAX_KEY or (ksize == 0 and (leaf or keys)):
+        end = start + ksize
+        if end > size or ksize > MAX_KEY or (ksize == 0 and (leaf or keys)):
             raise FormatError(f"index page {pgno} has a key of a size LMDB never writes")
-        keys.append(page[start : start + ksize])
+        keys.append(page[start:end])
         if not leaf:
             child = lo | hi << 16 | nflags << 32
             if not 2 <= child <= last_pg:
                 raise FormatError(f"index page {pgno} points to a page out of range")
             children.append(child)
-            continue
-        _leaf_value(page, pgno, start + ksize, lo | hi << 16, nflags, main, overflow, values)
-    first = 1 if not leaf else 0  # a branch's first key is never compared
-    if any(a >= b for a, b in zip(keys[first:], keys[first + 1 :], strict=False)):
+        elif nflags or main or end + (lo | hi << 16) > size:  # else a plain value that fits
+            _leaf_value(page, pgno, end, lo | hi << 16, nflags, main, overflow, values)
+    # Strictly ascending (a branch's first key is never compared): sorted() is C's, and finds
+    # a sorted list so in one pass; ~3x cheaper per page than comparing pairs in Python.
+    compared = keys[1:] if not leaf else keys
+    if compared != sorted(compared) or len(set(compared)) != len(compared):
         raise FormatError(f"index page {pgno} holds keys out of order")
     return TreePage(leaf, keys, children, overflow, values)
 

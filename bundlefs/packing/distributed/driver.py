@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from bundlefs.errors import PackError
 from bundlefs.packing import merge as merging
-from bundlefs.packing.delta import Base
+from bundlefs.packing.delta_base import Base
 from bundlefs.packing.destination import check_destination, object_prefix
 from bundlefs.packing.distributed.area import remove_area, write_token
 from bundlefs.packing.distributed.plan import Plan, plan_archives, plan_directory, plan_objects
@@ -258,7 +258,7 @@ def _check_base(
     base: str, paths: list[str], prefix: Location | None, dest: Location, options: PackOptions
 ) -> None:
     """A distributed pack on a base packs one directory into a local DEST, and the base opens
-    (``delta.Base``'s checks); one sentence if not."""
+    (``delta_base.Base``'s checks); one sentence if not."""
     if prefix is not None or len(paths) != 1 or not os.path.isdir(paths[0]):
         raise PackError("a distributed pack on a base (--base) packs one directory SRC")
     if not dest.is_local:

@@ -17,7 +17,7 @@ from concurrent.futures import Executor
 from bundlefs.packing.distributed.cutter import Key, key_of
 from bundlefs.packing.distributed.plan import Partition
 from bundlefs.packing.sources.base import SourceErrors, SourceItem
-from bundlefs.packing.sources.directory import DirectorySource, ReadIf
+from bundlefs.packing.sources.directory import DirectorySource, Known, ReadIf
 
 
 class PartitionSource(DirectorySource):
@@ -27,7 +27,8 @@ class PartitionSource(DirectorySource):
     the names that are in the range (or lead to it, or are moved in), so a directory split
     between partitions is read once in all. Directories above the range are delivered with their
     real attributes: the partial bundles agree on every directory they share. Being a
-    ``DirectorySource`` (``names`` and ``named_children`` narrowed to the range), it is walked
+    ``DirectorySource`` (``names``, ``named_children`` and ``known_children`` narrowed to the
+    range), it is walked
     beside a base bundle as a whole tree is (``delta.DeltaSource``: ``pack --base --dask``).
     Memory: that of a ``DirectorySource`` (one directory's names and the read-ahead window) plus
     the partition's moved names.
@@ -84,8 +85,28 @@ class PartitionSource(DirectorySource):
     def named_children(
         self, rel: bytes, names: list[bytes], read_if: ReadIf | None = None
     ) -> Iterator[SourceItem]:
+        return self._kept(rel, super().named_children(rel, names, read_if))
+
+    def known_children(
+        self, rel: bytes, known: Known, read_if: ReadIf | None = None
+    ) -> Iterator[SourceItem]:
+        return self._kept(rel, super().known_children(rel, known, read_if))
+
+    def _kept(self, rel: bytes, items: Iterator[SourceItem]) -> Iterator[SourceItem]:
+        """``items`` (children of ``rel``) that are this partition's; of a run of unchanged
+        files (``SourceItem.run``, regular files all), those that are."""
         parent = key_of(rel)
-        for item in super().named_children(rel, names, read_if):
+        for item in items:
+            if item.run is not None:
+                run = [
+                    known
+                    for known in item.run
+                    if known[0] in self._moved_in
+                    or (self._holds(parent + (known[1],)) and known[0] not in self._moved_out)
+                ]
+                if run:
+                    yield SourceItem(run[-1][0], run[-1][1], run[-1][2], run=run)
+                continue
             key = parent + (item.name,)
             if statmod.S_ISDIR(item.st.st_mode):
                 keep = self._reaches(key) or item.rel in self._toward_moved

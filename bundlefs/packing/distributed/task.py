@@ -20,7 +20,7 @@ import os
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from bundlefs.packing.delta import Base
+from bundlefs.packing.delta_base import Base
 from bundlefs.packing.distributed.area import check_area
 from bundlefs.packing.distributed.plan import Partition
 from bundlefs.packing.distributed.source import PartitionSource

@@ -89,6 +89,11 @@ class StoredContent:
 # the value, its owner and content type indexes, that content type's name, its shard.
 Reuse = tuple[bytes, int, int, str | None, int]
 
+# A run of a directory's consecutive unchanged files, (rel, name, status, reuse) each in name
+# order: a delta pack's source hands them to the builder at once (``SourceItem.run``), not one
+# item each (a pack with nothing changed is mostly these: ~1 µs a file less).
+CopiedRun = list[tuple[bytes, bytes, Stat, Reuse]]
+
 
 @dataclass(slots=True)
 class SourceItem:
@@ -109,6 +114,7 @@ class SourceItem:
     after: Stat | None = None
     stored: StoredContent | None = None
     reuse: Reuse | None = None  # a delta pack's unchanged file: its entry in the base, to copy
+    run: CopiedRun | None = None  # instead of one file, a run of them (rel, name: the last's)
 
 
 class Content(Protocol):

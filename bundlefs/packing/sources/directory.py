@@ -3,18 +3,19 @@ sorted bytewise, probes and reads ahead on the pack's threads).
 
 What it fails to deliver goes to the ``SourceErrors`` it was made with (``base``). Memory: the
 names of the directory being listed and a read-ahead window of at most ``_READ_AHEAD_FILES``
-small files.
+small files (and for ``probed_known``, up to ``_KNOWN_WINDOW`` items lstat'ed ahead).
 
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.packing.sources.base``.
 """
 
 from __future__ import annotations
 
+import bisect
 import errno
 import os
 import stat as statmod
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Executor
 
 from bundlefs.core import format as fmt
@@ -25,9 +26,12 @@ from bundlefs.packing.sources.base import (
     EXACT_MTIME,
     READ_CHUNK,
     Content,
+    CopiedRun,
     MtimeTick,
+    Reuse,
     SourceErrors,
     SourceItem,
+    Stat,
     excluded,
 )
 
@@ -92,6 +96,38 @@ def _stat_only(
     item = SourceItem(rel, name, st)
     small = statmod.S_ISREG(st.st_mode) and read_ahead and st.st_size <= _READ_AHEAD_MAX
     return None if small and (read_if is None or read_if(item)) else item
+
+
+# Names probed_known lstat's before it probes the others: the items of one window are held.
+_KNOWN_WINDOW = 4096
+
+# A delta pack's files known to its base by name: the (mode, size, mtime_ns) each was packed
+# with, and the ``Reuse`` to deliver it with when its lstat has them (``probed_known``).
+Known = Mapping[bytes, tuple[tuple[int, int, int], Reuse]]
+
+
+def _run_item(run: CopiedRun) -> SourceItem:
+    """One item for ``run``: the builder takes it whole (``SourceItem.run``)."""
+    rel, name, st, _reuse = run[-1]
+    return SourceItem(rel, name, st, run=run)
+
+
+def _merged(first: CopiedRun, second: Iterator[SourceItem]) -> Iterator[SourceItem]:
+    """``first``'s files in runs and ``second``'s items, each in name order, merged (no name is
+    in both): a run ends where an item of ``second`` comes between its files."""
+    start = 0
+    for item in second:
+        end = bisect.bisect_left(first, item.name, lo=start, key=_name_of)
+        if end > start:
+            yield _run_item(first[start:end])
+        start = end
+        yield item
+    if start < len(first):
+        yield _run_item(first[start:])
+
+
+def _name_of(known: tuple[bytes, bytes, Stat, Reuse]) -> bytes:
+    return known[1]
 
 
 class _OpenFile:
@@ -170,17 +206,34 @@ class DirectorySource:
         ``children`` delivers them: excluded names left out, the others probed (and read ahead,
         those ``read_if`` accepts when given). A caller that wants only some of a directory (one
         partition of the tree) probes only those."""
-        # Every name is checked before the first child is delivered, so what this reports comes
-        # before anything the builder reports about the children.
-        children = []
+        return self.probed(self.checked(rel, names), read_if)
+
+    def checked(self, rel: bytes, names: list[bytes]) -> list[tuple[bytes, bytes]]:
+        """(name, path) of the children of ``rel`` called ``names`` that may be delivered:
+        excluded names left out, names too long reported. Every name is checked before the first
+        child is delivered, so what this reports comes before anything the builder reports
+        about the children."""
+        children, excludes = [], self._excludes
         for name in names:
             child_rel = rel + b"/" + name if rel else name
-            if self._excluded(child_rel, name):
+            if excludes and excluded(child_rel, name, excludes):
                 continue
             if len(name) > fmt.MAX_NAME:
                 self._errors.report(child_rel, OSError(errno.ENAMETOOLONG, "name too long"))
                 continue
             children.append((name, child_rel))
+        return children
+
+    @property
+    def prefix(self) -> bytes:
+        """The root's path ending in "/": a child's path is this and its ``rel``."""
+        return os.path.join(self._root, b"")
+
+    def probed(
+        self, children: list[tuple[bytes, bytes]], read_if: ReadIf | None = None
+    ) -> Iterator[SourceItem]:
+        """``children`` (from ``checked``) probed in order: what cannot be probed reported and
+        left out, as is our own output."""
         probes = self._probes(children, read_if)
         for (_name, child_rel), probed in zip(children, probes, strict=True):
             if isinstance(probed, OSError):
@@ -191,6 +244,53 @@ class DirectorySource:
                 continue  # our own output, reached through a bind mount or the like
             yield probed
 
+    def known_children(
+        self, rel: bytes, known: Known, read_if: ReadIf | None = None
+    ) -> Iterator[SourceItem]:
+        """The children of ``rel``, as ``children`` delivers them, those ``known`` holds and
+        whose lstat matches delivered with their ``reuse`` (``probed_known``): a delta pack's."""
+        return self.probed_known(self.checked(rel, self.names(rel)), known, read_if)
+
+    def probed_known(
+        self,
+        children: list[tuple[bytes, bytes]],
+        known: Known,
+        read_if: ReadIf | None = None,
+    ) -> Iterator[SourceItem]:
+        """``children`` probed in order, as ``probed``, but a regular file whose name ``known``
+        holds as ((mode, size, mtime_ns), reuse) is lstat'ed here, a window at a time, and
+        delivered unread with that ``reuse`` when its lstat has that mode, size and mtime and
+        one link (a delta pack's unchanged file), consecutive ones in one item
+        (``SourceItem.run``); the others, and those whose stat differs (lstat'ed again), are
+        probed as in any pack, and the two merged by name. This loop is most of what such a
+        pack costs per unchanged file (no probe, no read_if, no item each)."""
+        if not known:
+            yield from self.probed(children, read_if)
+            return
+        prefix, lstat, get = self.prefix, os.lstat, known.get
+        for start in range(0, len(children), _KNOWN_WINDOW):
+            quick: CopiedRun = []
+            rest: list[tuple[bytes, bytes]] = []
+            for name, rel in children[start : start + _KNOWN_WINDOW]:
+                found = get(name)
+                if found is not None:
+                    try:
+                        st = lstat(prefix + rel)
+                    except OSError:
+                        st = None  # probed again below, which reports it
+                    if (
+                        st is not None
+                        and st.st_nlink == 1
+                        and (st.st_mode, st.st_size, st.st_mtime_ns) == found[0]
+                    ):
+                        quick.append((rel, name, st, found[1]))
+                        continue
+                rest.append((name, rel))
+            if rest:
+                yield from _merged(quick, self.probed(rest, read_if))
+            elif quick:
+                yield _run_item(quick)  # nothing changed here: one run
+
     def _probes(
         self, children: list[tuple[bytes, bytes]], read_if: ReadIf | None
     ) -> Iterator[SourceItem | OSError]:
@@ -198,7 +298,7 @@ class DirectorySource:
         With ``read_if`` (a delta pack) each is lstat'ed here first, and only those with more
         to do (a directory, a file to read) go to the pool: most are an lstat alone, for
         which a thread's hand-off costs more than the call."""
-        root, read_ahead = os.path.join(self._root, b""), self._read_ahead  # root ends in "/"
+        root, read_ahead = self.prefix, self._read_ahead
         args = [(root + rel, rel, name, read_ahead, read_if) for name, rel in children]
         if self._pool is None:
             yield from (_probe(*a) for a in args)
@@ -225,6 +325,3 @@ class DirectorySource:
 
     def open(self, item: SourceItem) -> Content:
         return _OpenFile(os.path.join(self._root, item.rel))
-
-    def _excluded(self, rel: bytes, name: bytes) -> bool:
-        return bool(self._excludes) and excluded(rel, name, self._excludes)
