@@ -1,0 +1,238 @@
+"""Review of branch s3index (sparse version-6 index copies): reproductions of what breaks the
+rule "LMDB never reads a page that was not fetched and checked". Each crash-prone step runs in
+a child process (a CLI run or a fork) so a fault shows as its exit status, not a dead pytest."""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto")
+
+from bundlefs import Bundle, PackOptions, pack  # noqa: E402
+from bundlefs.errors import CorruptDataError  # noqa: E402
+from bundlefs.storage.location import parse_location  # noqa: E402
+from bundlefs.storage.objectstore.index_fetch import fetch_index  # noqa: E402
+from tests.support.s3server import S3Server, s3_server, upload_bundle  # noqa: E402
+from tests.support.trees import run_cli  # noqa: E402
+
+__all__ = ["s3_server"]  # a fixture, imported to be found
+
+DIRS, PER_DIR = 6, 1000  # an index of ~600 KB: far more than the 64 KiB fetched at open
+
+
+def _tree(root: Path, changed: bool) -> Path:
+    for d in range(DIRS):
+        sub = root / f"d{d:03}"
+        sub.mkdir(parents=True)
+        for i in range(PER_DIR):
+            body = f"{d}/{i}\n".encode() * (1 + i % 7)
+            if changed and (d, i) == (DIRS - 1, PER_DIR - 1):
+                body = b"changed\n"
+            (sub / f"f{i:05}.txt").write_bytes(body)
+            os.utime(sub / f"f{i:05}.txt", ns=(10**18, 10**18))
+    return root
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    base = tmp_path_factory.mktemp("review")
+    out = []
+    for name, changed in (("old", False), ("new", True)):
+        dest = base / f"{name}.bundle"
+        pack(str(_tree(base / f"{name}.src", changed)), str(dest), PackOptions(created_ns=0))
+        out.append(dest)
+    assert (out[0] / "index" / "data.mdb").stat().st_size > 8 * 64 * 1024
+    return out[0], out[1]
+
+
+def _env(server: S3Server, cache: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "BUNDLEFS_CACHE_DIR": os.fspath(cache),
+    }
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="read/diff.py open_index: IndexReader(check_checksum=False) on a sparse copy: no "
+    "page guard, no fetch, LMDB reads holes",
+)
+def test_diff_of_two_version_6_bundles_at_urls(s3_server, pair, tmp_path, monkeypatch) -> None:
+    old, new = pair
+    local = run_cli("diff", old, new)
+    assert local.returncode == 1
+    assert f"M\td{DIRS - 1:03}/f{PER_DIR - 1:05}.txt\n".encode() in local.stdout
+    urls = [
+        upload_bundle(s3_server, b, f"s3://review/{tmp_path.name}/{b.name}") for b in (old, new)
+    ]
+    for k, v in _env(s3_server, tmp_path / "cache").items():
+        monkeypatch.setenv(k, v)
+    args = ("diff", *urls, "--storage-option", f"endpoint_url={s3_server.endpoint}")
+    cold = run_cli(*args)  # a fresh cache: the main database's pages are not there
+    print("cold: returncode", cold.returncode, "stderr", cold.stderr.decode()[-300:])
+    # A cache another reader (a mount, an ls) has filled what an open needs in: the diff opens,
+    # and its walk reads entries' leaves that are holes.
+    for url in urls:
+        with Bundle(
+            url, storage_options=s3_server.storage_options, disk_cache=str(tmp_path / "cache")
+        ):
+            pass
+    warm = run_cli(*args)
+    print("warm: returncode", warm.returncode, "stderr", warm.stderr.decode()[-300:])
+    assert (cold.returncode, cold.stdout) == (1, local.stdout), cold.stderr.decode()
+    assert (warm.returncode, warm.stdout) == (1, local.stdout), warm.stderr.decode()
+
+
+def _child_reads(bundle: Bundle, expect: dict[str, bytes]) -> None:
+    """In a forked child: read every file of ``expect``; exit 0 when all match, 3 when one does
+    not, 4 on an exception (a fault kills it with a signal)."""
+    code = 0
+    try:
+        for rel, data in expect.items():
+            if bundle.read(rel) != data:
+                code = 3
+                break
+    except BaseException as e:  # noqa: BLE001 (reported through the exit status)
+        print("child:", type(e).__name__, e, flush=True)
+        code = 4
+    os._exit(code)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="PageFill.forked reopens the copy by path: after the cache directory was replaced "
+    "(another process refetched it) a forked child fills the new file while its LMDB maps the "
+    "old one, whose holes LMDB then reads",
+)
+def test_a_child_forked_after_the_cache_copy_was_replaced(s3_server, pair, tmp_path) -> None:
+    old, _new = pair
+    url = upload_bundle(s3_server, old, f"s3://review/{tmp_path.name}/fork.bundle")
+    cache = tmp_path / "cache"
+    src = old.parent / "old.src"
+    expect = {
+        f"d{d:03}/f{i:05}.txt": (src / f"d{d:03}/f{i:05}.txt").read_bytes()
+        for d in range(DIRS)
+        for i in range(0, PER_DIR, 97)
+    }
+    with Bundle(url, storage_options=s3_server.storage_options, disk_cache=str(cache)) as b:
+        # Another process finds the copy unusable (or a cleaner removes it) and fetches it
+        # again: a new directory, a new data.mdb, at the same path.
+        (local,) = (cache / "index").glob("*/COMPLETE")
+        shutil.rmtree(local.parent)
+        location = parse_location(url, s3_server.storage_options)
+        fetch_index(location, cache)
+        pid = os.fork()  # as the mount's supervisor forks a worker (or a replacement)
+        if pid == 0:
+            _child_reads(b, expect)
+        _pid, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    how = signal.Signals(-code).name if code < 0 else code
+    print("child exit:", how)
+    assert code == 0, f"the forked child ended with {how}"
+
+
+def _timed_lstat(bundle: Bundle, rel: str, out: dict[str, tuple[float, str]]) -> None:
+    started = time.monotonic()
+    try:
+        bundle.lstat(rel)
+        what = "ok"
+    except Exception as e:  # noqa: BLE001 (what it raised is the result)
+        what = f"{type(e).__name__}: {e}"
+    out[rel] = (time.monotonic() - started, what)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="IndexPageGuard holds its lock across PageFill's GET (and PageFill holds an OFD lock "
+    "across processes): in an outage each lookup of a page not yet there waits the store "
+    "timeout behind every other one, and on a mount it runs on the event loop",
+)
+def test_lookups_in_an_outage_fail_in_one_store_timeout(pair, tmp_path) -> None:
+    old, _new = pair
+    server = S3Server(tmp_path)
+    server.start()
+    try:
+        url = upload_bundle(server, old, "s3://outage/b.bundle")
+        timeout = 2.0
+        bundle = Bundle(
+            url,
+            storage_options=server.storage_options,
+            disk_cache=str(tmp_path / "cache"),
+            store_timeout=timeout,
+        )
+    finally:
+        server.stop()  # the store goes away with the bundle open
+    # ... and something that never answers takes its address (a store that hangs: a dropped
+    # route, an overloaded gateway): connections are made by the kernel, requests never answered.
+    silent = socket.socket()
+    silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    silent.bind(("127.0.0.1", server.port))
+    silent.listen(64)
+    with bundle, silent:
+        out: dict[str, tuple[float, str]] = {}
+        files = [f"d{d:03}/f00500.txt" for d in (1, 3, 5)]  # three leaves not fetched yet
+        threads = [threading.Thread(target=_timed_lstat, args=(bundle, f, out)) for f in files]
+        for t in threads:
+            t.start()
+            time.sleep(0.05)
+        for t in threads:
+            t.join()
+    for rel, (took, what) in sorted(out.items()):
+        print(f"{rel}: {took:.1f} s, {what[:120]}")
+    assert all(what != "ok" for _took, what in out.values())
+    assert max(took for took, _what in out.values()) < 1.5 * timeout
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="PageFill._write_sound ignores os.pwrite's count: a short write (a cache disk filling "
+    "up mid-run) leaves pages as holes, yet the page asked for is returned from memory and "
+    "marked checked, so LMDB reads a hole",
+)
+def test_a_short_write_into_the_copy_never_reaches_lmdb(s3_server, pair, tmp_path) -> None:
+    old, _new = pair
+    url = upload_bundle(s3_server, old, f"s3://review/{tmp_path.name}/short.bundle")
+    src = old.parent / "old.src"
+    expect = {
+        f"d{d:03}/f{i:05}.txt": (src / f"d{d:03}/f{i:05}.txt").read_bytes()
+        for d in range(DIRS)
+        for i in range(0, PER_DIR, 7)
+    }
+    cache = str(tmp_path / "cache")
+    with Bundle(url, storage_options=s3_server.storage_options, disk_cache=cache) as b:
+        pid = os.fork()
+        if pid == 0:
+            # What a cache disk that fills up mid-write does: write(2) stores the first bytes
+            # and returns their count. RLIMIT_FSIZE does the same at a given offset (Python
+            # ignores SIGXFSZ: writes starting past it fail with EFBIG, as ENOSPC would).
+            limit = 48 * 4096 + 2 * 4096  # pages 50-63 of the run 48-63 are never written
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+            code = 0
+            try:
+                for rel, data in expect.items():
+                    try:
+                        if b.read(rel) != data:
+                            code = 3
+                    except CorruptDataError:
+                        pass  # an error for that lookup is right: its page cannot be stored
+            except BaseException as e:  # noqa: BLE001
+                print("child:", type(e).__name__, e, flush=True)
+                code = 4
+            os._exit(code)
+        _pid, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    how = signal.Signals(-code).name if code < 0 else code
+    print("child exit:", how)
+    assert code == 0, f"the forked child ended with {how}"
