@@ -33,7 +33,9 @@ system-deps:
 # transitional: tests/cli/test_scripts_and_ides.py fails the day it stops resolving.
 PYFUSE3_INPUTS := $(wildcard third_party/pyfuse3/*.patch) third_party/pyfuse3/install.sh \
   third_party/pyfuse3/prepare.py third_party/pyfuse3/pyfuse3-3.5.0.tar.gz
-$(STAMP): Makefile pyproject.toml setup.py $(PYFUSE3_INPUTS) | system-deps
+# The editable install compiles bundlefs/storage/_native.pyx in place (setup.py): an edit of it
+# must rebuild, or bundlefs.storage.native would refuse the stale build and serve from Python.
+$(STAMP): Makefile pyproject.toml setup.py bundlefs/storage/_native.pyx $(PYFUSE3_INPUTS) | system-deps
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	third_party/pyfuse3/install.sh $(BIN)/pip

@@ -7,10 +7,16 @@ applied in name order) instead of PyPI's stock one gives pip users the fast no-o
 same cost, with no second distribution to publish and no name clash with a ``pyfuse3`` the user
 may also have. The extension is optional: without libfuse3's headers, pkg-config, Cython or a C
 compiler it is skipped and the core install (Bundle, pack, the CLI) still works.
+
+Beside it, ``bundlefs.storage._native`` (bundlefs/storage/_native.pyx): the index steps every cold
+FUSE request makes, in C. Also optional (without Cython or a compiler, the pure-Python path
+serves, slower), and built in an editable install too (in place: its name is no ``.py`` file's,
+and ``bundlefs.storage.native`` refuses a build whose source hash is not the ``.pyx``'s).
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import shutil
 import subprocess
@@ -37,6 +43,8 @@ def _load_prepare() -> ModuleType:
 prepare = _load_prepare()
 
 FUSE3 = "bundlefs._fuse3"
+NATIVE = "bundlefs.storage._native"
+NATIVE_SOURCE = "bundlefs/storage/_native.pyx"
 # pyfuse3's pure-Python half and its type information, installed beside the compiled module.
 _COMPANIONS = ("_pyfuse3.py", "__init__.pyi", "py.typed")
 
@@ -55,6 +63,8 @@ class BuildExt(build_ext):
     """Builds ``bundlefs._fuse3`` from the patched sources, or says in one line why not."""
 
     def build_extension(self, ext: Extension) -> None:
+        if ext.name == NATIVE:
+            return self._build_native(ext)
         if ext.name != f"{FUSE3}.__init__":
             return super().build_extension(ext)
         reason = self._unbuildable()
@@ -92,6 +102,29 @@ class BuildExt(build_ext):
         shutil.copy2(source / "LICENSE", target / "LICENSE")
         return None
 
+    def _build_native(self, ext: Extension) -> None:
+        try:
+            from Cython.Build import cythonize
+        except ImportError:
+            self.warn(
+                f"not building {NATIVE} (Cython is not installed): the pure-Python path serves"
+            )
+            return None
+        digest = hashlib.sha256((HERE / NATIVE_SOURCE).read_bytes()).hexdigest()
+        try:
+            (built,) = cythonize(
+                [Extension(NATIVE, [NATIVE_SOURCE])],
+                build_dir=str(Path(self.build_temp) / "native"),
+                quiet=True,
+            )
+        except Exception as e:  # a Cython that cannot compile it: the Python path serves
+            self.warn(f"not building {NATIVE} ({e}): the pure-Python path serves")
+            return None
+        ext.sources = built.sources
+        ext.define_macros = [("BUNDLEFS_NATIVE_SHA256", f'"{digest}"')]
+        ext.extra_compile_args = ["-O2"]
+        return super().build_extension(ext)
+
     def _unbuildable(self) -> str | None:
         if self.inplace or getattr(self, "editable_mode", False):
             return "an editable install: make install builds pyfuse3 itself"
@@ -106,7 +139,8 @@ class BuildExt(build_ext):
 
 setup(
     ext_modules=[
-        Extension(f"{FUSE3}.__init__", ["third_party/pyfuse3/pyfuse3-3.5.0.tar.gz"], optional=True)
+        Extension(f"{FUSE3}.__init__", ["third_party/pyfuse3/pyfuse3-3.5.0.tar.gz"], optional=True),
+        Extension(NATIVE, [NATIVE_SOURCE], optional=True),
     ],
     cmdclass={"build_ext": BuildExt},
 )

@@ -50,12 +50,13 @@ from bundlefs.packing.options import (
 )
 from bundlefs.packing.reuse import ReusedShards, check_linked
 from bundlefs.storage import publish
-from bundlefs.storage.index import IndexReader, iter_totals
+from bundlefs.storage.index import IndexReader
 from bundlefs.storage.index_writer import IndexWriter
 from bundlefs.storage.liveness import DEFAULT_MIN_LIVE, Liveness, ShardLiveness, shard_liveness
 from bundlefs.storage.location import parse_location
 from bundlefs.storage.objectstore.upload import RemotePublisher
 from bundlefs.storage.shard_writer import ShardWriter
+from bundlefs.storage.totals import iter_totals
 
 SMALL_SHARD = 0.25  # a shard under this fraction of the target size is small: merged geometrically
 

@@ -6,7 +6,8 @@ and the bounded caches that make those cheap. It applies the format's tree invar
 (core/integrity.py) to what it reads and fails fast with ``FormatError``.
 
 Synchronous and thread-safe. May import: ``bundlefs.core``, ``bundlefs.errors``,
-``bundlefs.storage.index``, ``bundlefs.storage.source_records``, ``bundlefs.read.options``.
+``bundlefs.storage.index``, ``bundlefs.storage.source_records``, ``bundlefs.storage.totals``,
+``bundlefs.read.options``.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from bundlefs.core import format as fmt
 from bundlefs.core import integrity
 from bundlefs.errors import EntryNotFound, FormatError, NotADirectory, SymlinkLoop
 from bundlefs.read.options import DEFAULT_NAME_CACHE
-from bundlefs.storage.index import IndexReader, tree_totals
+from bundlefs.storage.index import IndexReader
 from bundlefs.storage.source_records import iter_source_records
+from bundlefs.storage.totals import tree_totals
 
 MAX_SYMLINK_HOPS = 40
 _DIRECTORY_CACHE = 4096  # decoded directory entries held (~0.3 KB each)
@@ -129,17 +131,8 @@ class TreeModel:
                 return None
             return self._child(parent, parent.first_child + i, name)
         # Binary search over the directory's name-ordered inode range, comparing raw names.
-        lo, hi = parent.first_child, parent.first_child + parent.size - 1
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            candidate = self._index.entry_name(mid)
-            if candidate == name:
-                return self._child(parent, mid, name)
-            if candidate < name:
-                lo = mid + 1
-            else:
-                hi = mid - 1
-        return None
+        ino = self._index.find_child(parent.first_child, parent.size, name)
+        return None if ino is None else self._child(parent, ino, name)
 
     def _child(self, parent: fmt.Entry, ino: int, name: bytes) -> fmt.Entry:
         entry = self._directories.get(ino) or self._index.entry(ino)  # decoded and validated

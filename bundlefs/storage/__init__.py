@@ -2,11 +2,12 @@
 staging and publishing, and a bundle on an object store (``objectstore/``). Only this layer
 imports lmdb, and fsspec only through ``location``.
 
-Imports inside point one way, bottom first: the marker, the record codecs, the store interface,
+Imports inside point one way, bottom first: the compiled index steps and their loader
+(``native``), the marker, the record codecs, the store interface,
 the LMDB environment rules, the index's checks and where a bundle lives; then the read and write
 halves of the index and the shards; then publishing; then the object store, which uses all of them.
 
-Order (bottom first): location | marker | codec | store | lmdb_env | entry_scan | index_fill,
-index_check, index | index_writer | shards | shard_writer, liveness | source_records | publish,
-objectstore, bases, remove
+Order (bottom first): native, location | marker | codec | store | lmdb_env | entry_scan |
+index_fill, index_check, index | index_writer | shards | shard_writer, liveness |
+source_records | totals | publish, objectstore, bases, remove
 """

@@ -4,7 +4,8 @@ The file is checked before LMDB maps it and, from version 6, each page before LM
 (``index_check``): LMDB trusts its file completely. LMDB's own errors end here as
 ``FormatError``. The environment per process and the at-fork rule are ``lmdb_env``'s; the write
 half is ``IndexWriter``. May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``
-``.marker``, ``.lmdb_env``, ``.entry_scan``, ``.index_fill``, ``.index_check``.
+``.marker``, ``.lmdb_env``, ``.entry_scan``, ``.index_fill``, ``.index_check``, ``.native``
+(compiled steps).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from bundlefs.core import format as fmt
 from bundlefs.core import integrity
 from bundlefs.core.libc import ResidentMapping, unmap_file_pages
 from bundlefs.errors import BundleClosedError, FormatError, NotABundleError
-from bundlefs.storage import lmdb_env
+from bundlefs.storage import lmdb_env, native
 from bundlefs.storage.entry_scan import value_chunks
 from bundlefs.storage.index_check import check_index_file
 from bundlefs.storage.index_fill import RangeGet
@@ -209,7 +210,7 @@ class IndexReader:
         return self._decode(ino, self._get(self._dbs[fmt.DB_ENTRIES], fmt.entry_key(ino), "entry"))
 
     def _decode(self, ino: int, value: bytes) -> fmt.Entry:
-        entry = fmt.decode_entry(ino, value, self.marker.format_version)
+        entry = native.decode_entry(ino, value, self.marker.format_version)
         if entry.owner >= len(self.owners):
             raise FormatError(f"entry {ino} names owner {entry.owner}, which does not exist")
         if entry.content_type >= len(self.content_types):
@@ -222,10 +223,10 @@ class IndexReader:
         """Entry ``ino`` from its value as ``iter_raw`` gave it, checked as ``entry`` checks."""
         return self._decode(ino, value)
 
-    def entry_name(self, ino: int) -> bytes:
-        """Just the name of an entry, for binary search: ~4× cheaper than ``entry``."""
-        value = self._get(self._dbs[fmt.DB_ENTRIES], fmt.entry_key(ino), "entry")
-        return fmt.entry_name(value, self.marker.format_version)
+    def find_child(self, first: int, count: int, name: bytes) -> int | None:
+        """The child among ``first … first+count−1`` (a directory's) named ``name``, or None."""
+        args = (self._dbs[fmt.DB_ENTRIES], first, count, name, self.marker.format_version)
+        return native.find_child(self._txn(), self._pages, self._get, *args)
 
     def iter_entries(self, first: int, count: int) -> Iterator[fmt.Entry]:
         """Entries ``first … first+count−1`` with one cursor scan."""
@@ -266,6 +267,8 @@ class IndexReader:
         self._pages.span(self._dbs[fmt.DB_RECORDS], key, key)
         try:
             cursor = self._txn().cursor(db=self._dbs[fmt.DB_RECORDS])
+            if found := native.record_at(cursor, key, shard, offset, self.config, self._codecs):
+                return found  # compiled (where built), for a shard whose codec is known
             if not cursor.set_range(key):
                 positioned = cursor.last()
             elif cursor.key() != key:
@@ -324,7 +327,7 @@ class IndexReader:
         return codec
 
 
-# -- what open loads, directory totals (version 5), bases (version 6): outside the class (budget) --
+# -- what open loads and checks (totals: version 5; bases: version 6): outside the class (budget) --
 
 
 def _load_owners(index: IndexReader) -> list[tuple[int, int]]:
@@ -359,29 +362,6 @@ def _load_bases(index: IndexReader) -> list[fmt.BaseRef]:
     except lmdb.Error as e:
         raise FormatError(f"index is damaged reading its bases: {e}") from None
     return [fmt.decode_base(n, key, value) for n, (key, value) in enumerate(items, 1)]
-
-
-def tree_totals(index: IndexReader, ino: int) -> fmt.TreeTotals | None:
-    """What lies below directory ``ino`` (its key in ``totals``); None before version 5. A
-    directory without totals in a version-5 index is a ``FormatError``."""
-    db = index._dbs.get(fmt.DB_TOTALS)
-    key, what = fmt.totals_key(ino), f"totals of directory {ino}"
-    return None if db is None else fmt.decode_totals(ino, index._get(db, key, what))
-
-
-def iter_totals(index: IndexReader) -> Iterator[tuple[int, fmt.TreeTotals]]:
-    """(directory, totals) of every key in ``totals``, in inode order; nothing before version 5
-    (``compact`` copies them)."""
-    db = index._dbs.get(fmt.DB_TOTALS)
-    if db is None:
-        return
-    index._pages.span(db)
-    try:
-        for key, value in index._txn().cursor(db=db):
-            ino = fmt.decode_entry_key(key)
-            yield ino, fmt.decode_totals(ino, value)
-    except lmdb.Error as e:
-        raise FormatError(f"index is damaged listing directory totals: {e}") from None
 
 
 def _check_totals(index: IndexReader) -> None:

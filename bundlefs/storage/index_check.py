@@ -21,7 +21,8 @@ fetch pages (``index_fill.PageFill``): there a page that fails its CRC is fetche
 damage only if the store's bytes fail too. Since every page LMDB can reach is checked first,
 LMDB reads only pages that are there.
 
-May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.index_fill``.
+May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.index_fill``,
+``bundlefs.storage.native``.
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ from bundlefs.core import format as fmt
 from bundlefs.core.checksum import crc32c, file_checksum
 from bundlefs.core.format import pages as lp
 from bundlefs.errors import BundleClosedError, CorruptDataError, FormatError, NotABundleError
+from bundlefs.storage import native
 from bundlefs.storage.index_fill import PageFill, RangeGet
 
-END = b"\xff" * 512  # above every LMDB key (at most 511 bytes): the end of a database
+END = native.END  # above every LMDB key (at most 511 bytes): the end of a database
 _MAX_RANGES = 8_192  # per database; past it the ranges are forgotten (walked again when needed)
 _MAX_BRANCHES = 16_384  # decoded branch pages kept (the upper levels of every tree)
 
@@ -97,6 +99,9 @@ class NoPageChecks:
 
     def key(self, db: object, key: bytes) -> None:
         pass
+
+    def leaves(self, db: object) -> None:
+        return None  # nothing to check
 
     def span(self, db: object, lo: bytes = b"", hi: bytes = b"") -> None:
         pass
@@ -253,6 +258,11 @@ class IndexPageGuard:
 
     # -- what readers call before LMDB --------------------------------------------------------
 
+    def leaves(self, db: object) -> KeyRanges:
+        """The key ranges of ``db`` whose leaves ``key`` has checked (a compiled search reads
+        them before it calls ``key``: storage.native)."""
+        return self._leaves_of[id(db)]
+
     def key(self, db: object, key: bytes) -> None:
         """Before ``get(key)``: the path to the leaf that holds ``key`` is checked."""
         ranges = self._leaves_of[id(db)]
@@ -331,7 +341,7 @@ class IndexPageGuard:
         if page is not None:
             return page
         try:
-            page = lp.tree_page(self._page(pgno), pgno, self._last_pg)
+            page = native.tree_page(self._page(pgno), pgno, self._last_pg)
             for first, size in page.overflow:
                 self._check_overflow(first, size)
         except CorruptDataError:

@@ -1,0 +1,400 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The daemon's hottest index steps in C: a plain file's entry decode (versions 3 to 6), a binary
+search of a directory's names, a record lookup. Compiled by setup.py as ``bundlefs.storage._native``
+and reached only through ``bundlefs.storage.native``, which checks that this build matches this
+source (the build defines ``BUNDLEFS_NATIVE_SHA256``, the SHA-256 of this file).
+
+Every function here is a fast path with a way out: it returns a result only where every check the
+pure-Python decoders make passes, and ``None`` otherwise, so the caller runs the Python decoder,
+which raises the same ``FormatError`` it always did (or decodes what this does not: directories,
+LINK entries, symlinks, special files, versions 1 and 2). The checks mirror
+``bundlefs.core.format.entry``/``entry_v3``/``records``; tests/library/test_native.py compares both
+paths on real bundles and on damaged values.
+"""
+
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
+from libc.string cimport memchr
+
+cdef extern from *:
+    const char *BUNDLEFS_NATIVE_SHA256
+
+SOURCE_SHA256 = (<bytes>BUNDLEFS_NATIVE_SHA256).decode("ascii")
+
+# The format's constants (bundlefs/core/format/constants.py, entry.py, entry_v3.py, records.py).
+cdef enum:
+    KIND_MASK = 0o170000
+    KIND_FILE = 0o100000
+    KIND_DIR = 0o040000
+    FLAG_LINK = 0x01
+    FLAG_USER_DATA = 0x02
+    FLAG_NLINK = 0x04
+    FLAG_CONTENT_TYPE = 0x08
+    FLAG_DIGEST = 0x10
+    KNOWN_FLAGS = 0x1F
+    LAYOUT_SIZE_WIDTH = 0x03
+    LAYOUT_MTIME_NS = 0x04
+    LAYOUT_OWNER = 0x08
+    LAYOUT_WIDE_SHARD = 0x10
+    LAYOUT_WIDE_OFFSET = 0x20
+    KNOWN_LAYOUT = 0x3F
+    FIRST_V3_VERSION = 3
+    FIRST_V5_VERSION = 5
+    DIGEST_SIZE = 16
+    MAX_NAME = 255
+    MAX_USER_DATA = 4096
+    RECORD_ZEROS = 0x01
+    RECORD_RAW = 0x02
+    RECORD_VALUE_SIZE = 21
+    RECORD_KEY_SIZE = 12  # >IQ
+
+cdef uint64_t MAX_SHARD_STREAM = 0xFFFFFFFFFFFF  # 2**48 - 1
+
+cdef inline uint64_t _be(const uint8_t *p, int width) noexcept nogil:
+    cdef uint64_t v = 0
+    cdef int i
+    for i in range(width):
+        v = (v << 8) | p[i]
+    return v
+
+
+cdef inline int _file_fixed(uint8_t layout) noexcept nogil:
+    """Bytes of a plain file's fixed fields after the 4-byte prefix, for ``layout``."""
+    cdef int n = (1 << (layout & LAYOUT_SIZE_WIDTH))
+    n += 8 if layout & LAYOUT_MTIME_NS else 4
+    n += 2 if layout & LAYOUT_OWNER else 0
+    n += 2 if layout & LAYOUT_WIDE_SHARD else 1
+    n += 8 if layout & LAYOUT_WIDE_OFFSET else 4
+    return n + 4  # crc32c
+
+
+cdef inline bint _valid_name(const uint8_t *p, Py_ssize_t n) noexcept nogil:
+    if n < 1 or n > MAX_NAME:
+        return False
+    if memchr(p, b'/', n) != NULL or memchr(p, 0, n) != NULL:
+        return False
+    if p[0] == b'.' and (n == 1 or (n == 2 and p[1] == b'.')):
+        return False
+    return True
+
+
+def decode_file(entry_type, unsigned long long ino, bytes data, int version):
+    """Entry ``ino`` (an ``entry_type``, i.e. ``Entry``) of a plain regular file's value in the
+    layout of versions 3 to 6, every check of ``decode_entry`` passed; None for anything else."""
+    cdef const uint8_t *p = <const uint8_t *>PyBytes_AS_STRING(data)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
+    cdef Py_ssize_t pos
+    cdef uint16_t mode
+    cdef uint8_t flags, layout
+    cdef int width
+    cdef uint64_t size, shard, offset, crc, nlink = 1
+    cdef int64_t mtime_ns
+    cdef long owner = 0, content_type = -1
+    cdef Py_ssize_t user_length
+    if version < FIRST_V3_VERSION or ino <= 1 or n < 4:
+        return None
+    mode = p[0] << 8 | p[1]
+    flags, layout = p[2], p[3]
+    if mode & KIND_MASK != KIND_FILE or flags & ~KNOWN_FLAGS or flags & FLAG_LINK:
+        return None
+    if flags & FLAG_DIGEST and version < FIRST_V5_VERSION:
+        return None
+    if layout & ~KNOWN_LAYOUT or n < 4 + _file_fixed(layout):
+        return None
+    pos = 4
+    width = (1 << (layout & LAYOUT_SIZE_WIDTH))
+    size = _be(p + pos, width)
+    pos += width
+    if layout & LAYOUT_MTIME_NS:
+        mtime_ns = <int64_t>_be(p + pos, 8)
+        pos += 8
+    else:
+        mtime_ns = <int64_t>_be(p + pos, 4) * 1_000_000_000
+        pos += 4
+    if layout & LAYOUT_OWNER:
+        owner = <long>_be(p + pos, 2)
+        pos += 2
+    width = 2 if layout & LAYOUT_WIDE_SHARD else 1
+    shard = _be(p + pos, width)
+    pos += width
+    width = 8 if layout & LAYOUT_WIDE_OFFSET else 4
+    offset = _be(p + pos, width)
+    pos += width
+    crc = _be(p + pos, 4)
+    pos += 4
+    # offset + size > MAX_SHARD_STREAM, without overflowing 64 bits
+    if offset > MAX_SHARD_STREAM or size > MAX_SHARD_STREAM - offset:
+        return None
+    if flags & FLAG_NLINK:
+        if pos + 4 > n:
+            return None
+        nlink = _be(p + pos, 4)
+        pos += 4
+        if nlink < 1:
+            return None
+    if flags & FLAG_CONTENT_TYPE:
+        if pos + 2 > n:
+            return None
+        content_type = <long>_be(p + pos, 2)
+        pos += 2
+    user_data = b""
+    if flags & FLAG_USER_DATA:
+        if pos + 2 > n:
+            return None
+        user_length = <Py_ssize_t>_be(p + pos, 2)
+        pos += 2
+        if user_length < 1 or user_length > MAX_USER_DATA or pos + user_length > n:
+            return None
+        user_data = PyBytes_FromStringAndSize(<const char *>p + pos, user_length)
+        pos += user_length
+    digest = b""
+    if flags & FLAG_DIGEST:
+        if pos + DIGEST_SIZE > n:
+            return None
+        digest = PyBytes_FromStringAndSize(<const char *>p + pos, DIGEST_SIZE)
+        pos += DIGEST_SIZE
+    if not _valid_name(p + pos, n - pos):
+        return None
+    name = PyBytes_FromStringAndSize(<const char *>p + pos, n - pos)
+    return entry_type(
+        ino, mode, owner, mtime_ns, size, name, flags, shard, offset, crc, nlink, 0, 0, 0,
+        b"", user_data, content_type, 0, digest,
+    )
+
+
+cdef Py_ssize_t _name_at(const uint8_t *p, Py_ssize_t n) noexcept nogil:
+    """Where the name of a v3 value starts, where its prefix alone fixes that (a file, LINK
+    entry, directory or special file with known flags and layout, no user data): what
+    ``_entry_name_v3`` computes; -1 for anything else (then the caller asks it)."""
+    cdef uint16_t kind
+    cdef uint8_t flags, layout
+    cdef Py_ssize_t pos
+    if n < 4:
+        return -1
+    kind = (p[0] << 8 | p[1]) & KIND_MASK
+    flags, layout = p[2], p[3]
+    if flags & ~KNOWN_FLAGS or flags & FLAG_USER_DATA or layout & ~KNOWN_LAYOUT:
+        return -1
+    pos = 4 + (1 << (layout & LAYOUT_SIZE_WIDTH))
+    pos += 8 if layout & LAYOUT_MTIME_NS else 4
+    pos += 2 if layout & LAYOUT_OWNER else 0
+    if kind == KIND_FILE and not flags & FLAG_LINK:
+        pos += 2 if layout & LAYOUT_WIDE_SHARD else 1
+        pos += 12 if layout & LAYOUT_WIDE_OFFSET else 8
+        pos += 4 if flags & FLAG_NLINK else 0
+        pos += 2 if flags & FLAG_CONTENT_TYPE else 0
+    elif kind == KIND_FILE:
+        pos += 4  # target
+    elif kind == KIND_DIR:
+        pos += 12  # parent, first child, nlink
+    elif kind == 0o020000 or kind == 0o060000:  # character and block devices
+        pos += 8
+    elif kind != 0o010000 and kind != 0o140000:  # FIFO, socket: nothing; others: ask Python
+        return -1
+    if flags & FLAG_DIGEST:
+        pos += DIGEST_SIZE
+    return pos if pos <= n else -1
+
+
+cdef bint _covered(object ranges, bytes key, bytes end) except -1:
+    """``KeyRanges.covers(key, key)`` (index_check.py) of the guard's ranges: no call, no lock."""
+    cdef tuple pairs = ranges.pairs  # replaced whole by ``add``: a consistent pair
+    cdef list starts = pairs[0], ends = pairs[1]
+    cdef Py_ssize_t lo = 0, hi = len(starts), mid
+    while lo < hi:  # bisect_right
+        mid = (lo + hi) // 2
+        if key < starts[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo > 0 and (key < ends[lo - 1] or ends[lo - 1] == end)
+
+
+def find_child(
+    get, key_check, ranges, db, unsigned long long first, unsigned long long count, bytes name,
+    entry_name, int version, bytes END,
+):
+    """The inode among ``first … first+count−1`` (a directory's children, in name order) whose
+    entry is named ``name``, or 0: the binary search of ``TreeModel.lookup``. ``get(key, db=db)``
+    reads a value (None: missing); ``key_check(db, key)``, the page guard's check, runs before it
+    unless ``ranges`` (the guard's checked leaves: ``KeyRanges``) cover the key already, never
+    where ``key_check`` is None (nothing to check); ``entry_name(value, version)`` names a value
+    whose name this cannot place itself. Returns None where a value is missing (the caller's
+    path reports it)."""
+    cdef long long lo = first, hi = first + count - 1, mid
+    cdef const uint8_t *p
+    cdef Py_ssize_t n, at
+    cdef char keybuf[4]
+    if version < FIRST_V3_VERSION:
+        return None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        keybuf[0] = <char>((mid >> 24) & 0xFF)
+        keybuf[1] = <char>((mid >> 16) & 0xFF)
+        keybuf[2] = <char>((mid >> 8) & 0xFF)
+        keybuf[3] = <char>(mid & 0xFF)
+        key = PyBytes_FromStringAndSize(keybuf, 4)
+        if key_check is not None and (ranges is None or not _covered(ranges, key, END)):
+            key_check(db, key)
+        value = get(key, db=db)
+        if value is None or type(value) is not bytes:
+            return None
+        p = <const uint8_t *>PyBytes_AS_STRING(value)
+        n = PyBytes_GET_SIZE(value)
+        at = _name_at(p, n)
+        if at < 0:
+            candidate = entry_name(value, version)
+        else:
+            candidate = PyBytes_FromStringAndSize(<const char *>p + at, n - at)
+        if candidate == name:
+            return mid
+        if candidate < name:
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    return 0
+
+
+def decode_record(
+    record_type, unsigned int shard, unsigned long long offset, bytes data,
+    unsigned long long record_size, unsigned long long block_size, bint compressed_allowed,
+):
+    """The ``Record`` of ``data`` where every check of ``records.decode_record`` passes (with
+    ``compressed_allowed``: the shard's codec is not "none"), else None."""
+    cdef const uint8_t *p
+    cdef uint64_t stored_offset, stored_length, length, crc
+    cdef uint8_t flags
+    if PyBytes_GET_SIZE(data) != RECORD_VALUE_SIZE:
+        return None
+    p = <const uint8_t *>PyBytes_AS_STRING(data)
+    stored_offset = _be(p, 8)
+    stored_length = _be(p + 8, 4)
+    length = _be(p + 12, 4)
+    crc = _be(p + 16, 4)
+    flags = p[20]
+    if flags & ~(RECORD_ZEROS | RECORD_RAW) or flags == (RECORD_ZEROS | RECORD_RAW):
+        return None
+    if not 1 <= length <= record_size:
+        return None
+    if block_size == 0 or stored_offset < block_size or stored_offset % block_size:
+        return None
+    if flags & RECORD_ZEROS and stored_length:
+        return None
+    if flags & RECORD_RAW and stored_length != length:
+        return None
+    if not flags and not (0 < stored_length < length):
+        return None
+    if not flags and not compressed_allowed:
+        return None
+    return record_type(shard, offset, stored_offset, stored_length, length, crc, flags)
+
+
+def record_key(unsigned int shard, unsigned long long offset):
+    """``keys.record_key``: the big-endian u16 shard and u64 offset."""
+    cdef char buf[RECORD_KEY_SIZE]
+    cdef int i
+    for i in range(4):
+        buf[i] = <char>((shard >> (24 - 8 * i)) & 0xFF)
+    for i in range(8):
+        buf[4 + i] = <char>((offset >> (56 - 8 * i)) & 0xFF)
+    return PyBytes_FromStringAndSize(buf, RECORD_KEY_SIZE)
+
+
+def find_record(cursor, bytes key, unsigned int shard, unsigned long long offset):
+    """(value) of the record of ``shard`` holding ``offset``, positioned with ``cursor`` as
+    ``IndexReader.record_at`` does, or None where that path would fail (it then reports it)."""
+    cdef const uint8_t *p
+    cdef unsigned int rec_shard
+    cdef unsigned long long rec_offset
+    if not cursor.set_range(key):
+        positioned = cursor.last()
+    else:
+        found = cursor.key()
+        positioned = True if found == key else cursor.prev()
+    if not positioned:
+        return None
+    found = cursor.key()
+    if type(found) is not bytes or PyBytes_GET_SIZE(found) != RECORD_KEY_SIZE:
+        return None
+    p = <const uint8_t *>PyBytes_AS_STRING(found)
+    rec_shard = <unsigned int>_be(p, 4)
+    rec_offset = _be(p + 4, 8)
+    if rec_shard != shard or rec_offset > offset:
+        return None
+    return rec_offset, cursor.value()
+
+
+cdef inline uint64_t _le(const uint8_t *p, int width) noexcept nogil:
+    cdef uint64_t v = 0
+    cdef int i
+    for i in range(width - 1, -1, -1):
+        v = (v << 8) | p[i]
+    return v
+
+
+cdef enum:
+    PAGE_HEADER = 16
+    NODE_HEADER = 8
+    P_BRANCH = 0x01
+    P_LEAF = 0x02
+    F_BIGDATA = 0x01
+    F_SUBDATA = 0x02
+    MAX_KEY = 511
+
+
+def tree_page(page_type, bytes page, unsigned long long pgno, unsigned long long last_pg):
+    """``pages.tree_page(page, pgno, last_pg)`` of a page outside the main database (a
+    ``page_type``, i.e. ``TreePage``) where every check passes, else None."""
+    cdef const uint8_t *p = <const uint8_t *>PyBytes_AS_STRING(page)
+    cdef Py_ssize_t size = PyBytes_GET_SIZE(page)
+    cdef unsigned int flags, lower, upper, count, i, ptr, lo, hi, nflags, ksize
+    cdef Py_ssize_t start, at, dsize
+    cdef unsigned long long child
+    cdef bint leaf
+    if size < PAGE_HEADER:
+        return None
+    if _le(p, 8) != pgno:
+        return None
+    flags, lower, upper = <unsigned int>_le(p + 10, 2), <unsigned int>_le(p + 12, 2), <unsigned int>_le(p + 14, 2)
+    if flags != P_BRANCH and flags != P_LEAF:
+        return None
+    if lower < PAGE_HEADER or lower > upper or upper > size or lower % 2:
+        return None
+    leaf = flags == P_LEAF
+    count = (lower - PAGE_HEADER) // 2
+    if count < (1 if leaf else 2):
+        return None
+    keys = []
+    children = []
+    overflow = []
+    for i in range(count):
+        ptr = <unsigned int>_le(p + PAGE_HEADER + 2 * i, 2)
+        if ptr < upper or ptr % 2 or ptr + NODE_HEADER > size:
+            return None
+        lo, hi = <unsigned int>_le(p + ptr, 2), <unsigned int>_le(p + ptr + 2, 2)
+        nflags, ksize = <unsigned int>_le(p + ptr + 4, 2), <unsigned int>_le(p + ptr + 6, 2)
+        start = ptr + NODE_HEADER
+        if start + ksize > size or ksize > MAX_KEY or (ksize == 0 and (leaf or i > 0)):
+            return None
+        key = PyBytes_FromStringAndSize(<const char *>p + start, ksize)
+        if i > (0 if leaf else 1) and not keys[i - 1] < key:
+            return None  # out of order (a branch's first key is never compared)
+        keys.append(key)
+        if not leaf:
+            child = lo | (<unsigned long long>hi) << 16 | (<unsigned long long>nflags) << 32
+            if child < 2 or child > last_pg:
+                return None
+            children.append(child)
+            continue
+        # A leaf node's value (outside the main database: no F_SUBDATA).
+        if nflags & ~(F_BIGDATA | F_SUBDATA) or nflags & F_SUBDATA:
+            return None
+        at = start + ksize
+        dsize = lo | hi << 16
+        if nflags & F_BIGDATA:
+            if at + 8 > size:
+                return None
+            overflow.append((_le(p + at, 8), dsize))
+        elif at + dsize > size:
+            return None
+    return page_type(leaf, keys, children, overflow, [])

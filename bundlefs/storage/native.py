@@ -1,0 +1,139 @@
+"""Which implementation of the index's hottest steps this process runs: the compiled
+``bundlefs.storage._native`` (``_native.pyx``: a plain file's entry decode, a directory's binary
+search, a record lookup) where it is built and current, else ``None`` and the pure-Python code.
+
+The compiled module has a name no ``.py`` file has, so it never shadows Python source; and a
+stale build cannot serve silently: it carries the SHA-256 of the ``.pyx`` it was built from, and
+where that source sits beside it (a checkout) and differs, it is not used and a warning says how
+to rebuild (``make install``; its stamp depends on the ``.pyx``). ``BUNDLEFS_NO_NATIVE=1`` turns
+it off (for comparing both paths). Each compiled step returns a result only where every check of
+the Python path passes and ``None`` otherwise, so the functions below (what ``IndexReader`` and
+``IndexPageGuard`` call) fall back to the Python path, which decodes the rest and raises the same
+errors as without it.
+
+May import: the standard library, ``lmdb``, ``bundlefs.core``, ``bundlefs.errors``,
+``bundlefs.storage._native``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import lmdb
+
+from bundlefs.core import format as fmt
+from bundlefs.core.format import pages as lp
+from bundlefs.errors import FormatError
+
+END = b"\xff" * 512  # index_check.END: above every LMDB key (at most 511 bytes)
+
+log = logging.getLogger(__name__)
+
+DISABLE_ENV = "BUNDLEFS_NO_NATIVE"
+SOURCE = Path(__file__).with_name("_native.pyx")
+
+
+def _load() -> tuple[ModuleType | None, str]:
+    if os.environ.get(DISABLE_ENV):
+        return None, f"turned off ({DISABLE_ENV} is set)"
+    try:
+        # By name: the compiled module is no node of the import graph (tests/unit/test_layering)
+        _native = importlib.import_module("bundlefs.storage._native")
+    except ImportError as e:
+        if e.name == "bundlefs.storage._native":
+            return None, "not built (pure Python)"
+        log.warning("bundlefs.storage._native cannot be loaded (%s): using the Python path", e)
+        return None, f"unloadable: {e}"
+    if SOURCE.exists():
+        built = getattr(_native, "SOURCE_SHA256", "")
+        if hashlib.sha256(SOURCE.read_bytes()).hexdigest() != built:
+            reason = f"stale: {_native.__file__} was built from another {SOURCE.name}"
+            log.warning("%s; using the pure-Python path (make install rebuilds it)", reason)
+            return None, reason
+    return _native, "compiled"
+
+
+module, status = _load()
+
+
+def decode_entry(ino: int, value: bytes, version: int) -> fmt.Entry:
+    """``fmt.decode_entry``: compiled for a plain file of version 3 or later (it declines the
+    rest, and what fails a check, which the Python decoder then reports)."""
+    entry = None if module is None else module.decode_file(fmt.Entry, ino, value, version)
+    return fmt.decode_entry(ino, value, version) if entry is None else entry
+
+
+def find_child(
+    txn: lmdb.Transaction,
+    guard: Any,
+    get: Callable[[Any, bytes, str], bytes],
+    db: Any,
+    first: int,
+    count: int,
+    name: bytes,
+    version: int,
+) -> int | None:
+    """The inode among ``first … first+count−1`` (a directory's children, in name order) named
+    ``name``, or None: a binary search of raw names. ``guard`` is the index's page checks
+    (``index_check``: ``key`` before each read, ``leaves`` the ranges checked already);
+    ``get(db, key, what)`` is the reader's checked read (the Python path)."""
+    if module is not None:
+        ranges = guard.leaves(db)  # None: nothing to check
+        check = None if ranges is None else guard.key
+        try:
+            found = module.find_child(
+                txn.get, check, ranges, db, first, count, name, fmt.entry_name, version, END
+            )
+        except lmdb.Error as e:
+            raise FormatError(f"index is damaged reading entry: {e}") from None
+        if found is not None:
+            return found or None
+    lo, hi = first, first + count - 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        candidate = fmt.entry_name(get(db, fmt.entry_key(mid), "entry"), version)
+        if candidate == name:
+            return mid
+        if candidate < name:
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    return None
+
+
+def record_at(
+    cursor: lmdb.Cursor,
+    key: bytes,
+    shard: int,
+    offset: int,
+    config: fmt.Config,
+    codecs: dict[int, int],
+) -> fmt.Record | None:
+    """``IndexReader.record_at``'s compiled path, where built and the shard's codec is known
+    (``codecs``, from version 3 on), or None: the Python path then finds (or reports) the
+    record. LMDB's errors are the caller's to report."""
+    codec = codecs.get(shard)
+    if module is None or (codec is None and config.format_version >= 3):
+        return None
+    found = module.find_record(cursor, key, shard, offset)
+    if found is None:
+        return None
+    compressed = (config.record_codec if codec is None else codec) != fmt.COMPRESSION_NONE
+    record: fmt.Record | None = module.decode_record(
+        fmt.Record, shard, found[0], found[1], config.record_size, config.block_size, compressed
+    )
+    return record if record is not None and offset < record.end else None
+
+
+def tree_page(data: bytes, pgno: int, last_pg: int) -> lp.TreePage:
+    """``pages.tree_page`` of a page outside the main database (a leaf costs ~0.2 ms in
+    Python, and every worker decodes each leaf it reaches once)."""
+    page = None if module is None else module.tree_page(lp.TreePage, data, pgno, last_pg)
+    return lp.tree_page(data, pgno, last_pg) if page is None else page
