@@ -19,7 +19,7 @@ pytest.importorskip("s3fs")
 pytest.importorskip("moto")
 
 from bundlefs import Bundle, PackOptions, pack  # noqa: E402
-from bundlefs.errors import CorruptDataError  # noqa: E402
+from bundlefs.errors import CorruptDataError, FormatError  # noqa: E402
 from bundlefs.storage.location import parse_location  # noqa: E402
 from bundlefs.storage.objectstore.fetcher import Fetcher  # noqa: E402
 from bundlefs.storage.objectstore.index_fetch import fetch_index  # noqa: E402
@@ -313,3 +313,67 @@ def test_a_whole_copy_already_cached_is_not_fetched_again(s3_server, pair, tmp_p
     again = fetched["data.mdb"] - first
     print(f"index {size} bytes; first whole fetch {first}, second {again}")
     assert again < size // 4
+
+
+def _gap_forged(base: Path) -> tuple[Path, int]:
+    """A bundle of directories of long-named files (few entries per leaf) whose index is forged
+    (page table and marker resealed, as a hostile writer would): the keys of d000's children
+    but its first moved past the last inode, the count LMDB holds unchanged. (bundle, its size)"""
+    from tests.support.hostile import entry_of, forge, read_values
+
+    src = base / "long.src"
+    for d in range(3):
+        (src / f"d{d:03}").mkdir(parents=True)
+        for i in range(300):
+            (src / f"d{d:03}" / (f"{i:05}" + "n" * 200)).write_bytes(b"x")
+    bundle = base / "long.bundle"
+    pack(str(src), str(bundle), PackOptions(created_ns=0))
+    values = read_values(bundle, b"entries")
+    last = max(int.from_bytes(k, "big") for k in values)
+    d000 = next(
+        entry_of(bundle, ino) for ino in range(1, 10) if entry_of(bundle, ino).name == b"d000"
+    )
+    first, count = d000.first_child, d000.size
+    gone = [first + k for k in range(1, count)]
+    forge(
+        bundle,
+        puts={
+            (b"entries", (last + k).to_bytes(4, "big")): values[(first + k).to_bytes(4, "big")]
+            for k in range(1, count)
+        },
+        deletes=[(b"entries", ino.to_bytes(4, "big")) for ino in gone],
+    )
+    return bundle, count
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="value_chunks reads up to 64 values before it checks its keys: in an index with a "
+    "gap in a directory's inodes (forged, CRCs resealed) the cursor walks past the leaf after "
+    "the guard's span into leaves never fetched",
+)
+def test_a_gap_in_a_forged_index_never_walks_lmdb_into_a_hole(s3_server, tmp_path) -> None:
+    bundle, count = _gap_forged(tmp_path)
+    with Bundle(bundle) as local:
+        with pytest.raises(FormatError) as e:
+            local.listdir("d000")
+        print("local:", e.value)
+    url = upload_bundle(s3_server, bundle, f"s3://review/{tmp_path.name}/gap.bundle")
+    cache = str(tmp_path / "cache")
+    with Bundle(url, storage_options=s3_server.storage_options, disk_cache=cache) as b:
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                b.listdir("d000")
+            except (FormatError, CorruptDataError) as e:
+                print("child:", type(e).__name__, e, flush=True)
+            except BaseException as e:  # noqa: BLE001
+                print("child:", type(e).__name__, e, flush=True)
+                code = 4
+            os._exit(code)
+        _pid, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    how = signal.Signals(-code).name if code < 0 else code
+    print("child exit:", how)
+    assert code == 0, f"the forked child ended with {how}"
