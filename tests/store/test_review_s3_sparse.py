@@ -1,0 +1,379 @@
+"""Review of branch s3index (sparse version-6 index copies): reproductions of what breaks the
+rule "LMDB never reads a page that was not fetched and checked". Each crash-prone step runs in
+a child process (a CLI run or a fork) so a fault shows as its exit status, not a dead pytest."""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto")
+
+from bundlefs import Bundle, PackOptions, pack  # noqa: E402
+from bundlefs.errors import CorruptDataError, FormatError  # noqa: E402
+from bundlefs.storage.location import parse_location  # noqa: E402
+from bundlefs.storage.objectstore.fetcher import Fetcher  # noqa: E402
+from bundlefs.storage.objectstore.index_fetch import fetch_index  # noqa: E402
+from tests.support.s3server import S3Server, s3_server, upload_bundle  # noqa: E402
+from tests.support.trees import run_cli  # noqa: E402
+
+__all__ = ["s3_server"]  # a fixture, imported to be found
+
+DIRS, PER_DIR = 6, 1000  # an index of ~600 KB: far more than the 64 KiB fetched at open
+
+
+def _tree(root: Path, changed: bool) -> Path:
+    for d in range(DIRS):
+        sub = root / f"d{d:03}"
+        sub.mkdir(parents=True)
+        for i in range(PER_DIR):
+            body = f"{d}/{i}\n".encode() * (1 + i % 7)
+            if changed and (d, i) == (DIRS - 1, PER_DIR - 1):
+                body = b"changed\n"
+            (sub / f"f{i:05}.txt").write_bytes(body)
+            os.utime(sub / f"f{i:05}.txt", ns=(10**18, 10**18))
+    return root
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    base = tmp_path_factory.mktemp("review")
+    out = []
+    for name, changed in (("old", False), ("new", True)):
+        dest = base / f"{name}.bundle"
+        pack(str(_tree(base / f"{name}.src", changed)), str(dest), PackOptions(created_ns=0))
+        out.append(dest)
+    assert (out[0] / "index" / "data.mdb").stat().st_size > 8 * 64 * 1024
+    return out[0], out[1]
+
+
+def _env(server: S3Server, cache: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "BUNDLEFS_CACHE_DIR": os.fspath(cache),
+    }
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="read/diff.py open_index: IndexReader(check_checksum=False) on a sparse copy: no "
+    "page guard, no fetch, LMDB reads holes",
+)
+def test_diff_of_two_version_6_bundles_at_urls(s3_server, pair, tmp_path, monkeypatch) -> None:
+    old, new = pair
+    local = run_cli("diff", old, new)
+    assert local.returncode == 1
+    assert f"M\td{DIRS - 1:03}/f{PER_DIR - 1:05}.txt\n".encode() in local.stdout
+    urls = [
+        upload_bundle(s3_server, b, f"s3://review/{tmp_path.name}/{b.name}") for b in (old, new)
+    ]
+    for k, v in _env(s3_server, tmp_path / "cache").items():
+        monkeypatch.setenv(k, v)
+    args = ("diff", *urls, "--storage-option", f"endpoint_url={s3_server.endpoint}")
+    cold = run_cli(*args)  # a fresh cache: the main database's pages are not there
+    print("cold: returncode", cold.returncode, "stderr", cold.stderr.decode()[-300:])
+    # A cache another reader (a mount, an ls) has filled what an open needs in: the diff opens,
+    # and its walk reads entries' leaves that are holes.
+    for url in urls:
+        with Bundle(
+            url, storage_options=s3_server.storage_options, disk_cache=str(tmp_path / "cache")
+        ):
+            pass
+    warm = run_cli(*args)
+    print("warm: returncode", warm.returncode, "stderr", warm.stderr.decode()[-300:])
+    assert (cold.returncode, cold.stdout) == (1, local.stdout), cold.stderr.decode()
+    assert (warm.returncode, warm.stdout) == (1, local.stdout), warm.stderr.decode()
+
+
+def _child_reads(bundle: Bundle, expect: dict[str, bytes]) -> None:
+    """In a forked child: read every file of ``expect``; exit 0 when all match, 3 when one does
+    not, 4 on an exception (a fault kills it with a signal)."""
+    code = 0
+    try:
+        for rel, data in expect.items():
+            if bundle.read(rel) != data:
+                code = 3
+                break
+    except BaseException as e:  # noqa: BLE001 (reported through the exit status)
+        print("child:", type(e).__name__, e, flush=True)
+        code = 4
+    os._exit(code)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="PageFill.forked reopens the copy by path: after the cache directory was replaced "
+    "(another process refetched it) a forked child fills the new file while its LMDB maps the "
+    "old one, whose holes LMDB then reads",
+)
+def test_a_child_forked_after_the_cache_copy_was_replaced(s3_server, pair, tmp_path) -> None:
+    old, _new = pair
+    url = upload_bundle(s3_server, old, f"s3://review/{tmp_path.name}/fork.bundle")
+    cache = tmp_path / "cache"
+    src = old.parent / "old.src"
+    expect = {
+        f"d{d:03}/f{i:05}.txt": (src / f"d{d:03}/f{i:05}.txt").read_bytes()
+        for d in range(DIRS)
+        for i in range(0, PER_DIR, 97)
+    }
+    with Bundle(url, storage_options=s3_server.storage_options, disk_cache=str(cache)) as b:
+        # Another process finds the copy unusable (or a cleaner removes it) and fetches it
+        # again: a new directory, a new data.mdb, at the same path.
+        (local,) = (cache / "index").glob("*/COMPLETE")
+        shutil.rmtree(local.parent)
+        location = parse_location(url, s3_server.storage_options)
+        fetch_index(location, cache)
+        pid = os.fork()  # as the mount's supervisor forks a worker (or a replacement)
+        if pid == 0:
+            _child_reads(b, expect)
+        _pid, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    how = signal.Signals(-code).name if code < 0 else code
+    print("child exit:", how)
+    assert code == 0, f"the forked child ended with {how}"
+
+
+def _timed_lstat(bundle: Bundle, rel: str, out: dict[str, tuple[float, str]]) -> None:
+    started = time.monotonic()
+    try:
+        bundle.lstat(rel)
+        what = "ok"
+    except Exception as e:  # noqa: BLE001 (what it raised is the result)
+        what = f"{type(e).__name__}: {e}"
+    out[rel] = (time.monotonic() - started, what)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="IndexPageGuard holds its lock across PageFill's GET (and PageFill holds an OFD lock "
+    "across processes): in an outage each lookup of a page not yet there waits the store "
+    "timeout behind every other one, and on a mount it runs on the event loop",
+)
+def test_lookups_in_an_outage_fail_in_one_store_timeout(pair, tmp_path) -> None:
+    old, _new = pair
+    server = S3Server(tmp_path)
+    server.start()
+    try:
+        url = upload_bundle(server, old, "s3://outage/b.bundle")
+        timeout = 2.0
+        bundle = Bundle(
+            url,
+            storage_options=server.storage_options,
+            disk_cache=str(tmp_path / "cache"),
+            store_timeout=timeout,
+        )
+    finally:
+        server.stop()  # the store goes away with the bundle open
+    # ... and something that never answers takes its address (a store that hangs: a dropped
+    # route, an overloaded gateway): connections are made by the kernel, requests never answered.
+    silent = socket.socket()
+    silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    silent.bind(("127.0.0.1", server.port))
+    silent.listen(64)
+    with bundle, silent:
+        out: dict[str, tuple[float, str]] = {}
+        files = [f"d{d:03}/f00500.txt" for d in (1, 3, 5)]  # three leaves not fetched yet
+        threads = [threading.Thread(target=_timed_lstat, args=(bundle, f, out)) for f in files]
+        for t in threads:
+            t.start()
+            time.sleep(0.05)
+        for t in threads:
+            t.join()
+    for rel, (took, what) in sorted(out.items()):
+        print(f"{rel}: {took:.1f} s, {what[:120]}")
+    assert all(what != "ok" for _took, what in out.values())
+    assert max(took for took, _what in out.values()) < 1.5 * timeout
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="PageFill._write_sound ignores os.pwrite's count: a short write (a cache disk filling "
+    "up mid-run) leaves pages as holes, yet the page asked for is returned from memory and "
+    "marked checked, so LMDB reads a hole",
+)
+def test_a_short_write_into_the_copy_never_reaches_lmdb(s3_server, pair, tmp_path) -> None:
+    old, _new = pair
+    url = upload_bundle(s3_server, old, f"s3://review/{tmp_path.name}/short.bundle")
+    src = old.parent / "old.src"
+    expect = {
+        f"d{d:03}/f{i:05}.txt": (src / f"d{d:03}/f{i:05}.txt").read_bytes()
+        for d in range(DIRS)
+        for i in range(0, PER_DIR, 7)
+    }
+    cache = str(tmp_path / "cache")
+    with Bundle(url, storage_options=s3_server.storage_options, disk_cache=cache) as b:
+        pid = os.fork()
+        if pid == 0:
+            # What a cache disk that fills up mid-write does: write(2) stores the first bytes
+            # and returns their count. RLIMIT_FSIZE does the same at a given offset (Python
+            # ignores SIGXFSZ: writes starting past it fail with EFBIG, as ENOSPC would).
+            limit = 48 * 4096 + 2 * 4096  # pages 50-63 of the run 48-63 are never written
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+            code = 0
+            try:
+                for rel, data in expect.items():
+                    try:
+                        if b.read(rel) != data:
+                            code = 3
+                    except CorruptDataError:
+                        pass  # an error for that lookup is right: its page cannot be stored
+            except BaseException as e:  # noqa: BLE001
+                print("child:", type(e).__name__, e, flush=True)
+                code = 4
+            os._exit(code)
+        _pid, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    how = signal.Signals(-code).name if code < 0 else code
+    print("child exit:", how)
+    assert code == 0, f"the forked child ended with {how}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="PageFill.forked reopens the copy by path: once the cache directory is gone (a "
+    "cleaner, rm -rf of the cache) a forked child (a replacement mount worker) fails every "
+    "page not there ('the index is closed') while the parent still reads them all",
+)
+def test_a_child_forked_after_the_cache_copy_was_removed(s3_server, pair, tmp_path) -> None:
+    old, _new = pair
+    url = upload_bundle(s3_server, old, f"s3://review/{tmp_path.name}/gone.bundle")
+    cache = tmp_path / "cache"
+    src = old.parent / "old.src"
+    expect = {
+        f"d{d:03}/f{i:05}.txt": (src / f"d{d:03}/f{i:05}.txt").read_bytes()
+        for d in range(DIRS)
+        for i in range(0, PER_DIR, 97)
+    }
+    with Bundle(url, storage_options=s3_server.storage_options, disk_cache=str(cache)) as b:
+        (local,) = (cache / "index").glob("*/COMPLETE")
+        shutil.rmtree(local.parent)
+        pid = os.fork()
+        if pid == 0:
+            _child_reads(b, expect)
+        _pid, status = os.waitpid(pid, 0)
+        parent = all(b.read(rel) == data for rel, data in expect.items())
+    code = os.waitstatus_to_exitcode(status)
+    print("parent read all:", parent, "child exit:", code)
+    assert parent and code == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a bundle replaced at its URL while open: the pages the old copy still lacks fail "
+    "their CRC against the new index and are reported as damage on the store",
+)
+def test_a_bundle_replaced_at_its_url_is_not_reported_as_damage(s3_server, pair, tmp_path):
+    old, new = pair
+    url = upload_bundle(s3_server, old, f"s3://review/{tmp_path.name}/replaced.bundle")
+    cache = str(tmp_path / "cache")
+    with Bundle(url, storage_options=s3_server.storage_options, disk_cache=cache) as b:
+        b.read("d000/f00001.txt")
+        upload_bundle(s3_server, new, url)  # republished at the same URL (pack --force)
+        with pytest.raises(CorruptDataError) as e:
+            b.lstat(f"d{DIRS - 1:03}/f00900.txt")
+    print("error:", e.value)
+    assert "fails its checksum" not in str(e.value)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="fetch_index(whole=True) (verify, a pack on a remote base) GETs the whole index "
+    "again each time, the pages already in the copy included: before s3index a cached copy "
+    "cost no download",
+)
+def test_a_whole_copy_already_cached_is_not_fetched_again(s3_server, pair, tmp_path, monkeypatch):
+    old, _new = pair
+    url = upload_bundle(s3_server, old, f"s3://review/{tmp_path.name}/whole.bundle")
+    fetched = {"data.mdb": 0}
+    real = Fetcher.get
+
+    def get(self: Fetcher, url: str, start: int | None = None, end: int | None = None) -> bytes:
+        data = real(self, url, start, end)
+        if url.endswith("/data.mdb"):
+            fetched["data.mdb"] += len(data)
+        return data
+
+    monkeypatch.setattr(Fetcher, "get", get)
+    location = parse_location(url, s3_server.storage_options)
+    size = (old / "index" / "data.mdb").stat().st_size
+    fetch_index(location, tmp_path / "cache", whole=True)
+    first = fetched["data.mdb"]
+    fetch_index(location, tmp_path / "cache", whole=True)
+    again = fetched["data.mdb"] - first
+    print(f"index {size} bytes; first whole fetch {first}, second {again}")
+    assert again < size // 4
+
+
+def _gap_forged(base: Path) -> tuple[Path, int]:
+    """A bundle of directories of long-named files (few entries per leaf) whose index is forged
+    (page table and marker resealed, as a hostile writer would): the keys of d000's children
+    but its first moved past the last inode, the count LMDB holds unchanged. (bundle, its size)"""
+    from tests.support.hostile import entry_of, forge, read_values
+
+    src = base / "long.src"
+    for d in range(3):
+        (src / f"d{d:03}").mkdir(parents=True)
+        for i in range(300):
+            (src / f"d{d:03}" / (f"{i:05}" + "n" * 200)).write_bytes(b"x")
+    bundle = base / "long.bundle"
+    pack(str(src), str(bundle), PackOptions(created_ns=0))
+    values = read_values(bundle, b"entries")
+    last = max(int.from_bytes(k, "big") for k in values)
+    d000 = next(
+        entry_of(bundle, ino) for ino in range(1, 10) if entry_of(bundle, ino).name == b"d000"
+    )
+    first, count = d000.first_child, d000.size
+    gone = [first + k for k in range(1, count)]
+    forge(
+        bundle,
+        puts={
+            (b"entries", (last + k).to_bytes(4, "big")): values[(first + k).to_bytes(4, "big")]
+            for k in range(1, count)
+        },
+        deletes=[(b"entries", ino.to_bytes(4, "big")) for ino in gone],
+    )
+    return bundle, count
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="value_chunks reads up to 64 values before it checks its keys: in an index with a "
+    "gap in a directory's inodes (forged, CRCs resealed) the cursor walks past the leaf after "
+    "the guard's span into leaves never fetched",
+)
+def test_a_gap_in_a_forged_index_never_walks_lmdb_into_a_hole(s3_server, tmp_path) -> None:
+    bundle, count = _gap_forged(tmp_path)
+    with Bundle(bundle) as local:
+        with pytest.raises(FormatError) as e:
+            local.listdir("d000")
+        print("local:", e.value)
+    url = upload_bundle(s3_server, bundle, f"s3://review/{tmp_path.name}/gap.bundle")
+    cache = str(tmp_path / "cache")
+    with Bundle(url, storage_options=s3_server.storage_options, disk_cache=cache) as b:
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                b.listdir("d000")
+            except (FormatError, CorruptDataError) as e:
+                print("child:", type(e).__name__, e, flush=True)
+            except BaseException as e:  # noqa: BLE001
+                print("child:", type(e).__name__, e, flush=True)
+                code = 4
+            os._exit(code)
+        _pid, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    how = signal.Signals(-code).name if code < 0 else code
+    print("child exit:", how)
+    assert code == 0, f"the forked child ended with {how}"
