@@ -33,10 +33,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from bundlefs.core import format as fmt
-from bundlefs.read.assemble import index_directory
+from bundlefs.read.assemble import store_timeout
 from bundlefs.read.options import ReadOptions
 from bundlefs.storage.index import IndexReader
 from bundlefs.storage.location import parse_location
+from bundlefs.storage.objectstore import index_fetch
 
 KIND_NAMES = {
     statmod.S_IFREG: "file",
@@ -298,10 +299,17 @@ class _Walk:
 
 
 def open_index(path: str | os.PathLike, options: ReadOptions) -> IndexReader:
-    """A bundle's index alone, local or at a URL (fetched into the disk cache, nothing else)."""
+    """A bundle's index alone, local or at a URL (fetched into the disk cache, nothing else:
+    from version 6 a sparse copy, its pages fetched as the walk reaches them)."""
     location = parse_location(os.fsdecode(os.fspath(path)), options.remote.storage_options)
-    directory = index_directory(location, options)
-    return IndexReader(directory, check_checksum=location.is_local and options.check_index)
+    if location.is_local:
+        return IndexReader(location.path, check_checksum=options.check_index)
+    return index_fetch.open_index(
+        location,
+        options.remote.disk_cache,
+        check=options.check_index,
+        timeout=store_timeout(options),
+    )
 
 
 def diff(

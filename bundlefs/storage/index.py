@@ -25,7 +25,7 @@ from bundlefs.errors import BundleClosedError, FormatError, NotABundleError
 from bundlefs.storage import lmdb_env, native
 from bundlefs.storage.entry_scan import record_pairs, value_chunks
 from bundlefs.storage.index_check import check_index_file
-from bundlefs.storage.index_fill import RangeGet
+from bundlefs.storage.index_fill import RangeGet, refuse_sparse
 from bundlefs.storage.marker import read_marker
 
 
@@ -38,6 +38,8 @@ class IndexReader:
     ) -> None:
         self.bundle_dir = bundle_dir
         self._fetch = fetch
+        if fetch is None:
+            refuse_sparse(bundle_dir)
         self.marker = read_marker(bundle_dir)
         self._env: lmdb.Environment | None = None
         self._local = threading.local()

@@ -1,4 +1,5 @@
-"""Filling a sparse copy of a version-6 index from where the index really is: ``PageFill``.
+"""Filling a sparse copy of a version-6 index from where the index really is: ``PageFill``; and
+``refuse_sparse``, for a reader that has no way to fill one.
 
 A bundle on an object store is opened without downloading its index (docs/storage.md, "The
 index"): the local copy is a sparse file of the index's full size, and ``IndexPageGuard``, which
@@ -34,10 +35,16 @@ import struct
 import threading
 from collections.abc import Callable
 
+from bundlefs.core import format as fmt
 from bundlefs.core.checksum import crc32c
 from bundlefs.core.format import pages as lp
+from bundlefs.errors import FormatError
 
 RangeGet = Callable[[int, int], bytes]  # bytes [start, end) of the index where it really is
+
+# An empty file beside a sparse copy's data.mdb: an ``IndexReader`` opened without a way to
+# fill it refuses it (LMDB would read its holes: the process aborts).
+SPARSE_MARK = "sparse"
 
 FIRST_RUN = 64 * 1024  # bytes of the first run around a missing page
 MAX_RUN = 8 * 1024 * 1024  # what sequential misses grow a run to
@@ -47,6 +54,16 @@ _SHARED_FS = frozenset(
     ("nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "lustre", "gpfs", "glusterfs", "9p", "afs")
     + ("beegfs", "ocfs2", "gfs2")
 )
+
+
+def refuse_sparse(bundle_dir: str) -> None:
+    """Raise ``FormatError`` if ``bundle_dir`` holds a sparse copy (its ``SPARSE_MARK``): for a
+    reader with no way to fetch its pages, where LMDB would read its holes."""
+    if os.path.exists(os.path.join(bundle_dir, fmt.INDEX_DIR, SPARSE_MARK)):
+        raise FormatError(
+            f"{bundle_dir} holds a sparse copy of an object-store bundle's index (pages "
+            "missing): open the bundle by its URL, which fetches them"
+        )
 
 
 def _local_file_system(fd: int) -> bool:

@@ -65,12 +65,7 @@ def _env(server: S3Server, cache: Path) -> dict[str, str]:
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="read/diff.py open_index: IndexReader(check_checksum=False) on a sparse copy: no "
-    "page guard, no fetch, LMDB reads holes",
-)
-def test_diff_of_two_version_6_bundles_at_urls(s3_server, pair, tmp_path, monkeypatch) -> None:
+def test_diff_reads_version_6_bundles_at_urls(s3_server, pair, tmp_path, monkeypatch) -> None:
     old, new = pair
     local = run_cli("diff", old, new)
     assert local.returncode == 1
@@ -94,6 +89,17 @@ def test_diff_of_two_version_6_bundles_at_urls(s3_server, pair, tmp_path, monkey
     print("warm: returncode", warm.returncode, "stderr", warm.stderr.decode()[-300:])
     assert (cold.returncode, cold.stdout) == (1, local.stdout), cold.stderr.decode()
     assert (warm.returncode, warm.stdout) == (1, local.stdout), warm.stderr.decode()
+
+
+def test_a_plain_index_reader_refuses_a_sparse_copy(s3_server, pair, tmp_path) -> None:
+    from bundlefs.storage.index import IndexReader
+
+    old, _new = pair
+    url = upload_bundle(s3_server, old, f"s3://review/{tmp_path.name}/plain.bundle")
+    local = fetch_index(parse_location(url, s3_server.storage_options), tmp_path / "cache")
+    for check in (True, False):
+        with pytest.raises(FormatError, match="sparse copy .* open the bundle by its URL"):
+            IndexReader(local, check_checksum=check)
 
 
 def _child_reads(bundle: Bundle, expect: dict[str, bytes]) -> None:

@@ -12,7 +12,8 @@ first time, so a half-written page or a damaged disk is fetched again, never use
 
 Cache layout, as a whole copy's (``index_fetch``)::
 
-    CACHE/index/<bundle id hex>/COMPLETE, …/index/pages, …/index/data.mdb (sparse)
+    CACHE/index/<bundle id hex>/COMPLETE, …/index/pages, …/index/data.mdb (sparse),
+    …/index/sparse (empty: what makes an ``IndexReader`` without a fetcher refuse the copy)
 
 May import: the standard library, ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``
 ``.location``, ``.index_fill``, ``.objectstore.fetcher``.
@@ -28,7 +29,7 @@ from bundlefs.core import format as fmt
 from bundlefs.core.checksum import crc32c
 from bundlefs.core.format import pages as lp
 from bundlefs.errors import FormatError, StorageError
-from bundlefs.storage.index_fill import FIRST_RUN, PageFill
+from bundlefs.storage.index_fill import FIRST_RUN, SPARSE_MARK, PageFill
 from bundlefs.storage.location import Location
 from bundlefs.storage.objectstore.fetcher import Fetcher
 
@@ -102,6 +103,8 @@ def make_sparse_copy(location: Location, fetcher: Fetcher, marker: fmt.Marker, t
     index_dir = os.path.join(tmp, fmt.INDEX_DIR)
     with open(os.path.join(index_dir, lp.PAGES_FILE), "wb") as f:
         f.write(table)
+    with open(os.path.join(index_dir, SPARSE_MARK), "wb"):
+        pass  # a reader without a fetcher refuses the copy (IndexReader)
     path = os.path.join(index_dir, fmt.INDEX_FILE)
     with open(path, "wb") as f:
         f.truncate(marker.index_size)  # a hole: the pages come when a lookup needs them
