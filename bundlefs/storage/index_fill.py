@@ -111,13 +111,31 @@ class PageFill:
 
     def forked(self) -> None:
         """In a child after ``fork()``: a descriptor of its own (the locks belong to an open
-        file description, which the parent's would share) and a fresh lock."""
+        file description, which the parent's would share) and a fresh lock. The same file is
+        reopened through ``/proc/self/fd`` (by path it may be another one, or none: the cache
+        copy replaced or removed since), and checked to be it. Never raises (an at-fork
+        handler): what fails is this copy's next fetch's error."""
         self._lock = threading.Lock()
-        self.close()
-        self._open()
-        forked = getattr(self._get, "forked", None)  # a source with a network session
-        if forked is not None:
-            forked()
+        inherited, self._fd = self._fd, -1
+        try:
+            if inherited < 0:
+                return
+            flags = os.O_RDONLY if self._why else os.O_RDWR
+            fd = os.open(f"/proc/self/fd/{inherited}", flags | os.O_CLOEXEC)
+            was, now = os.fstat(inherited), os.fstat(fd)
+            if (was.st_dev, was.st_ino) != (now.st_dev, now.st_ino):
+                os.close(fd)
+                raise OSError(errno.ESTALE, "not the same file")
+            self._fd = fd
+            self._lockable = _local_file_system(fd)
+            forked = getattr(self._get, "forked", None)  # a source with a network session
+            if forked is not None:
+                forked()
+        except Exception as e:  # noqa: BLE001 (an at-fork handler must not raise)
+            self._why = f"the index cache copy cannot be reopened after fork() ({e})"
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(inherited)
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -150,34 +168,36 @@ class PageFill:
             self._write_sound(start, data)
 
     def fill_all(self, chunk: int = MAX_RUN) -> None:
-        """Fetch the whole index (``verify``: every page is read anyway) in runs of ``chunk``
-        bytes, writing each page that passes its CRC; a run this copy holds whole is not
-        fetched again (a second ``verify`` reads the copy, as it did a whole one)."""
-        at, end, size = 0, self._pages * self._page_size, self._page_size
+        """Fetch the whole index (``verify``: every page is read anyway) in runs of at most
+        ``chunk`` bytes, writing each page that passes its CRC; pages this copy already holds
+        sound are not fetched again (a second ``verify`` reads the copy, as it did a whole
+        one)."""
+        size = self._page_size
         with self._lock:
-            while at < end:
-                if self._held(at // size, min(chunk, end - at)):
-                    at += min(chunk, end - at)
-                    continue
-                data = self._get(at, min(at + chunk, end))
-                self._count(len(data))
-                self._write_sound(at // self._page_size, data)
-                if not data:
-                    return
-                at += len(data)
+            for first in range(0, self._pages, max(1, chunk // size)):
+                count = min(max(1, chunk // size), self._pages - first)
+                for start, n in self._missing(first, count):
+                    data = self._get(start * size, (start + n) * size)
+                    self._count(len(data))
+                    self._write_sound(start, data)
 
     # -- inside ------------------------------------------------------------------------------
 
-    def _held(self, first: int, length: int) -> bool:
-        """Whether this copy holds every page of ``length`` bytes from page ``first`` (its
-        first page read alone first: a copy that lacks it costs one page's read)."""
+    def _missing(self, first: int, count: int) -> list[tuple[int, int]]:
+        """The stretches (first page, pages) of pages ``first … first + count`` this copy lacks
+        or holds damaged; stretches fewer than a first run apart are joined (one GET of a
+        present page costs less than a second request)."""
         size = self._page_size
-        if not self._sound(first, os.pread(self._fd, size, first * size)):
-            return False
-        held = memoryview(os.pread(self._fd, length, first * size))
-        return len(held) == length and all(
-            self._sound(first + i, held[i * size : (i + 1) * size]) for i in range(length // size)
-        )
+        held = memoryview(os.pread(self._fd, count * size, first * size))
+        out: list[tuple[int, int]] = []
+        for i in range(count):
+            if self._sound(first + i, held[i * size : (i + 1) * size]):
+                continue
+            if out and first + i - (out[-1][0] + out[-1][1]) < self._first:
+                out[-1] = (out[-1][0], first + i + 1 - out[-1][0])
+            else:
+                out.append((first + i, 1))
+        return out
 
     def _plan(self, pgno: int) -> tuple[int, int]:
         """The run to fetch for a miss at ``pgno``: (first page, pages)."""
@@ -196,17 +216,24 @@ class PageFill:
         return start, count
 
     def _fetch(self, pgno: int, start: int, count: int) -> bytes | None:
+        """Fetch and store the run; page ``pgno`` as the file now holds it (what LMDB will
+        read, not the bytes in memory), None when the store's bytes fail its CRC."""
         size = self._page_size
         data = self._get(start * size, (start + count) * size)
         self._count(len(data))
         self._write_sound(start, data)
         at = (pgno - start) * size
-        page = data[at : at + size]
-        return page if self._sound(pgno, page) else None
+        if not self._sound(pgno, data[at : at + size]):
+            return None  # damage on the store
+        page = os.pread(self._fd, size, pgno * size)
+        if not self._sound(pgno, page):
+            raise OSError(errno.EIO, "a page written to the index cache does not read back")
+        return page
 
     def _write_sound(self, start: int, data: bytes) -> None:
         """Write the pages of ``data`` (page ``start`` first) that pass their CRC, each stretch
-        of them with one write."""
+        of them with one write. Raises ``OSError`` when one cannot be written whole (a full
+        disk: write(2) stores what fits and returns its count)."""
         size, view = self._page_size, memoryview(data)
         sound = [
             self._sound(start + i, view[i * size : (i + 1) * size])
@@ -220,8 +247,15 @@ class PageFill:
             j = i
             while j < len(sound) and sound[j]:
                 j += 1
-            os.pwrite(self._fd, view[i * size : j * size], (start + i) * size)
+            self._write_fully(view[i * size : j * size], (start + i) * size)
             i = j
+
+    def _write_fully(self, data: memoryview, at: int) -> None:
+        while data:
+            written = os.pwrite(self._fd, data, at)
+            if written <= 0:
+                raise OSError(errno.ENOSPC, "the index cache is full")
+            data, at = data[written:], at + written
 
     def _sound(self, pgno: int, data: bytes | memoryview) -> bool:
         return (

@@ -12,6 +12,7 @@ May import: ``bundlefs.core``.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import weakref
@@ -20,6 +21,8 @@ from typing import Protocol
 import lmdb
 
 from bundlefs.core.libc import ResidentMapping
+
+log = logging.getLogger(__name__)
 
 EnvKey = tuple[int, int]  # (st_dev, st_ino) of data.mdb
 
@@ -49,7 +52,10 @@ def _after_fork_in_child() -> None:
     _envs_lock = threading.Lock()  # another thread may have held it when the process forked
     _inherited.update(id(held[0]) for held in _envs.values())
     for user in list(_fork_aware):
-        user.forked()
+        try:
+            user.forked()
+        except Exception:  # noqa: BLE001 (one failing must not leave the others unreset)
+            log.exception("after fork(): %r", user)
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
