@@ -390,6 +390,9 @@ class IndexPageGuard:
                 unreadable=True,
             ) from None
         if data is None:
+            why = self._fill.replaced()  # a bundle republished at the URL is not damage
+            if why:
+                raise CorruptDataError(why, bundle=self._bundle, unreadable=True)
             raise self._damage(pgno, "fails its checksum (as the object store holds it)")
         return data
 

@@ -157,6 +157,15 @@ class PageFill:
                     return data  # another process filled it meanwhile
                 return self._fetch(pgno, start, count)
 
+    def replaced(self) -> str | None:
+        """When the store's bytes of a page fail its CRC: the sentence saying the bundle was
+        replaced at its URL, if the source can tell (``IndexRanges.replaced``); else None."""
+        ask = getattr(self._get, "replaced", None)
+        try:
+            return None if ask is None else ask()
+        except Exception:  # noqa: BLE001 (only a better sentence: damage is said instead)
+            return None
+
     def present(self, pgno: int) -> bytes | None:
         """Page ``pgno``'s bytes if this copy holds them whole and checked, else None."""
         data = os.pread(self._fd, self._page_size, pgno * self._page_size)

@@ -270,9 +270,10 @@ def open_index(
     local = index_dir or fetch_index(
         location, cache_dir, check=check, fetcher=fetcher, timeout=timeout, whole=whole
     )
-    if not _paged(read_marker(local)):
+    marker = read_marker(local)
+    if not _paged(marker):
         return IndexReader(local, check_checksum=False)
-    ranges = IndexRanges(location, lambda: _fetcher(location, timeout), fetcher)
+    ranges = IndexRanges(location, lambda: _fetcher(location, timeout), fetcher, marker.bundle_id)
     return IndexReader(local, fetch=ranges)
 
 

@@ -46,9 +46,14 @@ class IndexRanges:
     end; ``OSError`` when the store cannot answer): what fills a sparse copy."""
 
     def __init__(
-        self, location: Location, new_fetcher: Callable[[], Fetcher], fetcher: Fetcher | None = None
+        self,
+        location: Location,
+        new_fetcher: Callable[[], Fetcher],
+        fetcher: Fetcher | None = None,
+        bundle_id: bytes | None = None,
     ) -> None:
         self.url = location.child(f"{fmt.INDEX_DIR}/{fmt.INDEX_FILE}")
+        self._location, self._bundle_id = location, bundle_id
         self._new_fetcher = new_fetcher
         # The open's own when given: its session and connection are there already (a new
         # one costs a client and a TLS handshake on a real store).
@@ -60,6 +65,23 @@ class IndexRanges:
     def forked(self) -> None:
         """In a child after ``fork()``: the parent's network session is not this process's."""
         self.fetcher = self._new_fetcher()
+
+    def replaced(self) -> str | None:
+        """Asked when a fetched page fails its CRC: the sentence saying the bundle was replaced
+        at its URL if ``COMPLETE`` now names another bundle id, else None (damage, or unknown)."""
+        if self._bundle_id is None:
+            return None
+        try:
+            data = self.fetcher.get(self._location.child(fmt.MARKER_NAME), 0, fmt.MARKER_SIZE + 1)
+            now = fmt.decode_marker(data, crc32c).bundle_id
+        except Exception:  # noqa: BLE001 (gone or unreadable: nothing known, damage is said)
+            return None
+        if now == self._bundle_id:
+            return None
+        return (
+            f"{self._location.url} was replaced at its URL by another bundle since it was "
+            "opened; open it again"
+        )
 
 
 def _fetch(location: Location, fetcher: Fetcher, name: str, start: int, end: int) -> bytes:
