@@ -268,9 +268,11 @@ class IndexPageGuard:
         ranges = self._leaves_of[id(db)]
         if ranges.covers(key, key):
             return
+        # Walked without the lock: a walk may wait for the store (PageFill), and one lookup
+        # must not wait out another's store timeout; two walks of one path check pages twice.
+        lo, hi, _leaf = self._walk(self._names[id(db)], key)
         with self._lock:
-            if not ranges.covers(key, key):
-                ranges.add(*self._walk(self._names[id(db)], key)[:2])
+            ranges.add(lo, hi)
 
     def span(self, db: object, lo: bytes = b"", hi: bytes = END) -> None:
         """Before a cursor works between ``lo`` and ``hi`` (both included): every leaf of that
@@ -279,14 +281,12 @@ class IndexPageGuard:
         spans = self._spans[name]
         if spans.covers(lo, hi):  # as ``key``: no lock for a range already checked (per read)
             return
+        first, end, _leaf = self._walk(name, lo)  # without the lock, as ``key``
+        before = self._walk(name, first, below=True)[0] if first else first
+        while end != END and end <= hi:
+            end = self._walk(name, end)[1]
+        after = self._walk(name, end)[1] if end != END else end
         with self._lock:
-            if spans.covers(lo, hi):
-                return
-            first, end, _leaf = self._walk(name, lo)
-            before = self._walk(name, first, below=True)[0] if first else first
-            while end != END and end <= hi:
-                end = self._walk(name, end)[1]
-            after = self._walk(name, end)[1] if end != END else end
             self._leaves[name].add(before, after)
             spans.add(first, end)
 

@@ -148,14 +148,14 @@ class PageFill:
         the store cannot be read or the copy cannot be written."""
         if self._fd < 0 or self._why:
             raise OSError(errno.EROFS, self._why or "the index is closed")
-        with self._lock:
+        with self._lock:  # not across the GET: a thread must not wait out another's timeout
             start, count = self._plan(pgno)
-            size = self._page_size
-            with self._locked(start * size, count * size):
-                data = os.pread(self._fd, size, pgno * size)
-                if self._sound(pgno, data):
-                    return data  # another process filled it meanwhile
-                return self._fetch(pgno, start, count)
+        size = self._page_size
+        with self._locked(start * size, count * size):
+            data = os.pread(self._fd, size, pgno * size)
+            if self._sound(pgno, data):
+                return data  # another process (or thread) filled it meanwhile
+            return self._fetch(pgno, start, count)
 
     def replaced(self) -> str | None:
         """When the store's bytes of a page fail its CRC: the sentence saying the bundle was
@@ -229,7 +229,8 @@ class PageFill:
         read, not the bytes in memory), None when the store's bytes fail its CRC."""
         size = self._page_size
         data = self._get(start * size, (start + count) * size)
-        self._count(len(data))
+        with self._lock:
+            self._count(len(data))
         self._write_sound(start, data)
         at = (pgno - start) * size
         if not self._sound(pgno, data[at : at + size]):

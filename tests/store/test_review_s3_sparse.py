@@ -156,12 +156,6 @@ def _timed_lstat(bundle: Bundle, rel: str, out: dict[str, tuple[float, str]]) ->
     out[rel] = (time.monotonic() - started, what)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="IndexPageGuard holds its lock across PageFill's GET (and PageFill holds an OFD lock "
-    "across processes): in an outage each lookup of a page not yet there waits the store "
-    "timeout behind every other one, and on a mount it runs on the event loop",
-)
 def test_lookups_in_an_outage_fail_in_one_store_timeout(pair, tmp_path) -> None:
     old, _new = pair
     server = S3Server(tmp_path)
