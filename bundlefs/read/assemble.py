@@ -109,6 +109,7 @@ class BundleParts:
         index, already fetched and checked (``index_directory``)."""
         path = location.path if location.is_local else location.url
         own = None
+        stores: list[RemoteShardStore] = []  # the bundle's own remote store, once made
         if location.is_local:
             index = IndexReader(index_dir or path, check_checksum=options.check_index)
         else:
@@ -120,12 +121,15 @@ class BundleParts:
                 timeout=store_timeout(options),
                 index_dir=index_dir,
                 filesystem=own[1],
+                outage=lambda: bool(stores) and stores[0].in_outage,
             )
         try:
             if index.config.record_codec == fmt.COMPRESSION_ZSTD:
                 zstd_module()  # a missing binding is refused at open, not at the first read
             # Its own shards' store; with bases (version 6), each base checked and routed to.
             store = bundle_store(location, index, _remote_stores(options, own), path)
+            mine = store.own if isinstance(store, BasedShardStore) else store
+            stores.extend([mine] if isinstance(mine, RemoteShardStore) else [])
         except BaseException:
             index.close()
             raise

@@ -192,6 +192,32 @@ def test_lookups_in_an_outage_fail_in_one_store_timeout(pair, tmp_path) -> None:
     assert max(took for took, _what in out.values()) < 1.5 * timeout
 
 
+def test_index_pages_fail_at_once_while_the_shard_store_is_out(pair, tmp_path) -> None:
+    old, _new = pair
+    server = S3Server(tmp_path)
+    server.start()
+    try:
+        url = upload_bundle(server, old, "s3://outage/b.bundle")
+        bundle = Bundle(
+            url,
+            storage_options=server.storage_options,
+            disk_cache=str(tmp_path / "cache"),
+            store_timeout=2.0,
+        )
+        bundle.lstat("d000/f00001.txt")
+    finally:
+        server.stop()
+    with bundle:
+        with pytest.raises(CorruptDataError):
+            bundle.read("d000/f00001.txt")  # the shard store finds the outage
+        started = time.monotonic()
+        with pytest.raises(CorruptDataError, match="outage"):
+            bundle.lstat(f"d{DIRS - 1:03}/f00900.txt")  # a leaf not fetched yet
+        took = time.monotonic() - started
+    print(f"index page in the outage: {took:.3f} s")
+    assert took < 0.5
+
+
 def test_a_short_write_into_the_copy_never_reaches_lmdb(s3_server, pair, tmp_path) -> None:
     old, _new = pair
     url = upload_bundle(s3_server, old, f"s3://review/{tmp_path.name}/short.bundle")

@@ -26,6 +26,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 from bundlefs.core import format as fmt
@@ -260,12 +261,14 @@ def open_index(
     whole: bool = False,
     index_dir: str | None = None,
     filesystem: Any = None,
+    outage: Callable[[], bool] | None = None,
 ) -> IndexReader:
     """The ``IndexReader`` of ``location``'s index in the local cache (``index_dir``: as
     ``fetch_index`` already returned it): from version 6 a sparse copy whose missing pages
     are fetched when a lookup needs them; a whole copy before (checked: no second CRC pass).
     ``filesystem``: the fsspec file system to fetch through (one the shard store shares saves
-    a client and a connection); a child after ``fork()`` makes its own."""
+    a client and a connection); a child after ``fork()`` makes its own. ``outage``: whether
+    the shard store knows the store is out (pages then fail at once)."""
     fetcher = _fetcher(location, timeout, filesystem)
     local = index_dir or fetch_index(
         location, cache_dir, check=check, fetcher=fetcher, timeout=timeout, whole=whole
@@ -273,7 +276,9 @@ def open_index(
     marker = read_marker(local)
     if not _paged(marker):
         return IndexReader(local, check_checksum=False)
-    ranges = IndexRanges(location, lambda: _fetcher(location, timeout), fetcher, marker.bundle_id)
+    ranges = IndexRanges(
+        location, lambda: _fetcher(location, timeout), fetcher, marker.bundle_id, outage
+    )
     return IndexReader(local, fetch=ranges)
 
 

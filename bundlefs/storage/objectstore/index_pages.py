@@ -21,6 +21,7 @@ May import: the standard library, ``bundlefs.core``, ``bundlefs.errors``, ``bund
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from collections.abc import Callable
@@ -51,15 +52,21 @@ class IndexRanges:
         new_fetcher: Callable[[], Fetcher],
         fetcher: Fetcher | None = None,
         bundle_id: bytes | None = None,
+        outage: Callable[[], bool] | None = None,
     ) -> None:
         self.url = location.child(f"{fmt.INDEX_DIR}/{fmt.INDEX_FILE}")
         self._location, self._bundle_id = location, bundle_id
+        # Whether the bundle's shard store knows the store is out: then a page fails at once
+        # rather than after a store timeout of its own (the shard store's probe ends it).
+        self._outage = outage
         self._new_fetcher = new_fetcher
         # The open's own when given: its session and connection are there already (a new
         # one costs a client and a TLS handshake on a real store).
         self.fetcher = fetcher or new_fetcher()
 
     def __call__(self, start: int, end: int) -> bytes:
+        if self._outage is not None and self._outage():
+            raise OSError(errno.EIO, f"{self._location.url}: the object store is out (outage)")
         return self.fetcher.get(self.url, start, end)
 
     def forked(self) -> None:

@@ -262,6 +262,11 @@ class RemoteShardStore(ShardStoreBase):
         return remote_filesystem(self.location, self._timeout)
 
     @property
+    def in_outage(self) -> bool:
+        """Whether the store is in an outage (its GETs fail at once until a probe answers)."""
+        return self._fetcher.outage
+
+    @property
     def filesystem(self) -> Any:
         """The fsspec file system the store reads through."""
         return self._fetcher.fs
