@@ -188,6 +188,12 @@ def _mount_helper_form(argv: list[str]) -> list[str]:
     """mount.fuse3 (``mount -t fuse.bundlefs``, fstab) runs ``bundlefs BUNDLE MNT -o OPTS``."""
     names = {c.name for c in COMMANDS}
     if len(argv) >= 2 and argv[0] not in names and not argv[0].startswith("-"):
+        # ``bundlefs unmount MNT`` is a mistyped command, not a bundle named "unmount".
+        import difflib  # here: every command's start pays its imports
+
+        close = difflib.get_close_matches(argv[0], sorted(names), n=1, cutoff=0.75)
+        if close and not os.path.lexists(argv[0]):
+            raise UsageError(f"unknown command {argv[0]!r}; did you mean {close[0]!r}?")
         return ["mount", *argv]
     return argv
 

@@ -36,6 +36,20 @@ def test_no_subcommand_is_a_usage_error_with_status_2():
     assert b"Traceback" not in result.stderr
 
 
+def test_a_mistyped_command_is_named_with_the_one_meant(tmp_path):
+    # Not taken for the mount helper's ``bundlefs BUNDLE MNT`` with a bundle named "unmount".
+    result = run_cli("unmount", tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == b"bundlefs: error: unknown command 'unmount'; did you mean 'umount'?\n"
+
+
+def test_the_mount_helper_form_still_takes_a_bundle_named_like_a_command(tmp_path):
+    (tmp_path / "mnt").mkdir()
+    result = run_cli("mnt", tmp_path / "elsewhere", cwd=tmp_path)
+    assert result.returncode != 0
+    assert b"did you mean" not in result.stderr and b"Traceback" not in result.stderr
+
+
 def test_pack_prints_a_one_line_summary(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
