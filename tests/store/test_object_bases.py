@@ -27,7 +27,7 @@ from bundlefs.read.verify import verify  # noqa: E402
 from bundlefs.storage.bases import resolve_base  # noqa: E402
 from bundlefs.storage.index import IndexReader  # noqa: E402
 from bundlefs.storage.location import parse_location  # noqa: E402
-from bundlefs.storage.objectstore.index_fetch import fetch_index  # noqa: E402
+from bundlefs.storage.objectstore.index_fetch import open_index  # noqa: E402
 from bundlefs.storage.objectstore.references import SharedShards  # noqa: E402
 from bundlefs.storage.objectstore.upload import RemotePublisher  # noqa: E402
 from bundlefs.storage.remove import remove_bundle  # noqa: E402
@@ -91,7 +91,7 @@ def _reads_as(url: str, src: Path, server: S3Server, scratch: Path) -> bool:
 def _index(url: str, server: S3Server) -> contextlib.closing[IndexReader]:
     """The index of the bundle at ``url``, fetched; closed at the end of a ``with``."""
     location = parse_location(url, server.storage_options)
-    return contextlib.closing(IndexReader(fetch_index(location), check_checksum=False))
+    return contextlib.closing(open_index(location))  # a sparse copy: its pages fetched
 
 
 @pytest.fixture
