@@ -22,6 +22,7 @@ import pytest
 
 from bundlefs import PackOptions, pack
 from bundlefs.mount.kernel import no_open_unavailable
+from bundlefs.storage import native
 from tests.conftest import build_tree, pseudo_random_bytes
 from tests.support.mounting import is_mounted, wait_until
 
@@ -284,6 +285,7 @@ def test_info_on_the_mount_names_the_daemon_its_workers_and_its_options(many_fil
     assert daemon["pid"] == m.pid  # the supervisor: what kill and systemd name
     assert daemon["workers"] == 2 and daemon["version"] and daemon["started"]
     assert daemon["log"] == "stderr"  # the test harness runs it in the foreground
+    assert daemon["index_steps"] == native.status  # "compiled" where make install built it
     assert daemon["options"]["cache_size"] == 8 * 1024 * 1024
     assert daemon["options"]["workers"] == 2
     text = info()
