@@ -60,7 +60,7 @@ from typing import Any
 
 from bench import datasets
 from bench.measure import drop_caches, run_readers
-from bench.report import logger, median, publish
+from bench.report import git_head, logger, median, publish
 from bench.systems import Bundlefs, mounted
 from bundlefs import PackOptions, pack
 
@@ -419,13 +419,6 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _commit() -> str:
-    done = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    )
-    return done.stdout.strip() or "?"
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.delta", description=__doc__)
     ap.add_argument("--workdir", type=Path, default=Path("/var/tmp/bundlefs-bench"))
@@ -444,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     results = measure(args)
     results.update(
         started=started,
-        commit=_commit(),
+        commit=git_head(),
         rounds=args.rounds,
         generations=args.generations,
         sample=args.sample,

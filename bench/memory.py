@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import shutil
 import subprocess
 import tempfile
@@ -184,17 +183,6 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def _git_head() -> str:
-    out = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=DOC.parent
-    )
-    return out.stdout.strip() or "unknown"
-
-
 def main(argv: list[str] | None = None, measure_size: Callable[..., Any] = measure) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.memory", description=__doc__)
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="file counts (%(default)s)")
@@ -202,7 +190,7 @@ def main(argv: list[str] | None = None, measure_size: Callable[..., Any] = measu
     ap.add_argument("--no-docs", action="store_true", help="do not write docs/scale.md")
     args = ap.parse_args(argv)
     sizes = sorted(int(float(s)) for s in args.sizes.split(","))
-    started, load_start = dt.datetime.now(dt.UTC), _load()
+    started, load_start = dt.datetime.now(dt.UTC), report.load_average()
     t0 = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="bundlefs-bench-memory.", dir=args.workdir or "/var/tmp"))
     try:
@@ -214,9 +202,9 @@ def main(argv: list[str] | None = None, measure_size: Callable[..., Any] = measu
         "meta": {
             "started": started.strftime("%Y-%m-%d %H:%M UTC"),
             "minutes": (time.monotonic() - t0) / 60,
-            "git_head": _git_head(),
+            "git_head": report.git_head(),
             "load_start": load_start,
-            "load_end": _load(),
+            "load_end": report.load_average(),
         },
     }
     text = render(results)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -521,6 +522,19 @@ def _section_bounds(doc: str, heading: str) -> tuple[int, int] | None:
         return None
     end = doc.find("\n## ", start + 1)
     return start + 1, end if end >= 0 else len(doc)
+
+
+def git_head() -> str:
+    """The checkout's short commit, for a run's metadata ("unknown" outside git)."""
+    done = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    return done.stdout.strip() or "unknown"
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, as a run's metadata records them."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def publish(name: str, results: dict[str, Any], text: str, *, docs: bool = True) -> Path:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -272,10 +271,6 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.s3_open", description=__doc__)
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="file counts (%(default)s)")
@@ -284,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-docs", action="store_true", help="do not write docs/scale.md")
     args = ap.parse_args(argv)
     sizes = sorted(int(float(s)) for s in args.sizes.split(","))
-    started, load_start = dt.datetime.now(dt.UTC), _load()
+    started, load_start = dt.datetime.now(dt.UTC), report.load_average()
     t0 = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="bundlefs-bench-s3open.", dir=args.workdir or "/var/tmp"))
     server = S3Server(work / "moto.log")
@@ -294,17 +289,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
-    head = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=DOC.parent
-    ).stdout.strip()
     results = {
         "sizes": measured,
         "meta": {
             "started": started.strftime("%Y-%m-%d %H:%M UTC"),
             "minutes": (time.monotonic() - t0) / 60,
-            "git_head": head or "unknown",
+            "git_head": report.git_head(),
             "load_start": load_start,
-            "load_end": _load(),
+            "load_end": report.load_average(),
             "rounds": args.rounds,
         },
     }
