@@ -63,12 +63,10 @@ def dirents(
     """Children ``start … start+count−1`` of ``directory`` (fewer at its end) as names, inode
     numbers and modes; ``resolve`` gives a LINK entry's target (``TreeModel.entry``). ``previous``
     is the name before ``start`` where the caller has it, so the order is checked across calls."""
-    _check_directory(directory)
-    count = min(count, directory.size - start)
-    if count <= 0:
+    first, values = _window(index, directory, start, count)
+    if not values:
         return [], [], []
-    first = directory.first_child + start
-    values = list(index.values(first, count))
+    count = len(values)
     if index.marker.format_version >= 3:
         names, modes, rest = _dirents_v3(values)
     else:
@@ -92,12 +90,10 @@ def dirent_stats(
     """``dirents`` with each child's attributes (a listing with attributes: READDIRPLUS), as
     ``Stat`` tuples; a plain file's are read without a decode (``core.format.dirents``), checked
     as ``children`` checks them."""
-    _check_directory(directory)
-    count = min(count, directory.size - start)
-    if count <= 0:
+    first, values = _window(index, directory, start, count)
+    if not values:
         return [], []
-    first = directory.first_child + start
-    values = list(index.values(first, count))
+    count = len(values)
     version = index.marker.format_version
     if version >= 3:
         names, modes, rest = _dirents_v3(values)
@@ -121,6 +117,17 @@ def dirent_stats(
         stats.append((first + i, modes[i], nlink, uid, gid, size, mtime_ns, 0))
     _check_names(directory.ino, names, previous)
     return names, stats
+
+
+def _window(
+    index: IndexReader, directory: fmt.Entry, start: int, count: int
+) -> tuple[int, list[bytes]]:
+    """The first child's inode number and the values of children ``start … start+count−1`` of
+    ``directory`` (fewer at its end, none past it)."""
+    _check_directory(directory)
+    count = min(count, directory.size - start)
+    first = directory.first_child + start
+    return first, list(index.values(first, count))
 
 
 def _decoded(
