@@ -11,6 +11,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -102,19 +103,41 @@ def test_a_plain_index_reader_refuses_a_sparse_copy(s3_server, pair, tmp_path) -
             IndexReader(local, check_checksum=check)
 
 
-def _child_reads(bundle: Bundle, expect: dict[str, bytes]) -> None:
-    """In a forked child: read every file of ``expect``; exit 0 when all match, 3 when one does
-    not, 4 on an exception (a fault kills it with a signal)."""
-    code = 0
-    try:
-        for rel, data in expect.items():
-            if bundle.read(rel) != data:
-                code = 3
-                break
-    except BaseException as e:  # noqa: BLE001 (reported through the exit status)
-        print("child:", type(e).__name__, e, flush=True)
+def _sample(bundle: Path, step: int) -> dict[str, bytes]:
+    """Every ``step``-th file of each directory of the tree ``bundle`` was packed from."""
+    src = bundle.parent / "old.src"
+    return {
+        f"d{d:03}/f{i:05}.txt": (src / f"d{d:03}/f{i:05}.txt").read_bytes()
+        for d in range(DIRS)
+        for i in range(0, PER_DIR, step)
+    }
+
+
+def _in_forked_child(body: Callable[[], int]) -> int:
+    """Run ``body`` in a forked child (as the mount's supervisor forks a worker) and return its
+    exit status: ``body``'s code, 4 on an exception, minus the signal that killed it. Printed."""
+    pid = os.fork()
+    if pid == 0:
         code = 4
-    os._exit(code)
+        try:
+            code = body()
+        except BaseException as e:  # noqa: BLE001 (reported through the exit status)
+            print("child:", type(e).__name__, e, flush=True)
+        finally:
+            os._exit(code)
+    _pid, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    print("child exit:", signal.Signals(-code).name if code < 0 else code)
+    return code
+
+
+def _reads_all(bundle: Bundle, expect: dict[str, bytes]) -> int:
+    """0 when every file of ``expect`` reads back as expected, else 3."""
+    return 0 if all(bundle.read(rel) == data for rel, data in expect.items()) else 3
+
+
+def _how(code: int) -> str:
+    return signal.Signals(-code).name if code < 0 else str(code)
 
 
 def test_a_child_forked_after_the_cache_copy_was_replaced_fills_its_own_file(
@@ -123,12 +146,7 @@ def test_a_child_forked_after_the_cache_copy_was_replaced_fills_its_own_file(
     old, _new = pair
     url = upload_bundle(s3_server, old, f"s3://review/{tmp_path.name}/fork.bundle")
     cache = tmp_path / "cache"
-    src = old.parent / "old.src"
-    expect = {
-        f"d{d:03}/f{i:05}.txt": (src / f"d{d:03}/f{i:05}.txt").read_bytes()
-        for d in range(DIRS)
-        for i in range(0, PER_DIR, 97)
-    }
+    expect = _sample(old, 97)
     with Bundle(url, storage_options=s3_server.storage_options, disk_cache=str(cache)) as b:
         # Another process finds the copy unusable (or a cleaner removes it) and fetches it
         # again: a new directory, a new data.mdb, at the same path.
@@ -136,14 +154,8 @@ def test_a_child_forked_after_the_cache_copy_was_replaced_fills_its_own_file(
         shutil.rmtree(local.parent)
         location = parse_location(url, s3_server.storage_options)
         fetch_index(location, cache)
-        pid = os.fork()  # as the mount's supervisor forks a worker (or a replacement)
-        if pid == 0:
-            _child_reads(b, expect)
-        _pid, status = os.waitpid(pid, 0)
-    code = os.waitstatus_to_exitcode(status)
-    how = signal.Signals(-code).name if code < 0 else code
-    print("child exit:", how)
-    assert code == 0, f"the forked child ended with {how}"
+        code = _in_forked_child(lambda: _reads_all(b, expect))  # a worker, or its replacement
+    assert code == 0, f"the forked child ended with {_how(code)}"
 
 
 def _timed_lstat(bundle: Bundle, rel: str, out: dict[str, tuple[float, str]]) -> None:
@@ -221,38 +233,27 @@ def test_index_pages_fail_at_once_while_the_shard_store_is_out(pair, tmp_path) -
 def test_a_short_write_into_the_copy_never_reaches_lmdb(s3_server, pair, tmp_path) -> None:
     old, _new = pair
     url = upload_bundle(s3_server, old, f"s3://review/{tmp_path.name}/short.bundle")
-    src = old.parent / "old.src"
-    expect = {
-        f"d{d:03}/f{i:05}.txt": (src / f"d{d:03}/f{i:05}.txt").read_bytes()
-        for d in range(DIRS)
-        for i in range(0, PER_DIR, 7)
-    }
+    expect = _sample(old, 7)
     cache = str(tmp_path / "cache")
-    with Bundle(url, storage_options=s3_server.storage_options, disk_cache=cache) as b:
-        pid = os.fork()
-        if pid == 0:
-            # What a cache disk that fills up mid-write does: write(2) stores the first bytes
-            # and returns their count. RLIMIT_FSIZE does the same at a given offset (Python
-            # ignores SIGXFSZ: writes starting past it fail with EFBIG, as ENOSPC would).
-            limit = 48 * 4096 + 2 * 4096  # pages 50-63 of the run 48-63 are never written
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-            code = 0
+
+    def reads_on_a_full_disk(b: Bundle) -> int:
+        # What a cache disk that fills up mid-write does: write(2) stores the first bytes
+        # and returns their count. RLIMIT_FSIZE does the same at a given offset (Python
+        # ignores SIGXFSZ: writes starting past it fail with EFBIG, as ENOSPC would).
+        limit = 48 * 4096 + 2 * 4096  # pages 50-63 of the run 48-63 are never written
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        code = 0
+        for rel, data in expect.items():
             try:
-                for rel, data in expect.items():
-                    try:
-                        if b.read(rel) != data:
-                            code = 3
-                    except CorruptDataError:
-                        pass  # an error for that lookup is right: its page cannot be stored
-            except BaseException as e:  # noqa: BLE001
-                print("child:", type(e).__name__, e, flush=True)
-                code = 4
-            os._exit(code)
-        _pid, status = os.waitpid(pid, 0)
-    code = os.waitstatus_to_exitcode(status)
-    how = signal.Signals(-code).name if code < 0 else code
-    print("child exit:", how)
-    assert code == 0, f"the forked child ended with {how}"
+                if b.read(rel) != data:
+                    code = 3
+            except CorruptDataError:
+                pass  # an error for that lookup is right: its page cannot be stored
+        return code
+
+    with Bundle(url, storage_options=s3_server.storage_options, disk_cache=cache) as b:
+        code = _in_forked_child(lambda: reads_on_a_full_disk(b))
+    assert code == 0, f"the forked child ended with {_how(code)}"
 
 
 def test_a_child_forked_after_the_cache_copy_was_removed_still_reads(
@@ -261,22 +262,13 @@ def test_a_child_forked_after_the_cache_copy_was_removed_still_reads(
     old, _new = pair
     url = upload_bundle(s3_server, old, f"s3://review/{tmp_path.name}/gone.bundle")
     cache = tmp_path / "cache"
-    src = old.parent / "old.src"
-    expect = {
-        f"d{d:03}/f{i:05}.txt": (src / f"d{d:03}/f{i:05}.txt").read_bytes()
-        for d in range(DIRS)
-        for i in range(0, PER_DIR, 97)
-    }
+    expect = _sample(old, 97)
     with Bundle(url, storage_options=s3_server.storage_options, disk_cache=str(cache)) as b:
         (local,) = (cache / "index").glob("*/COMPLETE")
         shutil.rmtree(local.parent)
-        pid = os.fork()
-        if pid == 0:
-            _child_reads(b, expect)
-        _pid, status = os.waitpid(pid, 0)
+        code = _in_forked_child(lambda: _reads_all(b, expect))
         parent = all(b.read(rel) == data for rel, data in expect.items())
-    code = os.waitstatus_to_exitcode(status)
-    print("parent read all:", parent, "child exit:", code)
+    print("parent read all:", parent)
     assert parent and code == 0
 
 
@@ -357,20 +349,14 @@ def test_a_gap_in_a_forged_index_never_walks_lmdb_into_a_hole(s3_server, tmp_pat
         print("local:", e.value)
     url = upload_bundle(s3_server, bundle, f"s3://review/{tmp_path.name}/gap.bundle")
     cache = str(tmp_path / "cache")
+
+    def lists_or_refuses(b: Bundle) -> int:
+        try:
+            b.listdir("d000")
+        except (FormatError, CorruptDataError) as e:  # refusing the forged directory is right
+            print("child:", type(e).__name__, e, flush=True)
+        return 0
+
     with Bundle(url, storage_options=s3_server.storage_options, disk_cache=cache) as b:
-        pid = os.fork()
-        if pid == 0:
-            code = 0
-            try:
-                b.listdir("d000")
-            except (FormatError, CorruptDataError) as e:
-                print("child:", type(e).__name__, e, flush=True)
-            except BaseException as e:  # noqa: BLE001
-                print("child:", type(e).__name__, e, flush=True)
-                code = 4
-            os._exit(code)
-        _pid, status = os.waitpid(pid, 0)
-    code = os.waitstatus_to_exitcode(status)
-    how = signal.Signals(-code).name if code < 0 else code
-    print("child exit:", how)
-    assert code == 0, f"the forked child ended with {how}"
+        code = _in_forked_child(lambda: lists_or_refuses(b))
+    assert code == 0, f"the forked child ended with {_how(code)}"
