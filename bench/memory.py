@@ -24,7 +24,6 @@ May import: the standard library, ``bench`` (report, scale).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import shutil
 import subprocess
 import tempfile
@@ -190,28 +189,14 @@ def main(argv: list[str] | None = None, measure_size: Callable[..., Any] = measu
     ap.add_argument("--no-docs", action="store_true", help="do not write docs/scale.md")
     args = ap.parse_args(argv)
     sizes = sorted(int(float(s)) for s in args.sizes.split(","))
-    started, load_start = dt.datetime.now(dt.UTC), report.load_average()
-    t0 = time.monotonic()
+    clock = report.RunClock()
     work = Path(tempfile.mkdtemp(prefix="bundlefs-bench-memory.", dir=args.workdir or "/var/tmp"))
     try:
         measured = {str(n): measure_size(n, work) for n in sizes}
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    results = {
-        "sizes": measured,
-        "meta": {
-            "started": started.strftime("%Y-%m-%d %H:%M UTC"),
-            "minutes": (time.monotonic() - t0) / 60,
-            "git_head": report.git_head(),
-            "load_start": load_start,
-            "load_end": report.load_average(),
-        },
-    }
-    text = render(results)
-    report.publish("memory", results, text, docs=False)
-    if not args.no_docs:
-        report.write_section(text, DOC)
-        log(f"wrote the section to {DOC}")
+    results = {"sizes": measured, "meta": clock.meta()}
+    report.publish("memory", results, render(results), docs=not args.no_docs, section=DOC)
     return 0
 
 

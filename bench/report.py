@@ -537,9 +537,33 @@ def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def publish(name: str, results: dict[str, Any], text: str, *, docs: bool = True) -> Path:
+class RunClock:
+    """When a benchmark run started, for its results' ``meta``: made at the start, asked at the
+    end (``meta``)."""
+
+    def __init__(self) -> None:
+        self.started = dt.datetime.now(dt.UTC)
+        self.t0 = time.monotonic()
+        self.load_start = load_average()
+
+    def meta(self, **extra: object) -> dict[str, object]:
+        """``started``, ``minutes``, ``git_head``, the load at both ends, and ``extra``."""
+        return {
+            "started": self.started.strftime("%Y-%m-%d %H:%M UTC"),
+            "minutes": (time.monotonic() - self.t0) / 60,
+            "git_head": git_head(),
+            "load_start": self.load_start,
+            "load_end": load_average(),
+            **extra,
+        }
+
+
+def publish(
+    name: str, results: dict[str, Any], text: str, *, docs: bool = True, section: Path | None = None
+) -> Path:
     """What every part's ``main`` ends with: ``results`` as ``bench-results/NAME-STAMP.json``,
-    ``text`` on stdout and, with ``docs``, as its section of docs/benchmarks.md."""
+    ``text`` on stdout and, with ``docs``, as its section of docs/benchmarks.md (or of
+    ``section``, another document)."""
     out_dir = REPO / "bench-results"
     out_dir.mkdir(exist_ok=True)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
@@ -547,8 +571,9 @@ def publish(name: str, results: dict[str, Any], text: str, *, docs: bool = True)
     path.write_text(json.dumps(results, indent=2))
     print(text, flush=True)
     if docs:
-        write_section(text, REPO / "docs" / "benchmarks.md")
-        print(f"wrote the section to docs/benchmarks.md ({path.name} beside it)", file=sys.stderr)
+        doc = section or REPO / "docs" / "benchmarks.md"
+        write_section(text, doc)
+        print(f"wrote the section to {doc} ({path.name} in bench-results)", file=sys.stderr)
     return path
 
 

@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     args.workdir.mkdir(parents=True, exist_ok=True)
     preflight(args.workdir)
-    load_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    load_start = report.load_average()
     # The bundlefs under test: a snapshot of a commit, or the work tree (marked when it differs
     # from HEAD: the package may be mid-edit while the bench runs).
     bundlefs_source: Path | None = None
@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
             "duration_s": time.perf_counter() - t_start,
             "machine": machine_info(),
             "load_start": load_start,
-            "load_end": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+            "load_end": report.load_average(),
             "scale": args.scale,
             "rounds": args.rounds,
             "pack_rounds": args.pack_rounds,

@@ -24,7 +24,6 @@ May import: the standard library, ``bench`` (report, scale, object_store) and ``
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import shutil
 import subprocess
@@ -279,8 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-docs", action="store_true", help="do not write docs/scale.md")
     args = ap.parse_args(argv)
     sizes = sorted(int(float(s)) for s in args.sizes.split(","))
-    started, load_start = dt.datetime.now(dt.UTC), report.load_average()
-    t0 = time.monotonic()
+    clock = report.RunClock()
     work = Path(tempfile.mkdtemp(prefix="bundlefs-bench-s3open.", dir=args.workdir or "/var/tmp"))
     server = S3Server(work / "moto.log")
     try:
@@ -289,22 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
-    results = {
-        "sizes": measured,
-        "meta": {
-            "started": started.strftime("%Y-%m-%d %H:%M UTC"),
-            "minutes": (time.monotonic() - t0) / 60,
-            "git_head": report.git_head(),
-            "load_start": load_start,
-            "load_end": report.load_average(),
-            "rounds": args.rounds,
-        },
-    }
-    text = render(results)
-    report.publish("s3open", results, text, docs=False)
-    if not args.no_docs:
-        report.write_section(text, DOC)
-        log(f"wrote the section to {DOC}")
+    results = {"sizes": measured, "meta": clock.meta(rounds=args.rounds)}
+    report.publish("s3open", results, render(results), docs=not args.no_docs, section=DOC)
     return 0
 
 

@@ -952,7 +952,7 @@ def main(argv: list[str] | None = None) -> int:
     _apt_ensure({"sqfstar": "squashfs-tools", "squashfuse_ll": "squashfuse"}, log)
     started = dt.datetime.now(dt.UTC)
     t0 = time.perf_counter()
-    load_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    load_start = report.load_average()
     results: dict[str, Any] = {"sizes": {}}
     try:
         for files in args.sizes:
@@ -970,7 +970,7 @@ def main(argv: list[str] | None = None) -> int:
         "minutes": (time.perf_counter() - t0) / 60,
         "machine": run.machine_info(),
         "load_start": load_start,
-        "load_end": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "load_end": report.load_average(),
         "git_head": run._cmd_output(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]),
         "rounds": args.rounds,
         "stats": args.stats,
