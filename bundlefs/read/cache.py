@@ -62,10 +62,12 @@ class RecordCache:
         """Whether ``key`` is held, without counting a hit or a miss or refreshing it."""
         return key in self._items
 
-    def get(self, key: Hashable) -> bytes | None:
+    def get(self, key: Hashable, min_size: int = 0) -> bytes | None:
+        """The value held for ``key``, or None; one shorter than ``min_size`` (a record's prefix
+        where the caller needs more of it) counts as a miss."""
         with self._lock:
             value = self._items.get(key)
-            if value is None:
+            if value is None or len(value) < min_size:
                 self.misses += 1
                 return None
             self._items.move_to_end(key)

@@ -59,6 +59,9 @@ class ContentReader:
         self.reads_may_stall = shards.reads_may_stall  # a miss may wait on a network
         self._inflight: dict[tuple[int, int], threading.Event] = {}
         self._inflight_lock = threading.Lock()
+        # (shard, stream offset) where the last whole-file read ended: a read from the start
+        # of the stream counts as in order.
+        self._last_whole_read = (0, 0)
 
     def forked(self) -> None:
         """In a child after ``fork()`` (data-loader workers): the loads other threads had in
@@ -83,13 +86,23 @@ class ContentReader:
 
     # -- reading -----------------------------------------------------------------------------------
 
-    def _load(self, record: fmt.Record, nowait: bool = False) -> bytes:
-        """A record's bytes from the cache, or loaded once even when several threads ask."""
+    def _load(self, record: fmt.Record, nowait: bool = False, need: int | None = None) -> bytes:
+        """A record's bytes from the cache, or loaded once even when several threads ask.
+
+        With ``need``, only the record's first ``need`` bytes are wanted: a record not cached
+        may be decompressed only that far, and that prefix is what the cache then holds. A
+        cached prefix too short for a later read is replaced by the whole record, so a record is
+        decompressed at most once more than before (``need``: only whole-file reads, below).
+        """
         key = (record.shard, record.offset)
+        want = record.length if need is None else need
+        upto = need
         while True:
-            data = self.cache.get(key)
+            data = self.cache.get(key, want)
             if data is not None:
                 return data
+            if key in self.cache:
+                upto = None  # a prefix is cached but too short: the whole record this time
             with self._inflight_lock:
                 waiter = self._inflight.get(key)
                 if waiter is None:
@@ -100,7 +113,7 @@ class ContentReader:
                 waiter.wait()
                 continue  # the loader has cached it (or failed: then we try ourselves)
             try:
-                data = self._shards.load(record, nowait=nowait)
+                data = self._shards.load(record, nowait=nowait, upto=upto)
                 self.cache.put(key, data)
                 return data
             finally:
@@ -244,9 +257,29 @@ class ContentReader:
                 # read directly instead of the whole record (4.6 KB: ~9 µs, not ~124 µs).
                 return self._shards.read_raw(record, pos, take, nowait=nowait)
         else:
-            data = self._load(record, nowait)
+            data = self._load(
+                record, nowait, self._prefix_needed(record, pos, take) if whole else None
+            )
         start = pos - record.offset
         return data[start : start + take]  # the record itself when it is all of it: no copy
+
+    def _prefix_needed(self, record: fmt.Record, pos: int, take: int) -> int | None:
+        """How much of ``record`` a whole-file read of stream bytes ``pos … pos+take`` needs
+        decompressed: up to the file's end, or None (all of it) where whole-file reads go
+        through the stream in order (cp -r, tar, iter_files), whose next file wants the rest.
+
+        A small file lies on average halfway into its 256 KiB record, and where reads jump about
+        a dataset larger than the cache (a training epoch), the rest of the record is rarely
+        read before it is evicted. In order is told by where the previous whole-file read ended:
+        at most a record before this file, or inside it (the same read again, or one read by
+        another worker in between). Shared by threads without a lock: a lost update only
+        decompresses one record more or less than it might.
+        """
+        shard, end = self._last_whole_read
+        self._last_whole_read = (record.shard, pos + take)
+        if shard == record.shard and pos - self._record_size <= end <= pos + take:
+            return None
+        return pos - record.offset + take
 
     def _fill(
         self, view: memoryview, record: fmt.Record, pos: int, whole: bool, nowait: bool
@@ -254,15 +287,21 @@ class ContentReader:
         """Fill ``view`` with the stream bytes from ``pos``, all inside ``record``."""
         covered = pos == record.offset and len(view) == record.length
         unchecked = whole and self._raw_slices  # the file CRC alone may vouch for the bytes
-        if (
-            record.flags & fmt.RECORD_RAW
-            and (unchecked or covered)
-            and (record.shard, record.offset) not in self.cache
-        ):
-            # Straight into the reply, checked by the file's CRC (whole) or the record's own, and
-            # not cached: a read that covers whole records is a large sequential one, which the
-            # kernel's page cache keeps. Measured on a cold 64 MiB file through the mount (dd,
-            # 1 MiB READs): 45,000 -> 23,000 page faults in the daemon, 249-268 -> 491 MB/s.
-            self._shards.read_raw_into(record, pos, view, nowait=nowait, check_record=not unchecked)
-            return
+        if (record.shard, record.offset) not in self.cache:
+            if record.flags & fmt.RECORD_RAW and (unchecked or covered):
+                # Straight into the reply, checked by the file's CRC (whole) or the record's own,
+                # and not cached: a read that covers whole records is a large sequential one,
+                # which the kernel's page cache keeps. Measured on a cold 64 MiB file through the
+                # mount (dd, 1 MiB READs): 45,000 -> 23,000 page faults in the daemon, 249-268 ->
+                # 491 MB/s.
+                self._shards.read_raw_into(
+                    record, pos, view, nowait=nowait, check_record=not unchecked
+                )
+                return
+            if covered:
+                # The same for a compressed record: decompressed straight into the reply, not
+                # copied out of a bytes object, and not cached (docs/performance.md, "Large
+                # files": a cold 512 MiB text file with one worker 440-500 -> 815-840 MB/s).
+                self._shards.load_into(record, view, nowait=nowait)
+                return
         view[:] = self._record_slice(record, pos, len(view), whole, nowait)

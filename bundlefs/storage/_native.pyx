@@ -1,6 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The daemon's hottest index steps in C: a plain file's entry decode (versions 3 to 6), a binary
-search of a directory's names, a record lookup. Compiled by setup.py as ``bundlefs.storage._native``
+"""The daemon's hottest read steps in C: a plain file's entry decode (versions 3 to 6), a binary
+search of a directory's names, a record lookup, and lz4 decompression into a buffer of ours
+(straight into the bytes returned or a reply, or only up to a prefix). Compiled by setup.py as ``bundlefs.storage._native``
 and reached only through ``bundlefs.storage.native``, which checks that this build matches this
 source (the build defines ``BUNDLEFS_NATIVE_SHA256``, the SHA-256 of this file).
 
@@ -398,3 +399,77 @@ def tree_page(page_type, bytes page, unsigned long long pgno, unsigned long long
         elif at + dsize > size:
             return None
     return page_type(leaf, keys, children, overflow, [])
+
+
+# -- lz4 into a buffer of ours ---------------------------------------------------------------------
+# python-lz4 decompresses into a scratch buffer and copies it into the bytes it returns, and it
+# cannot stop at a prefix. The lz4 it carries exports the library's stable block API, so the
+# functions are taken from the very module python-lz4 loaded (bind_lz4), not linked at build
+# time: no lz4 headers or library are needed to build this, and both lz4 calls read the same lz4.
+
+cdef extern from "<dlfcn.h>" nogil:
+    void *dlopen(const char *filename, int flags)
+    void *dlsym(void *handle, const char *symbol)
+    int RTLD_NOW
+    int RTLD_NOLOAD
+
+ctypedef int (*lz4_safe_t)(const char *src, char *dst, int src_size, int dst_capacity) noexcept nogil
+ctypedef int (*lz4_partial_t)(const char *src, char *dst, int src_size, int target_size,
+                              int dst_capacity) noexcept nogil
+
+cdef lz4_safe_t _lz4_safe = NULL
+cdef lz4_partial_t _lz4_partial = NULL
+
+
+def bind_lz4(bytes library):
+    """Take lz4's ``LZ4_decompress_safe`` and ``LZ4_decompress_safe_partial`` from ``library``
+    (python-lz4's compiled module, already loaded); whether both were found."""
+    global _lz4_safe, _lz4_partial
+    cdef void *handle = dlopen(PyBytes_AS_STRING(library), RTLD_NOW | RTLD_NOLOAD)
+    if handle == NULL:
+        return False
+    cdef void *safe = dlsym(handle, b"LZ4_decompress_safe")
+    cdef void *partial = dlsym(handle, b"LZ4_decompress_safe_partial")
+    if safe == NULL or partial == NULL:
+        return False
+    _lz4_safe, _lz4_partial = <lz4_safe_t>safe, <lz4_partial_t>partial
+    return True
+
+
+def lz4_decompress(bytes stored, Py_ssize_t length, Py_ssize_t upto):
+    """The lz4 block ``stored`` of ``length`` bytes decompressed, as new bytes: all of it
+    (checked to be exactly ``length``) when ``upto >= length``, else exactly its first ``upto``
+    bytes, decoding no further; None where lz4 finds the block malformed or shorter than that
+    (the caller reports the record)."""
+    cdef Py_ssize_t size = PyBytes_GET_SIZE(stored)
+    cdef const char *src = PyBytes_AS_STRING(stored)
+    cdef int n
+    if _lz4_safe == NULL or length <= 0 or length > 0x7FFFFFFF or size > 0x7FFFFFFF or upto <= 0:
+        return None
+    cdef Py_ssize_t want = length if upto >= length else upto
+    out = PyBytes_FromStringAndSize(NULL, want)
+    cdef char *dst = PyBytes_AS_STRING(out)
+    if want == length:
+        with nogil:
+            n = _lz4_safe(src, dst, <int>size, <int>length)
+    else:
+        # A destination of exactly ``want`` bytes: lz4 (1.9 and later) stops there, and no
+        # version writes past it (the "safe" guarantee); one that cannot stop there fails, and
+        # the caller decompresses the whole record instead.
+        with nogil:
+            n = _lz4_partial(src, dst, <int>size, <int>want, <int>want)
+    return out if n == want else None
+
+
+def lz4_decompress_into(bytes stored, unsigned char[::1] view):
+    """Decompress the lz4 block ``stored`` into ``view``, which it must fill exactly; whether it
+    did (False: malformed, or another length)."""
+    cdef Py_ssize_t size = PyBytes_GET_SIZE(stored)
+    cdef const char *src = PyBytes_AS_STRING(stored)
+    cdef Py_ssize_t length = view.shape[0]
+    cdef int n
+    if _lz4_safe == NULL or length <= 0 or length > 0x7FFFFFFF or size > 0x7FFFFFFF:
+        return False
+    with nogil:
+        n = _lz4_safe(src, <char *>&view[0], <int>size, <int>length)
+    return n == length

@@ -1,6 +1,7 @@
-"""Which implementation of the index's hottest steps this process runs: the compiled
+"""Which implementation of the hottest read steps this process runs: the compiled
 ``bundlefs.storage._native`` (``_native.pyx``: a plain file's entry decode, a directory's binary
-search, a record lookup) where it is built and current, else ``None`` and the pure-Python code.
+search, a record lookup, lz4 into a buffer of ours) where it is built and current, else ``None``
+and the pure-Python code.
 
 The compiled module has a name no ``.py`` file has, so it never shadows Python source; and a
 stale build cannot serve silently: it carries the SHA-256 of the ``.pyx`` it was built from, and
@@ -11,7 +12,7 @@ the Python path passes and ``None`` otherwise, so the functions below (what ``In
 ``IndexPageGuard`` call) fall back to the Python path, which decodes the rest and raises the same
 errors as without it.
 
-May import: the standard library, ``lmdb``, ``bundlefs.core``, ``bundlefs.errors``,
+May import: the standard library, ``lmdb``, ``lz4``, ``bundlefs.core``, ``bundlefs.errors``,
 ``bundlefs.storage._native``.
 """
 
@@ -27,6 +28,7 @@ from types import ModuleType
 from typing import Any
 
 import lmdb
+import lz4.block
 
 from bundlefs.core import format as fmt
 from bundlefs.core.format import pages as lp
@@ -61,6 +63,34 @@ def _load() -> tuple[ModuleType | None, str]:
 
 
 module, status = _load()
+
+
+def _bind_lz4() -> bool:
+    """Point the compiled lz4 steps at the lz4 that python-lz4 carries (its compiled module,
+    loaded by the import above); False where that module cannot be found or lacks them."""
+    library = getattr(getattr(lz4.block, "_block", None), "__file__", None)
+    if module is None or not library:
+        return False
+    return bool(module.bind_lz4(os.fsencode(library)))
+
+
+lz4_compiled = _bind_lz4()
+if module is not None and not lz4_compiled:  # the index steps run compiled, lz4 as before
+    status = "compiled; lz4 through python-lz4 (its module exports no lz4 block API)"
+
+
+def lz4_decompress(stored: bytes, length: int, upto: int) -> bytes | None:
+    """The first ``upto`` or more of the ``length`` bytes the lz4 block ``stored`` holds (all,
+    exactly ``length``, when ``upto >= length``), decompressed straight into the bytes returned;
+    None where the compiled step is not here or lz4 finds the block malformed or short (the
+    caller then decompresses with python-lz4, which reports it)."""
+    return module.lz4_decompress(stored, length, upto) if lz4_compiled else None  # type: ignore[union-attr]
+
+
+def lz4_decompress_into(stored: bytes, view: memoryview) -> bool:
+    """Decompress the lz4 block ``stored`` into ``view``, which it fills exactly; False where the
+    compiled step is not here or the block does not fill it (the caller takes the other path)."""
+    return bool(module.lz4_decompress_into(stored, view)) if lz4_compiled else False  # type: ignore[union-attr]
 
 
 def decode_entry(ino: int, value: bytes, version: int) -> fmt.Entry:

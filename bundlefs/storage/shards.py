@@ -6,8 +6,8 @@ CRC32C before decompressing, and decompression is bounded by the length the inde
 forged length cannot make a reader allocate more than ``record_size`` (storage/codec.py). The write
 half is storage/shard_writer.py.
 
-May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.codec``,
-``bundlefs.storage.store``.
+May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.native``,
+``bundlefs.storage.codec``, ``bundlefs.storage.store``.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from bundlefs.errors import (
     UnsupportedVersionError,
     WouldBlock,
 )
+from bundlefs.storage import native
 from bundlefs.storage.codec import decode_record_payload
 from bundlefs.storage.store import ShardStore
 
@@ -147,11 +148,8 @@ class ShardSet:
             raise _truncated(record)
         return data
 
-    def load(self, record: fmt.Record, *, nowait: bool = False) -> bytes:
-        """The record's uncompressed bytes, checksum verified.
-
-        With ``nowait``, raise ``WouldBlock`` instead of waiting for the disk.
-        """
+    def _stored(self, record: fmt.Record, nowait: bool) -> bytes:
+        """The record's stored bytes, its CRC verified (b"" for a ZEROS record)."""
         stored = b""
         if not record.flags & fmt.RECORD_ZEROS:
             stored = self._pread(record, record.stored_length, record.stored_offset, nowait)
@@ -165,13 +163,38 @@ class ShardSet:
             raise CorruptDataError(
                 "record fails its checksum", shard=record.shard, record=record.offset
             )
-        if record.flags & (fmt.RECORD_ZEROS | fmt.RECORD_RAW):
-            return decode_record_payload(record, stored)
+        return stored
+
+    def _codec(self, record: fmt.Record) -> int:
         codec = self._codecs.get(record.shard)
         if codec is None:  # a ZEROS record needs no read, so its shard may not be named yet
             self._name(record.shard)
             codec = self._codecs[record.shard]
-        return decode_record_payload(record, stored, codec)
+        return codec
+
+    def load(self, record: fmt.Record, *, nowait: bool = False, upto: int | None = None) -> bytes:
+        """The record's uncompressed bytes, checksum verified; with ``upto``, perhaps only the
+        first ``upto`` of them (an lz4 record decompressed no further: codec.py).
+
+        With ``nowait``, raise ``WouldBlock`` instead of waiting for the disk.
+        """
+        stored = self._stored(record, nowait)
+        if record.flags & (fmt.RECORD_ZEROS | fmt.RECORD_RAW):
+            return decode_record_payload(record, stored)
+        return decode_record_payload(record, stored, self._codec(record), upto)
+
+    def load_into(self, record: fmt.Record, view: memoryview, *, nowait: bool = False) -> None:
+        """The record's uncompressed bytes, checksum verified, written into ``view`` (exactly
+        the record's length): an lz4 record is decompressed straight into it where the compiled
+        step is built, sparing the copy out of a bytes object."""
+        stored = self._stored(record, nowait)
+        if record.flags & (fmt.RECORD_ZEROS | fmt.RECORD_RAW):
+            view[:] = decode_record_payload(record, stored)
+            return
+        codec = self._codec(record)
+        if codec == fmt.COMPRESSION_LZ4 and native.lz4_decompress_into(stored, view):
+            return
+        view[:] = decode_record_payload(record, stored, codec)  # which reports a bad block
 
     def read_raw(
         self, record: fmt.Record, start: int, length: int, *, nowait: bool = False

@@ -581,11 +581,11 @@ def test_a_forked_child_reads_a_record_another_parent_thread_was_loading(
         real_load = b._parts.shards.load
         parent_loader: list[threading.Thread] = []
 
-        def stalled_load(record, *, nowait=False):
+        def stalled_load(record, **options):
             if parent_loader and threading.current_thread() is parent_loader[0]:
                 loading.set()
                 release.wait(30)
-            return real_load(record, nowait=nowait)
+            return real_load(record, **options)
 
         b._parts.shards.load = stalled_load
         parent_loader.append(threading.Thread(target=b.content.read_at, args=(entry, 1, 100)))
