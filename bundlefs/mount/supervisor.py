@@ -45,12 +45,34 @@ if TYPE_CHECKING:
 log = logging.getLogger("bundlefs")
 
 _SIGNALS = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1}
+# SIGALRM is the supervisor's own timer: how a wait for the signals above times out.
+_WAITED = _SIGNALS | {signal.SIGALRM}
+IDLE_WAIT = 5.0  # seconds the supervisor waits for a signal before looking at the clock again
 _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 STOP_GRACE = 10.0  # seconds a stopping worker gets to finish its requests before SIGKILL
 # A worker that keeps dying is a bug or a broken machine, not bad luck: after this many deaths
 # within the window the mount stops instead of restarting forever.
 RESTART_LIMIT = 10
 RESTART_WINDOW = 60.0
+
+
+def _wait_for_signal(timeout: float) -> int | None:
+    """The next of ``_SIGNALS`` to arrive (they are blocked) within ``timeout`` seconds, or None.
+
+    Not ``signal.sigtimedwait``: where its wait is interrupted (EINTR: the process stopped and
+    continued, as by Ctrl-Z, a cgroup freeze, or a debugger, strace or py-spy attaching) and the
+    time is up by then, CPython 3.11 returns a siginfo it never filled in. Seen: si_signo 1
+    (SIGHUP: the supervisor stopped the mount) and 43126496 (it failed, and the mount with it).
+    Here a one-shot timer's SIGALRM is the timeout, and ``sigwaitinfo`` retries an interrupted
+    wait by itself (PEP 475). A SIGALRM still pending from an earlier timer only ends one wait
+    early.
+    """
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        signo = signal.sigwaitinfo(_WAITED).si_signo
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    return None if signo == signal.SIGALRM else signo
 
 
 class Supervisor:
@@ -90,7 +112,7 @@ class Supervisor:
 
     def run(self, on_started: Callable[[], None]) -> int:
         """Fork the workers, call ``on_started`` (readiness), then supervise until the end."""
-        signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+        signal.pthread_sigmask(signal.SIG_BLOCK, _WAITED)
         for slot in range(self.counters.workers):
             self._start(slot)
         log.info(
@@ -100,18 +122,20 @@ class Supervisor:
         )
         on_started()
         while self._children:
-            timeout = max(0.05, self._stop_deadline - time.monotonic()) if self._stopping else 5.0
-            info = signal.sigtimedwait(_SIGNALS, timeout)
-            if info is None:
+            timeout = (
+                max(0.05, self._stop_deadline - time.monotonic()) if self._stopping else IDLE_WAIT
+            )
+            signo = _wait_for_signal(timeout)
+            if signo is None:
                 if self._stopping and time.monotonic() >= self._stop_deadline:
                     self._kill_all(signal.SIGKILL)
                 continue
-            if info.si_signo == signal.SIGCHLD:
+            if signo == signal.SIGCHLD:
                 self._reap()
-            elif info.si_signo == signal.SIGUSR1:
+            elif signo == signal.SIGUSR1:
                 log.info("stats %s", json.dumps(self.ops.stats(), sort_keys=True))
             else:
-                self.stop(f"received {signal.Signals(info.si_signo).name}")
+                self.stop(f"received {signal.Signals(signo).name}")
         return self._exit_code
 
     def stop(self, reason: str, code: int = 0) -> None:
@@ -188,7 +212,7 @@ class Supervisor:
                 os._exit(code)  # whatever happens: a worker must never run the supervisor's code
 
     def _serve_as_worker(self, slot: int, supervisor: int) -> int:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _WAITED)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C: the supervisor decides
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         # SIGTERM, not SIGKILL: a worker whose supervisor was killed unmounts (below) instead of

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from bundlefs import PackOptions, pack
+from bundlefs.mount import supervisor
 from bundlefs.mount.kernel import no_open_unavailable
 from bundlefs.storage import native
 from tests.conftest import build_tree, pseudo_random_bytes
@@ -176,6 +177,27 @@ def test_no_worker_outlives_a_killed_supervisor(many_files, mount_bundle):
     assert wait_until(lambda: not any(alive(p) for p in workers))
     # The workers unmount when their supervisor dies (fusermount3's auto_unmount races here).
     assert wait_until(lambda: not is_mounted(m.mountpoint), timeout=30), _fuse_holders()
+
+
+def test_a_supervisor_stopped_past_its_wait_then_continued_keeps_the_mount(
+    many_files, mount_bundle
+):
+    # Ctrl-Z, a cgroup freeze, or a debugger or py-spy attaching interrupt the supervisor's wait
+    # for signals; a wait whose time ran out meanwhile once came back with a siginfo CPython never
+    # filled in, and the supervisor stopped the mount (as if sent SIGHUP) or failed.
+    src, bundle = many_files
+    m = mount_bundle(bundle, "--workers", "2")
+    workers = {w["pid"] for w in stats(m.mountpoint)["worker_processes"]}
+    m.process.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(supervisor.IDLE_WAIT + 1.0)
+    finally:
+        m.process.send_signal(signal.SIGCONT)
+    time.sleep(1.0)  # what the supervisor would have done by now
+    assert m.process.poll() is None and is_mounted(m.mountpoint)
+    subprocess.run(["diff", "-r", str(src), str(m.mountpoint)], check=True, timeout=120)
+    assert {w["pid"] for w in stats(m.mountpoint)["worker_processes"]} == workers
+    assert "stopping" not in m.log_text()
 
 
 def test_the_open_path_is_served_by_one_process_and_says_why(many_files, mount_bundle):
