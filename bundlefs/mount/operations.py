@@ -147,6 +147,9 @@ class BundleOperations(ReadOnlyOperations):
         # The patched pyfuse3 reads it at the handshake; a stock one always asks for READDIRPLUS.
         self.readdirplus = settings.readdirplus
         self._reply_batch = getattr(pyfuse3, "readdir_reply_batch", None)
+        # READDIRPLUS attributes built in C (the patched binding), where stored owners are shown
+        owners_stored = settings.uid is None and settings.gid is None
+        self._reply_stats = listing.stats_reply(self._stat_attributes) if owners_stored else None
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -300,7 +303,9 @@ class BundleOperations(ReadOnlyOperations):
         directory = self._entry(fh)
         if directory.is_dir and self._reply_batch and not pyfuse3.readdir_plus(token):
             return listing.reply_plain(self._tree, self._reply_batch, directory, start_id, token)
-        listing.reply_plus(self._tree, self._stat_attributes, directory, start_id, token)
+        listing.reply_plus(
+            self._tree, self._stat_attributes, directory, start_id, token, self._reply_stats
+        )
 
     @_handler
     def releasedir(self, fh: pyfuse3.FileHandleT) -> None:

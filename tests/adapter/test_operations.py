@@ -122,9 +122,9 @@ class Reply:
 
 
 class ReaddirRecorder:
-    """Stands in for ``pyfuse3.readdir_reply`` (READDIRPLUS, or any listing on a stock binding)
-    and ``readdir_reply_batch`` (a plain READDIR on the patched one): takes ``room`` entries a
-    request, then says full."""
+    """Stands in for ``pyfuse3.readdir_reply`` (any listing on a stock binding),
+    ``readdir_reply_stats`` (a READDIRPLUS on the patched one) and ``readdir_reply_batch`` (a
+    plain READDIR on the patched one): takes ``room`` entries a request, then says full."""
 
     def __init__(self) -> None:
         self.token = object()
@@ -144,8 +144,19 @@ class ReaddirRecorder:
         assert token is self.token
         return self.plus
 
+    def plain_batch(self, token, names, inodes, modes, next_id) -> int:
+        # ``readdir_reply_batch``: a plain READDIR on the patched binding
+        assert not self.plus
+        return self.batch(token, names, inodes, modes, next_id)
+
+    def stats(self, token, names, stats, template, next_id) -> int:
+        # ``readdir_reply_stats``: a READDIRPLUS on the patched binding, attributes in batches
+        assert token is self.token and self.plus
+        assert len(names) == len(stats) > 0 and template.entry_timeout > 0
+        return self.batch(token, names, [s[0] for s in stats], [s[1] for s in stats], next_id)
+
     def batch(self, token, names, inodes, modes, next_id) -> int:
-        assert token is self.token and not self.plus
+        assert token is self.token
         assert len(names) == len(inodes) == len(modes) > 0
         for i, entry in enumerate(zip(names, inodes, modes, strict=True)):
             if self.room is not None and len(self.accepted) >= self.room:
@@ -166,7 +177,9 @@ def readdir(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     async def _readdir(ops, fh, start_id=0, room=None) -> list[Reply]:
         recorder.accepted = []
         recorder.room = room
-        ops._reply_batch = None if request.param == "stock" else recorder.batch
+        ops._reply_batch = None if request.param == "stock" else recorder.plain_batch
+        template = ops._stat_attributes((0, 0, 1, 0, 0, 0, 0, 0))
+        ops._reply_stats = None if request.param == "stock" else (recorder.stats, template)
         await ops.readdir(fh, start_id, recorder.token)
         return recorder.accepted
 
