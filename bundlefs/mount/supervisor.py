@@ -126,9 +126,9 @@ class Supervisor:
                 max(0.05, self._stop_deadline - time.monotonic()) if self._stopping else IDLE_WAIT
             )
             signo = _wait_for_signal(timeout)
+            if self._stopping and time.monotonic() >= self._stop_deadline:
+                self._kill_all(signal.SIGKILL)  # after any wake: signals may come faster
             if signo is None:
-                if self._stopping and time.monotonic() >= self._stop_deadline:
-                    self._kill_all(signal.SIGKILL)
                 continue
             if signo == signal.SIGCHLD:
                 self._reap()

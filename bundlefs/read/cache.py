@@ -89,6 +89,12 @@ class RecordCache:
                 self._size -= len(evicted)
                 self.evictions += 1
 
+    def count_loaded(self, size: int) -> None:
+        """Count ``size`` bytes loaded (decompressed) but not kept: a record read straight into
+        a reply (``bytes_loaded`` is the mount's ``bytes_decompressed``)."""
+        with self._lock:
+            self.bytes_loaded += size
+
     def forked(self) -> None:
         """In a child after ``fork()``: a lock another thread held then would stay held here."""
         self._lock = threading.Lock()

@@ -113,8 +113,11 @@ class ContentReader:
                 waiter.wait()
                 continue  # the loader has cached it (or failed: then we try ourselves)
             try:
-                data = self._shards.load(record, nowait=nowait, upto=upto)
-                self.cache.put(key, data)
+                # Another thread may have cached the record between our miss and our claim.
+                data = self.cache.get(key, want) if key in self.cache else None
+                if data is None:
+                    data = self._shards.load(record, nowait=nowait, upto=upto)
+                    self.cache.put(key, data)
                 return data
             finally:
                 with self._inflight_lock:
@@ -257,9 +260,13 @@ class ContentReader:
                 # read directly instead of the whole record (4.6 KB: ~9 µs, not ~124 µs).
                 return self._shards.read_raw(record, pos, take, nowait=nowait)
         else:
-            data = self._load(
-                record, nowait, self._prefix_needed(record, pos, take) if whole else None
-            )
+            if whole:
+                data = self._load(record, nowait, self._prefix_needed(record, pos, take))
+                # Only once loaded: a nowait attempt that raised WouldBlock is tried again, and
+                # must then decide the same.
+                self._last_whole_read = (record.shard, pos + take)
+            else:
+                data = self._load(record, nowait)
         start = pos - record.offset
         return data[start : start + take]  # the record itself when it is all of it: no copy
 
@@ -276,7 +283,6 @@ class ContentReader:
         decompresses one record more or less than it might.
         """
         shard, end = self._last_whole_read
-        self._last_whole_read = (record.shard, pos + take)
         if shard == record.shard and pos - self._record_size <= end <= pos + take:
             return None
         return pos - record.offset + take
@@ -303,5 +309,6 @@ class ContentReader:
                 # copied out of a bytes object, and not cached (docs/performance.md, "lz4 into
                 # buffers of ours": a cold 512 MiB text file, 1 worker, 306 -> 632 MB/s).
                 self._shards.load_into(record, view, nowait=nowait)
+                self.cache.count_loaded(record.length)  # decompressed, if not cached
                 return
         view[:] = self._record_slice(record, pos, len(view), whole, nowait)

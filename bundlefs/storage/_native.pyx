@@ -417,6 +417,8 @@ ctypedef int (*lz4_safe_t)(const char *src, char *dst, int src_size, int dst_cap
 ctypedef int (*lz4_partial_t)(const char *src, char *dst, int src_size, int target_size,
                               int dst_capacity) noexcept nogil
 
+ctypedef int (*lz4_version_t)() noexcept nogil
+
 cdef lz4_safe_t _lz4_safe = NULL
 cdef lz4_partial_t _lz4_partial = NULL
 
@@ -430,23 +432,28 @@ def bind_lz4(bytes library):
         return False
     cdef void *safe = dlsym(handle, b"LZ4_decompress_safe")
     cdef void *partial = dlsym(handle, b"LZ4_decompress_safe_partial")
-    if safe == NULL or partial == NULL:
+    cdef void *version = dlsym(handle, b"LZ4_versionNumber")
+    if safe == NULL or partial == NULL or version == NULL:
         return False
+    # lz4 before 1.9.2 could read out of bounds in a partial decode (its changelog): the whole
+    # record always, then, a prefix never (a system lz4 a python-lz4 build links to may be old).
+    if (<lz4_version_t>version)() < 10902:
+        partial = NULL
     _lz4_safe, _lz4_partial = <lz4_safe_t>safe, <lz4_partial_t>partial
     return True
 
 
-def lz4_decompress(bytes stored, Py_ssize_t length, Py_ssize_t upto):
+def lz4_decompress(bytes stored not None, Py_ssize_t length, Py_ssize_t upto):
     """The lz4 block ``stored`` of ``length`` bytes decompressed, as new bytes: all of it
-    (checked to be exactly ``length``) when ``upto >= length``, else exactly its first ``upto``
-    bytes, decoding no further; None where lz4 finds the block malformed or shorter than that
+    (checked to be exactly ``length``) when ``upto >= length`` or the lz4 is older than 1.9.2,
+    else exactly its first ``upto`` bytes, decoding no further; None where lz4 finds the block malformed or shorter than that
     (the caller reports the record)."""
     cdef Py_ssize_t size = PyBytes_GET_SIZE(stored)
     cdef const char *src = PyBytes_AS_STRING(stored)
     cdef int n
     if _lz4_safe == NULL or length <= 0 or length > 0x7FFFFFFF or size > 0x7FFFFFFF or upto <= 0:
         return None
-    cdef Py_ssize_t want = length if upto >= length else upto
+    cdef Py_ssize_t want = length if upto >= length or _lz4_partial == NULL else upto
     out = PyBytes_FromStringAndSize(NULL, want)
     cdef char *dst = PyBytes_AS_STRING(out)
     if want == length:
@@ -461,7 +468,7 @@ def lz4_decompress(bytes stored, Py_ssize_t length, Py_ssize_t upto):
     return out if n == want else None
 
 
-def lz4_decompress_into(bytes stored, unsigned char[::1] view):
+def lz4_decompress_into(bytes stored not None, unsigned char[::1] view not None):
     """Decompress the lz4 block ``stored`` into ``view``, which it must fill exactly; whether it
     did (False: malformed, or another length)."""
     cdef Py_ssize_t size = PyBytes_GET_SIZE(stored)

@@ -84,13 +84,17 @@ def lz4_decompress(stored: bytes, length: int, upto: int) -> bytes | None:
     exactly ``length``, when ``upto >= length``), decompressed straight into the bytes returned;
     None where the compiled step is not here or lz4 finds the block malformed or short (the
     caller then decompresses with python-lz4, which reports it)."""
-    return module.lz4_decompress(stored, length, upto) if lz4_compiled else None  # type: ignore[union-attr]
+    if not lz4_compiled or type(stored) is not bytes:  # a store's other buffer: python-lz4
+        return None
+    return module.lz4_decompress(stored, length, upto)  # type: ignore[union-attr]
 
 
 def lz4_decompress_into(stored: bytes, view: memoryview) -> bool:
     """Decompress the lz4 block ``stored`` into ``view``, which it fills exactly; False where the
     compiled step is not here or the block does not fill it (the caller takes the other path)."""
-    return bool(module.lz4_decompress_into(stored, view)) if lz4_compiled else False  # type: ignore[union-attr]
+    if not lz4_compiled or type(stored) is not bytes:
+        return False
+    return bool(module.lz4_decompress_into(stored, view))  # type: ignore[union-attr]
 
 
 def decode_entry(ino: int, value: bytes, version: int) -> fmt.Entry:

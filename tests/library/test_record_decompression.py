@@ -17,7 +17,7 @@ import pytest
 
 from bundlefs import Bundle
 from bundlefs.core import format as fmt
-from bundlefs.errors import CorruptDataError
+from bundlefs.errors import CorruptDataError, WouldBlock
 from bundlefs.read.cache import RecordCache
 from bundlefs.storage import codec, native
 from tests.conftest import pseudo_random_bytes
@@ -132,6 +132,34 @@ def test_records_a_read_covers_whole_are_decompressed_into_it_and_not_cached(
     assert covered and all(_cached(bundle, r) is None for r in covered)
     # Reads that cover records only in part still go through the cache, and agree.
     assert bundle.content.read_at(entry, RECORD - 100, 300) == BIG[RECORD - 100 : RECORD + 200]
+
+
+def test_a_read_tried_again_after_would_block_decides_the_same(
+    bundle: Bundle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The mount tries a read without waiting first, then again in a thread: both attempts of a
+    # read out of order must ask for the same prefix (the first must not count as "read").
+    asked: list[tuple[bool, int | None]] = []
+    load = bundle.content._shards.load
+
+    def would_block_once(record, *, nowait=False, upto=None):
+        asked.append((nowait, upto))
+        if nowait:
+            raise WouldBlock
+        return load(record, nowait=nowait, upto=upto)
+
+    monkeypatch.setattr(bundle.content._shards, "load", would_block_once)
+    entry = bundle.resolve("a/f20.txt")
+    with pytest.raises(WouldBlock):
+        bundle.content.read_at(entry, 0, entry.size, nowait=True)
+    assert bundle.content.read_at(entry, 0, entry.size) == SMALL["f20.txt"]
+    (_, first), (_, again) = asked
+    assert first == again is not None and again < RECORD
+
+
+def test_records_decompressed_into_a_reply_are_counted(bundle: Bundle) -> None:
+    assert bundle.read("z/big.bin") == BIG
+    assert bundle.cache_stats().bytes_loaded >= len(BIG) - 2 * RECORD
 
 
 def test_without_the_compiled_step_the_same_bytes_and_whole_records(
