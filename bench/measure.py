@@ -84,10 +84,17 @@ class ReadResult:
     files: int
     bytes: int
     first_pass_bytes: int  # bytes of each reader's first pass over its share, summed
+    cpu_seconds: float = 0.0  # the readers' own CPU time while reading, summed (bench.reader)
 
     @property
     def files_per_s(self) -> float:
         return self.files / self.seconds if self.seconds > 0 else float("inf")
+
+    @property
+    def files_per_cpu_s(self) -> float:
+        """Files per second of the readers' own CPU time: what a loaded machine's other work
+        moves least (a reader preempted waits in wall time, not in CPU time)."""
+        return self.files / self.cpu_seconds if self.cpu_seconds > 0 else float("inf")
 
     @property
     def mb_per_s(self) -> float:
@@ -158,6 +165,7 @@ def run_readers(
         sum(o["files"] for o in outs),
         sum(o["bytes"] for o in outs),
         sum(o["first_pass_bytes"] for o in outs),
+        sum(o.get("cpu", 0.0) for o in outs),
     )
 
 

@@ -7,7 +7,9 @@ Protocol: the parent writes the relative paths to read (one per line) into ``--l
 worker prepares (imports, opens the bundle for ``--mode api``), prints ``ready``, waits for one
 line on stdin, reads its share of the list (``--start``/``--step``) whole-file, and prints one JSON
 line with ``CLOCK_MONOTONIC`` start and end times, which are comparable across processes, so the
-parent can take the wall time from the first start to the last end.
+parent can take the wall time from the first start to the last end, and the CPU time the reader
+spent between them (its own process: for ``api`` all of a read's work, for ``fs`` and ``pyopen``
+only the system calls' share, the daemon's is not in it).
 
 Modes: ``fs`` reads cat-style (``os.open``/``os.read``/``os.close``, nothing else reaches the
 file system); ``pyopen`` reads as most Python programs do, ``open(path, "rb").read()``, which
@@ -78,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     print("ready", flush=True)
     if not sys.stdin.readline():
         return 1
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), time.process_time()
     total = files = passes = first_pass_bytes = 0
     # Warm reads of a small sample can take a few milliseconds, too short to time reliably on a
     # noisy machine: repeat whole passes until --min-seconds (bounded by MAX_PASSES).
@@ -97,11 +99,13 @@ def main(argv: list[str] | None = None) -> int:
         t1 = time.monotonic()
         if t1 - t0 >= args.min_seconds or passes >= MAX_PASSES:
             break
+    cpu = time.process_time() - c0
     if bundle is not None:
         bundle.close()
     out = {
         "t0": t0,
         "t1": t1,
+        "cpu": cpu,
         "files": files,
         "bytes": total,
         "passes": passes,

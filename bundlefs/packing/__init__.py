@@ -8,7 +8,8 @@ Modules import one way, bottom first (a module imports only those on lines above
    ``user_data``
 2. ``options`` (the vocabulary: ``PackOptions``, ``PackProgress``, ``PackSummary``, the checks)
 3. ``sources.synthetic`` (an in-memory tree, the name rules), ``sources.streams`` (archive streams)
-4. ``content`` (file content into shards), then ``builder`` (entries into the index)
+4. ``content`` (file content into shards), ``copied`` (a delta pack's unchanged files' base
+   values, a run at a time), then ``builder`` (entries into the index)
 5. ``sources.archive``, ``sources.objects``, ``sources.stored`` (layers of stored bundles),
    ``sources.added`` (what a ``Writer`` is given)
 6. ``reuse`` (another bundle's shards in a new one), ``destination`` (check DEST; build, seal
@@ -23,7 +24,7 @@ Modules import one way, bottom first (a module imports only those on lines above
 
 As the layering test reads it (a sub-package is one child; ``sources`` orders its own inside):
 
-Order (bottom first): user_data | reuse, sources, options, content, builder, destination,
+Order (bottom first): user_data | reuse, sources, options, content | copied, builder, destination,
 compare | remote_base | strict, delta_base, delta, delta_sink | compact, packer | writer, merge,
 distributed
 

@@ -29,6 +29,7 @@ from bundlefs.core import integrity
 from bundlefs.core.content_types import ContentTypeRules
 from bundlefs.errors import PackError
 from bundlefs.packing.content import ContentWriter
+from bundlefs.packing.copied import CopiedFiles
 from bundlefs.packing.options import PackProgress, UserData
 from bundlefs.packing.sources.base import (
     CopiedRun,
@@ -217,47 +218,42 @@ class EntryBuilder:
     def _copied_run(self, run: CopiedRun, parent: int) -> tuple[int, int]:
         """A delta pack's unchanged files (a ``SourceItem.run``, or one ``SourceItem.reuse``),
         each put as its base's entry value when that is what its entry would encode to: the
-        same owner and content type indexes, no user data; in one loop (~1 µs a file less
-        than one call each). The others packed as any file, their content ``stored`` at the
-        base's place. Returns the files and bytes added."""
-        index, types, owners, rules = (
-            self.index,
-            self.content_types,
-            self.owners,
-            self.content_rules,
-        )
-        record, plain, ino = self.record_sources, self.user_data is None, self.next_ino
-        files = data_bytes = copied = copied_bytes = 0
+        same owner and content type indexes, no user data; in one loop, their values put a run
+        at a time (``CopiedFiles``). The others packed as any file, their content ``stored`` at
+        the base's place. Returns the files and bytes added."""
+        types, owners, rules = self.content_types, self.owners, self.content_rules
+        plain, ino, counts = self.user_data is None, self.next_ino, self.counts
+        files, data_bytes = counts.files, counts.data_bytes  # before the run
+        copied = CopiedFiles(self.index, self.record_sources, counts, self.progress)
+        values, stats = copied.values, copied.stats
         for rel, name, st, (value, owner, content_type, media_type, _shard) in run:
             chosen = media_type
             if chosen is None and rules is not None:  # as _file_entry: by name
                 chosen = rules.choose(rel, b"")
-            if chosen is None:
-                new_type = fmt.NO_CONTENT_TYPE
-            else:  # _content_type_index's, but for the first use
-                new_type = types[chosen] if chosen in types else self._content_type_index(chosen)
-            key = (st.st_uid, st.st_gid)  # _owner's, but for the first use
-            new_owner = owners[key] if key in owners else self._owner(st)
+            new_type = fmt.NO_CONTENT_TYPE if chosen is None else types.get(chosen)
+            new_owner = owners.get((st.st_uid, st.st_gid))
+            if new_type is None or new_owner is None:  # a first use, which puts it in the index:
+                copied.put(ino)  # after the files before it, as a put each would have been
+                if new_type is None:
+                    new_type = self._content_type_index(chosen)  # type: ignore[arg-type]
+                if new_owner is None:
+                    new_owner = self._owner(st)
             if new_type == content_type and new_owner == owner and plain and ino <= fmt.MAX_ENTRIES:
-                ctime_ns = getattr(st, "st_ctime_ns", None) if record else None  # _record_source
-                source = None if ctime_ns is None else fmt.encode_source(ctime_ns, st.st_ino)
-                index.put_copied(ino, value, source)
-                ino, copied, copied_bytes = ino + 1, copied + 1, copied_bytes + st.st_size
+                values.append(value)
+                stats.append(st)
+                ino += 1
                 continue
+            copied.put(ino)
             old = fmt.decode_entry(ino, value)
             stored = StoredContent(
                 old.shard, old.offset, old.size, old.crc32c, st, b"", media_type, digest=old.digest
             )
             self.next_ino = ino
-            child = self._pack_child(SourceItem(rel, name, st, stored=stored), parent)
-            if child is not None:  # a regular file of one link
-                files, data_bytes = files + 1, data_bytes + child.size
+            self._pack_child(SourceItem(rel, name, st, stored=stored), parent)  # counted there
             ino = self.next_ino
+        copied.put(ino)
         self.next_ino = ino
-        self.counts.files += copied
-        self.counts.data_bytes += copied_bytes
-        self.progress.files += copied
-        return files + copied, data_bytes + copied_bytes
+        return counts.files - files, counts.data_bytes - data_bytes
 
     def _owner(self, st: Stat) -> int:
         """The owners table's index of ``st``'s (uid, gid), added in order of first use."""

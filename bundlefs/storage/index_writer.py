@@ -13,6 +13,7 @@ import os
 import lmdb
 
 from bundlefs.core import format as fmt
+from bundlefs.core.format.keys import encode_sources, entry_keys
 from bundlefs.errors import FormatError, IndexWriteError
 
 
@@ -73,18 +74,30 @@ class IndexWriter:
         if len(self._entries) >= self.BATCH:
             self._entries = self._put_batch(fmt.DB_ENTRIES, self._entries)
 
-    def put_copied(self, ino: int, value: bytes, source: bytes | None) -> None:
-        """``put_entry_value`` and, unless None, ``put_source`` of an encoded source record
-        (``fmt.encode_source``) in one call with one key: a delta pack's unchanged file, most
-        of whose cost per file is calls like these."""
-        key = fmt.entry_key(ino)
-        self._entries.append((key, value))
-        if len(self._entries) >= self.BATCH:
-            self._entries = self._put_batch(fmt.DB_ENTRIES, self._entries)
-        if source is not None:
-            self._sources.append((key, source))
-            if len(self._sources) >= self.BATCH:
-                self._sources = self._put_batch(fmt.DB_SOURCES, self._sources)
+    def put_copied_run(
+        self, ino: int, values: list[bytes], ctimes: list[int] | None, inodes: list[int]
+    ) -> None:
+        """Encoded entries (``put_entry_value``: a delta pack's base's values of its unchanged
+        files) at inodes ``ino`` onwards and, unless ``ctimes`` is None, their source records
+        (``put_source`` of each ctime and inode): the same puts in the same order as a call
+        each (every batch put as the file that fills it is added, the entries' before the
+        source records'), without the call per file that was most of their cost."""
+        keys, count, done, batch = entry_keys(ino, len(values)), len(values), 0, self.BATCH
+        sources = None if ctimes is None else encode_sources(ctimes, inodes)
+        entries, records = self._entries, self._sources
+        while done < count:
+            room = batch - len(entries)
+            if sources is not None:
+                room = min(room, batch - len(records))
+            end = min(count, done + room)
+            entries.extend(zip(keys[done:end], values[done:end], strict=True))
+            if sources is not None:
+                records.extend(zip(keys[done:end], sources[done:end], strict=True))
+            done = end
+            if len(entries) >= batch:
+                entries = self._entries = self._put_batch(fmt.DB_ENTRIES, entries)
+            if len(records) >= batch:
+                records = self._sources = self._put_batch(fmt.DB_SOURCES, records)
 
     def put_source(self, ino: int, ctime_ns: int, st_ino: int) -> None:
         """File ``ino``'s source record (version 6: its source's ctime and inode number when it

@@ -32,6 +32,11 @@ def entry_key(ino: int) -> bytes:
     return _U32.pack(ino)
 
 
+def entry_keys(first: int, count: int) -> list[bytes]:
+    """``entry_key`` of ``count`` inodes from ``first`` on, in one call."""
+    return list(map(_U32.pack, range(first, first + count)))
+
+
 def decode_entry_key(key: bytes) -> int:
     if len(key) != 4:
         raise FormatError(f"entry key of {len(key)} bytes, expected 4")
@@ -192,6 +197,16 @@ def encode_source(ctime_ns: int, st_ino: int) -> bytes:
         return _SOURCE.pack(ctime_ns, st_ino)
     except struct.error:
         raise FormatError(f"source stat out of range: ctime {ctime_ns}, inode {st_ino}") from None
+
+
+def encode_sources(ctimes: list[int], inos: list[int]) -> list[bytes]:
+    """``encode_source`` of each (ctime, inode) pair of ``ctimes`` and ``inos``, in one call."""
+    try:
+        return list(map(_SOURCE.pack, ctimes, inos))
+    except struct.error:
+        for ctime_ns, st_ino in zip(ctimes, inos, strict=True):
+            encode_source(ctime_ns, st_ino)  # raises for the first out of range
+        raise
 
 
 def decode_source(ino: int, data: bytes) -> tuple[int, int]:

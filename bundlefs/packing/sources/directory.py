@@ -213,7 +213,13 @@ class DirectorySource:
         excluded names left out, names too long reported. Every name is checked before the first
         child is delivered, so what this reports comes before anything the builder reports
         about the children."""
-        children, excludes = [], self._excludes
+        excludes = self._excludes
+        if not excludes and (not names or len(max(names, key=len)) <= fmt.MAX_NAME):
+            # The common case in one comprehension, not the loop below (py-spy: the loop was
+            # ~5 % of a pack on a base with nothing changed).
+            at = rel + b"/" if rel else b""
+            return [(name, at + name) for name in names]
+        children = []
         for name in names:
             child_rel = rel + b"/" + name if rel else name
             if excludes and excluded(child_rel, name, excludes):
@@ -249,10 +255,11 @@ class DirectorySource:
     ) -> Iterator[SourceItem]:
         """The children of ``rel``, as ``children`` delivers them, those ``known`` holds and
         whose lstat matches delivered with their ``reuse`` (``probed_known``): a delta pack's."""
-        return self.probed_known(self.checked(rel, self.names(rel)), known, read_if)
+        return self.probed_known(rel, self.checked(rel, self.names(rel)), known, read_if)
 
     def probed_known(
         self,
+        rel: bytes,
         children: list[tuple[bytes, bytes]],
         known: Known,
         read_if: ReadIf | None = None,
@@ -263,11 +270,35 @@ class DirectorySource:
         one link (a delta pack's unchanged file), consecutive ones in one item
         (``SourceItem.run``); the others, and those whose stat differs (lstat'ed again), are
         probed as in any pack, and the two merged by name. This loop is most of what such a
-        pack costs per unchanged file (no probe, no read_if, no item each)."""
+        pack costs per unchanged file (no probe, no read_if, no item each). ``children`` are
+        those of the directory ``rel``: each is lstat'ed by name in it, opened once (an
+        ``fstatat``: ~18 % less time a call than the path from the root, measured on 100,000
+        files five levels down)."""
         if not known:
             yield from self.probed(children, read_if)
             return
-        prefix, lstat, get = self.prefix, os.lstat, known.get
+        try:
+            fd = os.open(
+                os.path.join(self._root, rel) if rel else self._root,
+                os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+            )
+        except OSError:
+            yield from self.probed(children, read_if)  # which reports what fails
+            return
+        try:
+            yield from self._probed_known_at(fd, children, known, read_if)
+        finally:
+            os.close(fd)
+
+    def _probed_known_at(
+        self,
+        fd: int,
+        children: list[tuple[bytes, bytes]],
+        known: Known,
+        read_if: ReadIf | None,
+    ) -> Iterator[SourceItem]:
+        """``probed_known`` of the directory open at ``fd``."""
+        stat, get = os.stat, known.get
         for start in range(0, len(children), _KNOWN_WINDOW):
             quick: CopiedRun = []
             rest: list[tuple[bytes, bytes]] = []
@@ -275,7 +306,7 @@ class DirectorySource:
                 found = get(name)
                 if found is not None:
                     try:
-                        st = lstat(prefix + rel)
+                        st = stat(name, dir_fd=fd, follow_symlinks=False)
                     except OSError:
                         st = None  # probed again below, which reports it
                     if (
