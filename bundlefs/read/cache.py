@@ -75,12 +75,17 @@ class RecordCache:
             return value
 
     def put(self, key: Hashable, value: bytes) -> None:
+        """Hold ``value`` for ``key``. A key's values are one record, whole or a prefix of it
+        (``ContentReader``): a shorter one never replaces a longer (two threads that loaded the
+        same record, one only a prefix, keep the whole)."""
         with self._lock:
             self.bytes_loaded += len(value)
             if len(value) > self.capacity:
                 return  # would evict everything and still not fit
             old = self._items.pop(key, None)
             if old is not None:
+                if len(old) > len(value):
+                    value = old
                 self._size -= len(old)
             self._items[key] = value
             self._size += len(value)

@@ -113,11 +113,8 @@ class ContentReader:
                 waiter.wait()
                 continue  # the loader has cached it (or failed: then we try ourselves)
             try:
-                # Another thread may have cached the record between our miss and our claim.
-                data = self.cache.get(key, want) if key in self.cache else None
-                if data is None:
-                    data = self._shards.load(record, nowait=nowait, upto=upto)
-                    self.cache.put(key, data)
+                data = self._shards.load(record, nowait=nowait, upto=upto)
+                self.cache.put(key, data)  # which keeps a whole record another thread cached
                 return data
             finally:
                 with self._inflight_lock:

@@ -80,10 +80,11 @@ if module is not None and not lz4_compiled:  # the index steps run compiled, lz4
 
 
 def lz4_decompress(stored: bytes, length: int, upto: int) -> bytes | None:
-    """The first ``upto`` or more of the ``length`` bytes the lz4 block ``stored`` holds (all,
-    exactly ``length``, when ``upto >= length``), decompressed straight into the bytes returned;
-    None where the compiled step is not here or lz4 finds the block malformed or short (the
-    caller then decompresses with python-lz4, which reports it)."""
+    """Exactly the first ``upto`` of the ``length`` bytes the lz4 block ``stored`` holds, or all
+    of them (exactly ``length``) when ``upto >= length`` or the lz4 cannot stop early (before
+    1.9.2), decompressed straight into the bytes returned; None where the compiled step is not
+    here or lz4 finds the block malformed or short (the caller then decompresses with
+    python-lz4, which reports it)."""
     if not lz4_compiled or type(stored) is not bytes:  # a store's other buffer: python-lz4
         return None
     return module.lz4_decompress(stored, length, upto)  # type: ignore[union-attr]

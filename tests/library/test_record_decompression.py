@@ -179,3 +179,11 @@ def test_a_cached_value_shorter_than_asked_for_is_a_miss() -> None:
     assert cache.get("k", 4) is None
     assert cache.get("k", 3) == b"abc"
     assert (cache.hits, cache.misses) == (1, 1)
+
+
+def test_a_prefix_never_replaces_a_whole_record_in_the_cache() -> None:
+    # Two threads loaded one record, one only a prefix: whichever is put last, the whole stays.
+    cache = RecordCache(1 << 20)
+    cache.put("r", b"whole record")
+    cache.put("r", b"whole")
+    assert cache.get("r") == b"whole record" and cache.size == len(b"whole record")
