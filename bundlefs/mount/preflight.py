@@ -117,8 +117,6 @@ def choose_workers(options: MountOptions, pyfuse3: ModuleType) -> tuple[int, str
         # The daemon's first log line: on a stock binding, what it costs and the fix (bindings).
         why = stock_reason() or "the patched build can: make install; third_party/pyfuse3"
         return 1, f"this pyfuse3 cannot share a mount between processes ({why})"
-    if wanted == 1:
-        return 1, "this machine has one CPU"
     if options.open_mode == "open":
         return 1, "--open-mode open"
     return wanted, ""

@@ -6,6 +6,7 @@ FUSE file system is mounted here.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -80,6 +81,24 @@ def test_workers_below_one_are_refused(tmp_path: Path):
     options = MountOptions(bundle=str(tmp_path / "b"), mountpoint=str(tmp_path), workers=0)
     with pytest.raises(MountError, match="--workers must be at least 1"):
         preflight.choose_workers(options, pytest)  # any module: not reached
+
+
+def test_the_default_is_one_worker_per_usable_cpu_at_least_two_at_most_eight(monkeypatch):
+    from bundlefs.mount import options as mount_options
+
+    for cpus, workers in ((1, 2), (2, 2), (3, 3), (64, 8)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cpus: set(range(n)))
+        assert mount_options.default_workers() == workers
+
+
+def test_a_default_mount_on_a_patched_binding_is_served_by_workers(tmp_path: Path):
+    options = MountOptions(bundle=str(tmp_path / "b"), mountpoint=str(tmp_path))
+
+    class Patched:
+        get_session_fd = None
+
+    workers, reason = preflight.choose_workers(options, Patched)  # type: ignore[arg-type]
+    assert workers >= 2 and reason == ""
 
 
 def test_load_threads_follow_the_worker_count_unless_given(sample_bundle_path: Path):
