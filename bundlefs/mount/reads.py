@@ -16,12 +16,15 @@ May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.read``, ``bundlef
 from __future__ import annotations
 
 import select
+from typing import TYPE_CHECKING
 
 from bundlefs.core import format as fmt
 from bundlefs.errors import WouldBlock
 from bundlefs.mount import kernel
-from bundlefs.mount.offload import ThreadOffload
 from bundlefs.read.content import ContentReader
+
+if TYPE_CHECKING:
+    from bundlefs.mount.offload import ThreadOffload
 
 
 class ReadScheduler:
@@ -29,7 +32,11 @@ class ReadScheduler:
 
     def __init__(self, content: ContentReader, load_threads: int) -> None:
         self._content = content
-        self._offload = ThreadOffload(load_threads) if load_threads else None
+        self._offload: ThreadOffload | None = None
+        if load_threads:
+            from bundlefs.mount.offload import ThreadOffload  # (imports trio: only where used)
+
+            self._offload = ThreadOffload(load_threads)
         self._loads_in_flight = 0
         self._fuse_poll: select.poll | None = None  # set by watch_session(): the session exists
 

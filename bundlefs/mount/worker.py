@@ -12,13 +12,12 @@ EAGAIN as "wait again"; third_party/pyfuse3/nonblocking.patch).
 
 It is libfuse's ``fuse_loop.c`` role; no file-system semantics here (that is ``operations``).
 
-May import: pyfuse3 and trio (only when called), ``bundlefs.mount.kernel``,
-``bundlefs.mount.operations`` (type only).
+May import: pyfuse3 and trio (only when called), ``bundlefs.mount.direct``,
+``bundlefs.mount.kernel``, ``bundlefs.mount.operations`` (type only).
 """
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import logging
@@ -29,6 +28,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from bundlefs.mount import direct
 from bundlefs.mount.kernel import FUSE_DEVICE
 
 if TYPE_CHECKING:
@@ -88,63 +88,49 @@ def serve(
 
 
 def _serve_blocking(pyfuse3: ModuleType, stop_signals: tuple[int, ...]) -> int:
-    """``serve`` with a blocking receive: stop signals end the loop from a plain handler."""
-    import trio
-
+    """``serve`` with a blocking receive: no event loop at all (``direct``), and stop signals
+    end the loop from a plain handler, which the interrupted read lets run."""
     stopped_by: list[int] = []
 
     def stop(signum: int, _frame: object) -> None:
         stopped_by.append(signum)
-        # Only while the loop runs: terminate() needs trio's context, and a signal may come
-        # just before the loop starts or after it ended (the supervisor stopping a worker
-        # that is already leaving because the mount went away).
-        with contextlib.suppress(RuntimeError):
-            pyfuse3.terminate()
+        pyfuse3.terminate()  # the session's exit flag: the loop ends after the interrupted read
 
-    for signum in stop_signals:
-        signal.signal(signum, stop)
-
-    async def main_blocking() -> None:
-        try:
-            if not stopped_by:  # else stopped before the loop began
-                await pyfuse3.main(1, 1, blocking=True)
-        finally:
-            # trio's teardown closes its wakeup socket before it restores the wakeup fd
-            # (trio/_core/_wakeup_socketpair.py): a stop signal in between is written to a
-            # closed descriptor and logged as "Exception ignored … Traceback". Held back
-            # until trio has ended, it reaches ``stop`` alone.
-            signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
-
-    try:
-        trio.run(main_blocking)
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
+    with direct.standing_in(pyfuse3):  # for terminate() too, whenever a signal comes
+        for signum in stop_signals:
+            signal.signal(signum, stop)
+        if not stopped_by:  # else stopped before the loop began
+            direct.drive(pyfuse3)
     return ENDED_BY_SIGNAL if stopped_by else ENDED_UNMOUNTED
 
 
 def handshake(ops: BundleOperations, pyfuse3: ModuleType) -> bool:
     """Serve only until the kernel handshake is done; whether it was (False: the mount went).
 
-    The loop is cancelled from ``Operations.init``: pyfuse3 calls it while handling FUSE_INIT and
-    writes the reply before the loop reaches its next checkpoint, where the cancellation lands.
-    Nothing after the handshake is received here, so libfuse's per-thread splice pipe (made on
-    the first receive after INIT) is never made in this process and never shared by a fork.
+    The loop stops at its first checkpoint after ``Operations.init``: pyfuse3 calls it while
+    handling FUSE_INIT and writes the reply before the loop reaches that checkpoint. Nothing
+    after the handshake is received here, so libfuse's per-thread splice pipe (made on the first
+    receive after INIT) is never made in this process and never shared by a fork. With the
+    patched binding no event loop runs (``direct``: trio is not even imported); a stock one
+    runs pyfuse3's loop under trio and cancels it there.
     """
-    import trio
-
     done: list[bool] = []
-
-    async def main() -> None:
-        with trio.CancelScope() as scope:
-
-            def initialised() -> None:
-                done.append(True)
-                scope.cancel()
-
-            ops.on_ready = initialised
-            await pyfuse3.main()
-
+    ops.on_ready = lambda: done.append(True)
     try:
+        if supports_blocking_receive(pyfuse3):
+            return direct.run_until(pyfuse3, lambda: bool(done))
+        import trio
+
+        async def main() -> None:
+            with trio.CancelScope() as scope:
+
+                def initialised() -> None:
+                    done.append(True)
+                    scope.cancel()
+
+                ops.on_ready = initialised
+                await pyfuse3.main()
+
         trio.run(main)
     finally:
         ops.on_ready = None

@@ -160,6 +160,45 @@ def test_sigterm_stops_every_worker_and_unmounts(many_files, mount_bundle):
     assert wait_until(lambda: not any(alive(p) for p in workers))
 
 
+_WATCH_TRIO = """
+import os, sys, traceback
+
+class _WatchTrio:  # records any import of trio in this process or a child forked from it
+    def find_spec(self, name, path=None, target=None):
+        if name == "trio":
+            with open({marker!r}, "a") as f:
+                f.write(f"pid {{os.getpid()}}:\\n" + "".join(traceback.format_stack()))
+        return None
+
+sys.meta_path.insert(0, _WatchTrio())
+"""
+
+
+def test_a_mount_served_by_workers_never_imports_trio(many_files, mount_bundle, tmp_path):
+    # ~170 ms of every mount's start (bundlefs/mount/direct.py): the handshake and the workers'
+    # blocking loops run pyfuse3's loop with no event loop, through start, reads and stop.
+    from bundlefs.mount.bindings import binding
+
+    if binding() != "patched":
+        pytest.skip("a stock pyfuse3 serves under trio")
+    hook, marker = tmp_path / "hook", tmp_path / "trio-imported"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_WATCH_TRIO.format(marker=str(marker)))
+    m = mount_bundle(many_files[1], "--workers", "2", python_path=(str(hook),))
+    assert stats(m.mountpoint)["workers"] == 2
+    subprocess.run(["diff", "-r", str(many_files[0]), str(m.mountpoint)], check=True)
+    m.process.send_signal(signal.SIGTERM)
+    assert m.process.wait(timeout=30) == 0
+    assert not marker.exists(), marker.read_text()
+    # The watch itself works: the same hook sees a plain import.
+    subprocess.run(
+        [sys.executable, "-c", "import trio"],
+        env={**os.environ, "PYTHONPATH": str(hook)},
+        check=True,
+    )
+    assert marker.exists()
+
+
 def test_umount_stops_every_worker(many_files, mount_bundle):
     m = mount_bundle(many_files[1], "--workers", "3")
     workers = [w["pid"] for w in stats(m.mountpoint)["worker_processes"]]

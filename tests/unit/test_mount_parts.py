@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -119,43 +117,3 @@ def test_readiness_in_the_foreground_tells_systemd(tmp_path: Path, monkeypatch):
         monkeypatch.setenv("NOTIFY_SOCKET", address)
         lifecycle.Readiness().ready("serving B")
         assert listener.recv(100) == b"READY=1\nSTATUS=serving B"
-
-
-# A stop signal sent between the two steps of trio's teardown (it closes its wakeup socket, then
-# restores the wakeup fd), in a worker whose loop has just ended with a fake binding.
-_STOP_DURING_TEARDOWN = """
-import os, signal
-import trio._core._wakeup_socketpair as wakeup
-from bundlefs.mount import worker
-
-def close(self):
-    self.wakeup_sock.close()
-    self.write_sock.close()
-    os.kill(os.getpid(), signal.SIGTERM)
-    if self.old_wakeup_fd is not None:
-        signal.set_wakeup_fd(self.old_wakeup_fd)
-
-wakeup.WakeupSocketpair.close = close
-
-class Binding:
-    @staticmethod
-    async def main(*args, blocking=False):
-        return None
-
-    @staticmethod
-    def terminate():
-        raise RuntimeError("no loop is running")
-
-print(worker.serve(None, Binding, blocking=True))
-"""
-
-
-def test_a_stop_signal_during_the_loops_teardown_is_quiet():
-    # Seen once in a daemon log under load: "Exception ignored when trying to write to the signal
-    # wakeup fd … Traceback … OSError: [Errno 9] Bad file descriptor".
-    result = subprocess.run(
-        [sys.executable, "-c", _STOP_DURING_TEARDOWN], capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "3"  # ENDED_BY_SIGNAL: the held-back signal reached stop
-    assert result.stderr == ""
