@@ -15,6 +15,7 @@ May import: ``bundlefs.errors``, and the bindings themselves (``bundlefs._fuse3`
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import sys
 from types import ModuleType
@@ -36,14 +37,20 @@ _BUILD_NEEDS = "libfuse3-dev, pkg-config and a C compiler"
 @functools.cache
 def load() -> ModuleType:
     """The binding this process uses, or a ``MountError`` saying how to get one."""
+    # The patched binding imports trio on first use (third_party/pyfuse3/trio-lazily.patch),
+    # and a mount that runs without it may still need it later (one process, load threads, the
+    # open path): a missing trio is said here, before mounting, as a stock binding's import says
+    # it. find_spec looks for it without importing it.
+    if importlib.util.find_spec("trio") is None:
+        raise _unloadable(ImportError(name="trio"))
     try:
         import bundlefs._fuse3 as patched
 
         return patched
     except ImportError as e:
         if e.name != "bundlefs._fuse3":
-            # Built, but it cannot load (trio missing, libfuse3 removed since): a stock pyfuse3
-            # would fail the same way, so say this.
+            # Built, but it cannot load (libfuse3 removed since): a stock pyfuse3 would fail
+            # the same way, so say this.
             raise _unloadable(e) from None
     try:
         import pyfuse3 as installed

@@ -215,6 +215,7 @@ class Supervisor:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _WAITED)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C: the supervisor decides
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # stats: the supervisor reports the sum
         # SIGTERM, not SIGKILL: a worker whose supervisor was killed unmounts (below) instead of
         # leaving it to fusermount3's auto_unmount helper, which decides from whether the mount
         # is dead when the last daemon process's socket closes, and that races the kernel's

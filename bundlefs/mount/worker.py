@@ -1,4 +1,4 @@
-"""One serving process: pyfuse3's main loop under trio, its signals, and a session of its own.
+"""One serving process: pyfuse3's main loop (direct or under trio), its signals, its own session.
 
 ``serve`` runs the loop until the session ends (unmounted) or a stop signal arrives; it is the
 whole life of a single-process mount and of each worker of a multi-worker one
@@ -91,16 +91,25 @@ def _serve_blocking(pyfuse3: ModuleType, stop_signals: tuple[int, ...]) -> int:
     """``serve`` with a blocking receive: no event loop at all (``direct``), and stop signals
     end the loop from a plain handler, which the interrupted read lets run."""
     stopped_by: list[int] = []
+    serving = False
 
     def stop(signum: int, _frame: object) -> None:
         stopped_by.append(signum)
-        pyfuse3.terminate()  # the session's exit flag: the loop ends after the interrupted read
+        # Only while the loop runs: a signal may come after it ended (the supervisor stopping a
+        # worker already leaving because the mount went away), when terminate() would find the
+        # binding's trio back in place (and import it) or the session closed.
+        if serving:
+            pyfuse3.terminate()  # the session's exit flag: the loop ends after the read
 
-    with direct.standing_in(pyfuse3):  # for terminate() too, whenever a signal comes
+    with direct.standing_in(pyfuse3):
         for signum in stop_signals:
             signal.signal(signum, stop)
-        if not stopped_by:  # else stopped before the loop began
-            direct.drive(pyfuse3)
+        serving = True
+        try:
+            if not stopped_by:  # else stopped before the loop began
+                direct.drive(pyfuse3)
+        finally:
+            serving = False
     return ENDED_BY_SIGNAL if stopped_by else ENDED_UNMOUNTED
 
 

@@ -9,6 +9,8 @@ such a mount never imports trio).
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import types
@@ -114,6 +116,48 @@ def test_a_handlers_exception_ends_a_direct_loop_as_it_would_under_trio():
     binding = FakeBinding(["a"], handler=fails)
     with pytest.raises(OSError, match="the session failed"), direct.standing_in(binding):
         direct.drive(binding)
+
+
+class _TrioOutsideTheLoop:
+    """A binding's lazily imported trio that must not be touched: touching it would import it."""
+
+    def __getattr__(self, name: str) -> object:
+        raise AssertionError(f"trio.{name} used outside the direct loop")
+
+
+def test_a_stop_signal_after_a_blocking_workers_loop_ended_is_only_recorded():
+    # The supervisor stops every worker when one sees the mount go; the others may be leaving
+    # already, with their loop ended and the binding's trio back in place.
+    from bundlefs.mount import worker
+
+    binding = FakeBinding(["a"])
+    binding.trio = _TrioOutsideTheLoop()
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        ended = worker.serve(None, binding, stop_signals=(signal.SIGTERM,), blocking=True)
+        assert ended == worker.ENDED_UNMOUNTED and binding.answered == ["a"]
+        os.kill(os.getpid(), signal.SIGTERM)  # runs the handler serve left: nothing to stop
+        assert not binding.exited
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def test_a_stop_signal_while_a_blocking_worker_serves_ends_its_loop_after_that_request():
+    from bundlefs.mount import worker
+
+    binding = FakeBinding(["a", "b"])
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+
+        async def stopped_first(request: str) -> None:
+            os.kill(os.getpid(), signal.SIGTERM)  # while the loop runs: terminate()
+
+        binding.handler = stopped_first
+        ended = worker.serve(None, binding, stop_signals=(signal.SIGTERM,), blocking=True)
+        assert ended == worker.ENDED_BY_SIGNAL and binding.exited
+        assert binding.answered == ["a"]
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def test_the_workers_path_of_a_patched_binding_imports_no_trio():

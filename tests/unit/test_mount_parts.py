@@ -117,3 +117,18 @@ def test_readiness_in_the_foreground_tells_systemd(tmp_path: Path, monkeypatch):
         monkeypatch.setenv("NOTIFY_SOCKET", address)
         lifecycle.Readiness().ready("serving B")
         assert listener.recv(100) == b"READY=1\nSTATUS=serving B"
+
+
+def test_a_missing_trio_is_one_sentence_before_mounting(monkeypatch):
+    # The patched binding imports trio only on first use: its absence must still be said
+    # before a mount starts, not when a one-process loop first needs it.
+    import importlib.util
+
+    from bundlefs.mount import bindings
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "trio" else real(name, *a)
+    )
+    with pytest.raises(MountError, match="trio is not installed: pip install 'bundlefs.mount.'"):
+        bindings.load.__wrapped__()
