@@ -10,19 +10,21 @@ list their target's inode; symlinks; versions 1 and 2) are decoded in full, chec
 ``TreeModel.children`` checks them. The names are checked in bulk: valid, strictly increasing.
 
 Synchronous and thread-safe. May import: ``bundlefs.core``, ``bundlefs.errors``,
-``bundlefs.storage.index``.
+``bundlefs.storage.index``, ``bundlefs.storage.native`` (a listing's file attributes compiled).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from typing import cast
 
 from bundlefs.core import format as fmt
 from bundlefs.core import integrity
 from bundlefs.core.format.dirents import dirents as _dirents_v3
 from bundlefs.core.format.dirents import file_stats as _file_stats
 from bundlefs.errors import FormatError, NotADirectory
+from bundlefs.storage import native
 from bundlefs.storage.index import IndexReader
 
 Dirents = tuple[list[bytes], list[int], list[int]]  # names, inode numbers, modes
@@ -88,35 +90,51 @@ def dirent_stats(
     previous: bytes | None = None,
 ) -> tuple[list[bytes], list[Stat]]:
     """``dirents`` with each child's attributes (a listing with attributes: READDIRPLUS), as
-    ``Stat`` tuples; a plain file's are read without a decode (``core.format.dirents``), checked
-    as ``children`` checks them."""
+    ``Stat`` tuples; a plain file's are read without a decode (compiled, ``native.file_stats``:
+    0.2 µs an entry against ~1.3 here; else ``core.format.dirents``), checked as ``children``
+    checks them."""
     first, values = _window(index, directory, start, count)
     if not values:
         return [], []
-    count = len(values)
-    version = index.marker.format_version
+    version, owners = index.marker.format_version, index.owners
+    compiled = None
     if version >= 3:
-        names, modes, rest = _dirents_v3(values)
-        files = _file_stats(values, version)
-        for i in rest:
-            files[i] = None
-    else:
-        names, modes, files = [b""] * count, [0] * count, [None] * count
-    stats: list[Stat] = []
-    owners = index.owners
+        types = len(index.content_types)
+        compiled = native.file_stats(values, first, version, owners, types)
+    names, stats, rest = compiled or _file_stats_python(values, first, version, owners)
+    for i in rest:
+        names[i], e = _decoded(index, resolve, directory, first + i, values[i])
+        uid, gid = owners[e.owner]
+        stats[i] = (e.ino, e.mode, e.nlink, uid, gid, e.size, e.mtime_ns, e.rdev)
+    _check_names(directory.ino, names, previous)
+    return names, cast(list[Stat], stats)  # every None filled above
+
+
+def _file_stats_python(
+    values: list[bytes], first: int, version: int, owners: list[tuple[int, int]]
+) -> tuple[list[bytes], list[Stat | None], list[int]]:
+    """``native.file_stats`` where it is not compiled: a plain file's name and attributes read
+    from its value without a decode (``core.format.dirents``), the rest left for one."""
+    count = len(values)
+    if version < 3:
+        return [b""] * count, [None] * count, list(range(count))
+    names, modes, rest = _dirents_v3(values)
+    files = _file_stats(values, version)
+    for i in rest:
+        files[i] = None
+    stats: list[Stat | None] = []
+    rest = []
     for i, got in enumerate(files):
         if got is None:
-            names[i], e = _decoded(index, resolve, directory, first + i, values[i])
-            uid, gid = owners[e.owner]
-            stats.append((e.ino, e.mode, e.nlink, uid, gid, e.size, e.mtime_ns, e.rdev))
+            stats.append(None)
+            rest.append(i)
             continue
         size, mtime_ns, owner, nlink = got
         if owner >= len(owners):
             raise FormatError(f"entry {first + i} names owner {owner}, which does not exist")
         uid, gid = owners[owner]
         stats.append((first + i, modes[i], nlink, uid, gid, size, mtime_ns, 0))
-    _check_names(directory.ino, names, previous)
-    return names, stats
+    return names, stats, rest
 
 
 def _window(

@@ -1,7 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The daemon's hottest read steps in C: a plain file's entry decode (versions 3 to 6), a binary
-search of a directory's names, a record lookup, and lz4 decompression into a buffer of ours
-(straight into the bytes returned or a reply, or only up to a prefix). Compiled by setup.py as ``bundlefs.storage._native``
+"""The daemon's hottest read steps in C: a plain file's entry decode (versions 3 to 6) and a
+listing's attributes of plain files, a binary search of a directory's names, a record lookup,
+and lz4 decompression into a buffer of ours (straight into the bytes returned or a reply, or only
+up to a prefix). Compiled by setup.py as ``bundlefs.storage._native``
 and reached only through ``bundlefs.storage.native``, which checks that this build matches this
 source (the build defines ``BUNDLEFS_NATIVE_SHA256``, the SHA-256 of this file).
 
@@ -79,88 +80,148 @@ cdef inline bint _valid_name(const uint8_t *p, Py_ssize_t n) noexcept nogil:
     return True
 
 
+cdef struct FileFields:
+    uint16_t mode
+    uint8_t flags
+    uint64_t size, shard, offset, crc, nlink
+    int64_t mtime_ns
+    long owner, content_type
+    Py_ssize_t user_at, user_length, digest_at, name_at
+
+
+cdef bint _file_fields(const uint8_t *p, Py_ssize_t n, int version, FileFields *f) noexcept nogil:
+    """Decode a plain regular file's value in the layout of versions 3 to 6 into ``f``, every
+    check of ``decode_entry`` passed (the name's too); False for anything else."""
+    cdef Py_ssize_t pos
+    cdef uint8_t layout
+    cdef int width
+    if version < FIRST_V3_VERSION or n < 4:
+        return False
+    f.mode = p[0] << 8 | p[1]
+    f.flags, layout = p[2], p[3]
+    if f.mode & KIND_MASK != KIND_FILE or f.flags & ~KNOWN_FLAGS or f.flags & FLAG_LINK:
+        return False
+    if f.flags & FLAG_DIGEST and version < FIRST_V5_VERSION:
+        return False
+    if layout & ~KNOWN_LAYOUT or n < 4 + _file_fixed(layout):
+        return False
+    pos = 4
+    width = (1 << (layout & LAYOUT_SIZE_WIDTH))
+    f.size = _be(p + pos, width)
+    pos += width
+    if layout & LAYOUT_MTIME_NS:
+        f.mtime_ns = <int64_t>_be(p + pos, 8)
+        pos += 8
+    else:
+        f.mtime_ns = <int64_t>_be(p + pos, 4) * 1_000_000_000
+        pos += 4
+    f.owner = 0
+    if layout & LAYOUT_OWNER:
+        f.owner = <long>_be(p + pos, 2)
+        pos += 2
+    width = 2 if layout & LAYOUT_WIDE_SHARD else 1
+    f.shard = _be(p + pos, width)
+    pos += width
+    width = 8 if layout & LAYOUT_WIDE_OFFSET else 4
+    f.offset = _be(p + pos, width)
+    pos += width
+    f.crc = _be(p + pos, 4)
+    pos += 4
+    # offset + size > MAX_SHARD_STREAM, without overflowing 64 bits
+    if f.offset > MAX_SHARD_STREAM or f.size > MAX_SHARD_STREAM - f.offset:
+        return False
+    f.nlink = 1
+    if f.flags & FLAG_NLINK:
+        if pos + 4 > n:
+            return False
+        f.nlink = _be(p + pos, 4)
+        pos += 4
+        if f.nlink < 1:
+            return False
+    f.content_type = -1
+    if f.flags & FLAG_CONTENT_TYPE:
+        if pos + 2 > n:
+            return False
+        f.content_type = <long>_be(p + pos, 2)
+        pos += 2
+    f.user_at = f.user_length = 0
+    if f.flags & FLAG_USER_DATA:
+        if pos + 2 > n:
+            return False
+        f.user_length = <Py_ssize_t>_be(p + pos, 2)
+        pos += 2
+        if f.user_length < 1 or f.user_length > MAX_USER_DATA or pos + f.user_length > n:
+            return False
+        f.user_at = pos
+        pos += f.user_length
+    f.digest_at = 0
+    if f.flags & FLAG_DIGEST:
+        if pos + DIGEST_SIZE > n:
+            return False
+        f.digest_at = pos
+        pos += DIGEST_SIZE
+    if not _valid_name(p + pos, n - pos):
+        return False
+    f.name_at = pos
+    return True
+
+
 def decode_file(entry_type, unsigned long long ino, bytes data, int version):
     """Entry ``ino`` (an ``entry_type``, i.e. ``Entry``) of a plain regular file's value in the
     layout of versions 3 to 6, every check of ``decode_entry`` passed; None for anything else."""
     cdef const uint8_t *p = <const uint8_t *>PyBytes_AS_STRING(data)
     cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
-    cdef Py_ssize_t pos
-    cdef uint16_t mode
-    cdef uint8_t flags, layout
-    cdef int width
-    cdef uint64_t size, shard, offset, crc, nlink = 1
-    cdef int64_t mtime_ns
-    cdef long owner = 0, content_type = -1
-    cdef Py_ssize_t user_length
-    if version < FIRST_V3_VERSION or ino <= 1 or n < 4:
+    cdef FileFields f
+    if ino <= 1 or not _file_fields(p, n, version, &f):
         return None
-    mode = p[0] << 8 | p[1]
-    flags, layout = p[2], p[3]
-    if mode & KIND_MASK != KIND_FILE or flags & ~KNOWN_FLAGS or flags & FLAG_LINK:
-        return None
-    if flags & FLAG_DIGEST and version < FIRST_V5_VERSION:
-        return None
-    if layout & ~KNOWN_LAYOUT or n < 4 + _file_fixed(layout):
-        return None
-    pos = 4
-    width = (1 << (layout & LAYOUT_SIZE_WIDTH))
-    size = _be(p + pos, width)
-    pos += width
-    if layout & LAYOUT_MTIME_NS:
-        mtime_ns = <int64_t>_be(p + pos, 8)
-        pos += 8
-    else:
-        mtime_ns = <int64_t>_be(p + pos, 4) * 1_000_000_000
-        pos += 4
-    if layout & LAYOUT_OWNER:
-        owner = <long>_be(p + pos, 2)
-        pos += 2
-    width = 2 if layout & LAYOUT_WIDE_SHARD else 1
-    shard = _be(p + pos, width)
-    pos += width
-    width = 8 if layout & LAYOUT_WIDE_OFFSET else 4
-    offset = _be(p + pos, width)
-    pos += width
-    crc = _be(p + pos, 4)
-    pos += 4
-    # offset + size > MAX_SHARD_STREAM, without overflowing 64 bits
-    if offset > MAX_SHARD_STREAM or size > MAX_SHARD_STREAM - offset:
-        return None
-    if flags & FLAG_NLINK:
-        if pos + 4 > n:
-            return None
-        nlink = _be(p + pos, 4)
-        pos += 4
-        if nlink < 1:
-            return None
-    if flags & FLAG_CONTENT_TYPE:
-        if pos + 2 > n:
-            return None
-        content_type = <long>_be(p + pos, 2)
-        pos += 2
     user_data = b""
-    if flags & FLAG_USER_DATA:
-        if pos + 2 > n:
-            return None
-        user_length = <Py_ssize_t>_be(p + pos, 2)
-        pos += 2
-        if user_length < 1 or user_length > MAX_USER_DATA or pos + user_length > n:
-            return None
-        user_data = PyBytes_FromStringAndSize(<const char *>p + pos, user_length)
-        pos += user_length
+    if f.user_length:
+        user_data = PyBytes_FromStringAndSize(<const char *>p + f.user_at, f.user_length)
     digest = b""
-    if flags & FLAG_DIGEST:
-        if pos + DIGEST_SIZE > n:
-            return None
-        digest = PyBytes_FromStringAndSize(<const char *>p + pos, DIGEST_SIZE)
-        pos += DIGEST_SIZE
-    if not _valid_name(p + pos, n - pos):
-        return None
-    name = PyBytes_FromStringAndSize(<const char *>p + pos, n - pos)
+    if f.flags & FLAG_DIGEST:
+        digest = PyBytes_FromStringAndSize(<const char *>p + f.digest_at, DIGEST_SIZE)
+    name = PyBytes_FromStringAndSize(<const char *>p + f.name_at, n - f.name_at)
     return entry_type(
-        ino, mode, owner, mtime_ns, size, name, flags, shard, offset, crc, nlink, 0, 0, 0,
-        b"", user_data, content_type, 0, digest,
+        ino, f.mode, f.owner, f.mtime_ns, f.size, name, f.flags, f.shard, f.offset, f.crc,
+        f.nlink, 0, 0, 0, b"", user_data, f.content_type, 0, digest,
     )
+
+
+def file_stats(
+    list values, unsigned long long first, int version, list owners, Py_ssize_t content_types
+):
+    """A listing's names and ``Stat`` tuples (ino, mode, nlink, uid, gid, size, mtime_ns, rdev)
+    of children ``first …`` from their entry values: each plain regular file's where
+    ``decode_file`` would decode it, its owner is one of ``owners`` ((uid, gid) pairs) and its
+    content type one of the ``content_types`` (``IndexReader.entry``'s checks), else ``b""``
+    and None, with its position in ``rest`` (the caller decodes those in full).
+    (names, stats, rest)."""
+    cdef Py_ssize_t count = len(values), i, n
+    cdef const uint8_t *p
+    cdef FileFields f
+    cdef Py_ssize_t owner_count = len(owners)
+    names = [b""] * count
+    stats = [None] * count
+    rest = []
+    for i in range(count):
+        value = values[i]
+        if type(value) is not bytes:
+            rest.append(i)
+            continue
+        p = <const uint8_t *>PyBytes_AS_STRING(value)
+        n = PyBytes_GET_SIZE(value)
+        if (
+            first + i <= 1
+            or not _file_fields(p, n, version, &f)
+            or f.owner >= owner_count
+            or f.content_type >= content_types
+        ):
+            rest.append(i)
+            continue
+        uid, gid = owners[f.owner]
+        names[i] = PyBytes_FromStringAndSize(<const char *>p + f.name_at, n - f.name_at)
+        stats[i] = (first + i, f.mode, f.nlink, uid, gid, f.size, f.mtime_ns, 0)
+    return names, stats, rest
 
 
 cdef Py_ssize_t _name_at(const uint8_t *p, Py_ssize_t n) noexcept nogil:

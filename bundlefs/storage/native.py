@@ -1,7 +1,7 @@
 """Which implementation of the hottest read steps this process runs: the compiled
-``bundlefs.storage._native`` (``_native.pyx``: a plain file's entry decode, a directory's binary
-search, a record lookup, lz4 into a buffer of ours) where it is built and current, else ``None``
-and the pure-Python code.
+``bundlefs.storage._native`` (``_native.pyx``: a plain file's entry decode and a listing's file
+attributes, a directory's binary search, a record lookup, lz4 into a buffer of ours) where it is
+built and current, else ``None`` and the pure-Python code.
 
 The compiled module has a name no ``.py`` file has, so it never shadows Python source; and a
 stale build cannot serve silently: it carries the SHA-256 of the ``.pyx`` it was built from, and
@@ -103,6 +103,18 @@ def decode_entry(ino: int, value: bytes, version: int) -> fmt.Entry:
     rest, and what fails a check, which the Python decoder then reports)."""
     entry = None if module is None else module.decode_file(fmt.Entry, ino, value, version)
     return fmt.decode_entry(ino, value, version) if entry is None else entry
+
+
+def file_stats(
+    values: list[bytes], first: int, version: int, owners: list[tuple[int, int]], types: int
+) -> tuple[list[bytes], list[Any], list[int]] | None:
+    """A listing's names and stat tuples of children ``first …`` from their entry ``values``:
+    each plain file's compiled, checked as ``IndexReader.entry`` checks it (``types``: how many
+    content types there are), the others left for a full decode (their positions, third); None
+    where the compiled step is not here."""
+    if module is None:
+        return None
+    return module.file_stats(values, first, version, owners, types)
 
 
 def find_child(

@@ -69,6 +69,13 @@ def _compare_bundle(path: Path, monkeypatch: pytest.MonkeyPatch) -> int:
                     assert got[0] == got[1], (ino, name)
                     want = first + names.index(name) if name in names else None
                     assert got[0] == want
+                for start, count in ((1, 3), (entry.size - 1, 5), (0, entry.size)):
+                    got = _both(monkeypatch, b.tree.dirent_stats, entry, start, count)
+                    assert got[0] == got[1], (ino, start)
+                names, stats = got[1]  # the whole listing, compiled
+                listed = list(b.tree.children(entry))  # every child decoded in full
+                assert names == [name for name, _ in listed]
+                assert [stat[0] for stat in stats] == [e.ino for _, e in listed]
             if entry.is_file and not entry.is_link and entry.size:
                 for at in (entry.offset, entry.offset + entry.size - 1):
                     got = _both(monkeypatch, index.record_at, entry.shard, at)
@@ -154,6 +161,40 @@ def test_damaged_file_values_are_declined_or_decoded_as_python_does() -> None:
     assert NATIVE.decode_file(fmt.Entry, 3, fmt.encode_entry(link, 6), 6) is None
     plain = next(_file_entries())
     assert NATIVE.decode_file(fmt.Entry, 7, fmt.encode_entry(plain, 2), 2) is None
+
+
+@needs_native
+def test_damaged_file_values_are_listed_as_their_decode_decodes_them() -> None:
+    # A listing's compiled attributes: a value is read where decode_file reads it, its owner
+    # and content type exist, and then exactly as that entry's stat; else left for the decode.
+    assert NATIVE is not None
+    rng = random.Random(26)
+    owners = [(0, 0), (1000, 1000), (7, 8), (9, 9)]
+    listed = 0
+    for version in (3, 4, 5, 6):
+        for entry in _file_entries():
+            if entry.digest and version < 5:
+                continue
+            for value in _mutations(fmt.encode_entry(entry, version), rng):
+                names, stats, rest = NATIVE.file_stats([value], 7, version, owners, 3)
+                decoded = NATIVE.decode_file(fmt.Entry, 7, value, version)
+                takes = decoded is not None and decoded.owner < 4 and decoded.content_type < 3
+                assert (rest == []) == takes, (version, value)
+                if not takes:
+                    assert (names, stats, rest) == ([b""], [None], [0])
+                    continue
+                listed += 1
+                uid, gid = owners[decoded.owner]
+                assert names == [decoded.name]
+                assert stats == [
+                    (7, decoded.mode, decoded.nlink, uid, gid, decoded.size, decoded.mtime_ns, 0)
+                ]
+    assert listed > 1000
+    # The root's inode, and values that are no file's: left for the decode.
+    plain = fmt.encode_entry(next(_file_entries()), 6)
+    assert NATIVE.file_stats([plain], 1, 6, owners, 3)[2] == [0]
+    directory = fmt.Entry(ino=2, mode=0o040755, owner=0, mtime_ns=0, size=0, name=b"d")
+    assert NATIVE.file_stats([fmt.encode_entry(directory, 6), plain], 2, 6, owners, 3)[2] == [0]
 
 
 def _value_of(value: bytes, key: bytes, db: object) -> bytes:
