@@ -37,12 +37,21 @@ _BUILD_NEEDS = "libfuse3-dev, pkg-config and a C compiler"
 @functools.cache
 def load() -> ModuleType:
     """The binding this process uses, or a ``MountError`` saying how to get one."""
+    found = _binding()
     # The patched binding imports trio on first use (third_party/pyfuse3/trio-lazily.patch),
     # and a mount that runs without it may still need it later (one process, load threads, the
-    # open path): a missing trio is said here, before mounting, as a stock binding's import says
-    # it. find_spec looks for it without importing it.
-    if importlib.util.find_spec("trio") is None:
+    # open path): a missing trio is said here, before mounting, as a stock binding's own import
+    # says it. find_spec looks for it without importing it.
+    try:
+        trio_found = importlib.util.find_spec("trio") is not None
+    except (ImportError, ValueError):
+        trio_found = False
+    if not trio_found:
         raise _unloadable(ImportError(name="trio"))
+    return found
+
+
+def _binding() -> ModuleType:
     try:
         import bundlefs._fuse3 as patched
 
