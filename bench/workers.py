@@ -5,15 +5,21 @@ squashfuse_ll and the raw directory, measured in one run on this machine.
 [--cold-only]``
 
 - cold random whole-file reads (fresh mount, page cache dropped) with 1, 2, 4 and 8 reader
-  processes, cat-style, and the daemon CPU per cold file (every process of the daemon together);
-- warm random reads with Python ``open()``, 2 readers;
+  processes, cat-style and with Python ``open()``, and the daemon CPU per cold file (every
+  process of the daemon together, cat-style);
+- warm random reads, the same two ways with the same reader counts (the cold pass's mount, at
+  least a second each);
 - ``find`` on a fresh mount; ``ls -lR`` fresh and warm on a real tree of ~49,000 entries (this
   virtual environment's site-packages);
 - a cold PyTorch DataLoader epoch over the sample through the mount (4 loader workers, the
   files' bytes as samples), where torch is installed;
-- one large file read cold with ``cat`` (compressible and random).
+- one large file read cold with ``cat`` (compressible and random);
+- the random reads again with the package as a pip user installs it (``pip install
+  'CHECKOUT[mount]'`` into a virtual environment of its own under ``--workdir``, rebuilt when
+  the checkout's sources change; ``--no-pip`` leaves it out).
 
 ``--cold-only`` measures the first item alone (a quick iteration on what a cold request costs).
+After the figures it prints issue 21's targets, each with what this run measured.
 
 Each figure is the median of ``--rounds``; ratios are against squashfuse_ll (or raw) from the
 same run. Results go to ``--workdir``/workers.json and are printed as Markdown
@@ -25,18 +31,33 @@ May import: the standard library, ``bench``.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import json
+import os
 import random
+import shutil
 import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from bench import datasets
-from bench.measure import drop_caches, run_readers
+from bench.measure import BENCH_ROOT, drop_caches, run_readers
 from bench.report import log, median
-from bench.systems import Bundlefs, RawDir, Squashfuse, System, daemon_cpu_seconds, mounted
+from bench.systems import (
+    Bundlefs,
+    Log,
+    Mounted,
+    RawDir,
+    Squashfuse,
+    System,
+    SystemUnavailable,
+    daemon_cpu_seconds,
+    mounted,
+)
 
 READERS = (1, 2, 4, 8)
 LARGE = 512 * 1024 * 1024
@@ -55,6 +76,76 @@ class BundlefsWorkers(Bundlefs):
     def daemon_cmd(self, archive: Path, mnt: Path) -> list[str]:
         cmd = super().daemon_cmd(archive, mnt)
         return [*cmd[:-2], *self.extra, *cmd[-2:]]
+
+
+# What a pip install of the checkout builds from: a change in any of these builds it again.
+_PIP_INPUTS = ("pyproject.toml", "setup.py", "MANIFEST.in", "bundlefs", "third_party/pyfuse3")
+
+
+def _checkout_digest() -> str:
+    h = hashlib.sha256()
+    for name in _PIP_INPUTS:
+        top = BENCH_ROOT / name
+        files = [top] if top.is_file() else sorted(top.rglob("*"))
+        for f in files:
+            if f.is_file() and "__pycache__" not in f.parts and f.suffix not in (".so", ".c"):
+                h.update(str(f.relative_to(BENCH_ROOT)).encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
+class BundlefsPip(BundlefsWorkers):
+    """The package as a pip user gets it: ``pip install 'CHECKOUT[mount]'`` into a virtual
+    environment of its own (the patched binding compiled by bundlefs's own build, no
+    ``make install``), the same mount arguments as ``bundlefs-wN``."""
+
+    def __init__(self, workdir: Path, spec: str) -> None:
+        super().__init__(workdir, spec)
+        self.name = "bundlefs-pip-w" + spec.replace(":", "-t")
+        self.venv = workdir / "venv"
+
+    @property
+    def cli(self) -> list[str]:
+        return [str(self.venv / "bin" / "bundlefs")]
+
+    def env(self) -> dict[str, str] | None:
+        # Nothing of the developer's environment: the checkout's editable install is not on
+        # this interpreter's path, and no PYTHONPATH may put it there.
+        return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+    def ensure(self, log: Log) -> None:
+        stamp = self.venv / ".checkout-digest"
+        digest = _checkout_digest()
+        if not (stamp.exists() and stamp.read_text() == digest):
+            shutil.rmtree(self.venv, ignore_errors=True)
+            log(f"{self.name}: pip install '{BENCH_ROOT}[mount]' into {self.venv}")
+            base = getattr(sys, "_base_executable", sys.executable)
+            subprocess.run([base, "-m", "venv", str(self.venv)], check=True)
+            r = subprocess.run(
+                [str(self.venv / "bin" / "pip"), "install", "-q", f"{BENCH_ROOT}[mount]"],
+                capture_output=True,
+                text=True,
+                cwd="/",
+                env=self.env(),
+            )
+            if r.returncode != 0:
+                raise SystemUnavailable(f"pip install failed: {r.stderr.strip()[-1500:]}")
+            stamp.write_text(digest)
+        super().ensure(log)
+        r = subprocess.run(
+            [str(self.venv / "bin" / "python"), "-c",
+             "import bundlefs.mount.bindings as b; print(b.binding(), b.load().__name__)"],
+            capture_output=True, text=True, cwd="/", env=self.env(),
+        )  # fmt: skip
+        self.binding = r.stdout.strip() or r.stderr.strip()[-300:]
+        log(f"{self.name}: binding {self.binding}")
+
+    def _compile(self, log: Log) -> None:
+        return None  # pip byte-compiled the installed package
+
+
+def _default_workers() -> int:
+    """``bundlefs mount``'s default ``--workers`` on this machine (bundlefs.mount.options)."""
+    return max(2, min(len(os.sched_getaffinity(0)), 8))
 
 
 def _timed(cmd: list[str]) -> float:
@@ -123,29 +214,45 @@ def _dataloader_epoch(root: Path, sample_list: Path) -> float | None:
     return float(r.stdout.split()[-1])
 
 
-def measure(system: System, archives: dict[str, Path], sample_list: Path, expect: int,
-            rounds: int, cold_only: bool = False) -> dict[str, float]:  # fmt: skip
+def measure(
+    system: System,
+    archives: dict[str, Path],
+    sample_list: Path,
+    expect: int,
+    rounds: int,
+    cold_only: bool = False,
+    reads_only: bool = False,
+) -> dict[str, float]:
     got: dict[str, list[float]] = {}
 
     def add(key: str, value: float) -> None:
         got.setdefault(key, []).append(value)
 
+    def cold(stack: contextlib.ExitStack, readers: int, mode: str) -> Mounted:
+        """A fresh mount read cold by ``readers`` processes in ``mode``, up until ``stack``
+        closes."""
+        m = stack.enter_context(mounted(system, archives["small"], system.workdir / "mnt"))
+        drop_caches()
+        cpu0 = daemon_cpu_seconds(m.pid) if m.pid else None
+        r = run_readers(m.root, sample_list, readers, mode=mode)
+        cpu1 = daemon_cpu_seconds(m.pid) if m.pid else None
+        if r.first_pass_bytes != expect:
+            raise RuntimeError(f"{system.name}: read {r.first_pass_bytes}, want {expect}")
+        suffix = "" if mode == "fs" else f"_{mode}"
+        add(f"cold{suffix}_{readers}", r.files_per_s)
+        if cpu0 is not None and cpu1 is not None:
+            add(f"cpu_us{suffix}_{readers}", (cpu1 - cpu0) / r.files * 1e6)
+        return m
+
     for _ in range(rounds):
         for readers in READERS:
-            with mounted(system, archives["small"], system.workdir / "mnt") as m:
-                drop_caches()
-                cpu0 = daemon_cpu_seconds(m.pid) if m.pid else None
-                r = run_readers(m.root, sample_list, readers)
-                cpu1 = daemon_cpu_seconds(m.pid) if m.pid else None
-                if r.first_pass_bytes != expect:
-                    raise RuntimeError(f"{system.name}: read {r.first_pass_bytes}, want {expect}")
-                add(f"cold_{readers}", r.files_per_s)
-                if cpu0 is not None and cpu1 is not None:
-                    add(f"cpu_us_{readers}", (cpu1 - cpu0) / r.files * 1e6)
-                if readers == 2 and not cold_only:
-                    w = run_readers(m.root, sample_list, 2, mode="pyopen", min_seconds=1.0)
-                    add("warm_pyopen_2", w.files_per_s)
-        if cold_only:
+            for mode in ("fs",) if cold_only else ("fs", "pyopen"):
+                with contextlib.ExitStack() as stack:
+                    m = cold(stack, readers, mode)
+                    if not cold_only:  # the sample is in the page cache now: warm reads
+                        w = run_readers(m.root, sample_list, readers, mode=mode, min_seconds=1.0)
+                        add(f"warm_{mode}_{readers}", w.files_per_s)
+        if cold_only or reads_only:
             continue
         with mounted(system, archives["small"], system.workdir / "mnt") as m:
             drop_caches()
@@ -166,11 +273,22 @@ def measure(system: System, archives: dict[str, Path], sample_list: Path, expect
     return {k: median(v) for k, v in got.items()}
 
 
+def _readers(r: int) -> str:
+    return f"{r} reader{'s' * (r > 1)}"
+
+
 ROWS = [
-    *((f"cold_{r}", f"cold random reads, {r} reader{'s' * (r > 1)} (files/s)") for r in READERS),
-    ("cpu_us_1", "daemon CPU per cold file, 1 reader (µs)"),
-    ("cpu_us_4", "daemon CPU per cold file, 4 readers (µs)"),
-    ("warm_pyopen_2", "warm Python open(), 2 readers (files/s)"),
+    *((f"cold_{r}", f"cold random reads, cat-style, {_readers(r)} (files/s)") for r in READERS),
+    *(
+        (f"cold_pyopen_{r}", f"cold random reads, Python open(), {_readers(r)} (files/s)")
+        for r in READERS
+    ),  # fmt: skip
+    *((f"cpu_us_{r}", f"daemon CPU per cold file, cat-style, {_readers(r)} (µs)") for r in READERS),
+    *((f"warm_fs_{r}", f"warm random reads, cat-style, {_readers(r)} (files/s)") for r in READERS),
+    *(
+        (f"warm_pyopen_{r}", f"warm random reads, Python open(), {_readers(r)} (files/s)")
+        for r in READERS
+    ),  # fmt: skip
     ("dataloader_cold_fps", "DataLoader epoch, 4 workers, cold (files/s)"),
     ("find_fresh_s", "find, fresh mount (s)"),
     ("lslR_fresh_s", "ls -lR site-packages, fresh mount (s)"),
@@ -198,6 +316,98 @@ def render(results: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
+def _ratio(results: dict[str, dict[str, float]], a: str, b: str, key: str) -> float | None:
+    x, y = results.get(a, {}).get(key), results.get(b, {}).get(key)
+    return x / y if x and y else None
+
+
+def targets(results: dict[str, dict[str, float]], workers: str) -> str:
+    """Issue 21's targets, each with what this run measured (``workers``: the variant judged,
+    the default ``--workers`` here)."""
+    w, one, sq, raw = workers, "bundlefs-w1", "squashfuse_ll", "raw"
+    pip = next((n for n in results if n.startswith("bundlefs-pip-")), None)
+    rows: list[tuple[str, list[float | None], Callable[[float], bool], str]] = []
+
+    def row(
+        label: str, values: list[float | None], ok: Callable[[float], bool], unit: str = "×"
+    ) -> None:
+        rows.append((label, values, ok, unit))
+
+    def vs(a: str, b: str, keys: list[str]) -> list[float | None]:
+        return [_ratio(results, a, b, k) for k in keys]
+
+    row(
+        "cold random reads, 2 readers ≥ 1.3× squashfuse_ll",
+        vs(w, sq, ["cold_2"]),
+        lambda v: v >= 1.3,
+    )
+    row(
+        "cold random reads, 4 and 8 readers ≥ 1.3× squashfuse_ll",
+        vs(w, sq, ["cold_4", "cold_8"]),
+        lambda v: v >= 1.3,
+    )
+    row(
+        "… and ≥ 1.5× bundlefs with one worker",
+        vs(w, one, ["cold_4", "cold_8"]),
+        lambda v: v >= 1.5,
+    )
+    row(
+        "cold random reads, 1 reader ≥ 1.0× squashfuse_ll",
+        vs(w, sq, ["cold_1"]),
+        lambda v: v >= 1.0,
+    )
+    row(
+        "daemon CPU per cold file, all processes, 1/2/4/8 readers ≤ 150 µs",
+        [results.get(w, {}).get(f"cpu_us_{r}") for r in READERS],
+        lambda v: v <= 150,
+        " µs",
+    )
+    row(
+        "… the same beside squashfuse_ll's (×)",
+        vs(w, sq, [f"cpu_us_{r}" for r in READERS]),
+        lambda v: v <= 1.0,
+    )
+    row(
+        "warm Python open(), 2 readers ≥ 1.0× squashfuse_ll",
+        vs(w, sq, ["warm_pyopen_2"]),
+        lambda v: v >= 1.0,
+    )
+    row(
+        "DataLoader epoch through the mount, cold ≥ 1.0× squashfuse_ll",
+        vs(w, sq, ["dataloader_cold_fps"]),
+        lambda v: v >= 1.0,
+    )
+    row(
+        "sequential cold read of one large file, compressible / random ≥ 1.0× squashfuse_ll",
+        vs(w, sq, ["seq_text_mbps", "seq_random_mbps"]),
+        lambda v: v >= 1.0,
+    )
+    row("find, fresh mount ≤ 2× raw (time)", vs(w, raw, ["find_fresh_s"]), lambda v: v <= 2.0)
+    row("ls -lR warm (second run) ≤ 3× raw (time)", vs(w, raw, ["lslR_warm_s"]), lambda v: v <= 3.0)
+    row(
+        "ls -lR fresh mount ≤ 0.5× squashfuse_ll (time)",
+        vs(w, sq, ["lslR_fresh_s"]),
+        lambda v: v <= 0.5,
+    )
+    if pip is not None:
+        # "The same within noise": rounds of one variant here spread ±15 % (docs/performance.md).
+        row(
+            f"pip-installed mount ({pip}), warm random reads, cat-style and open(), "
+            f"1/2/4/8 readers, × {w} ≥ 0.85",
+            vs(pip, w, [f"warm_{m}_{r}" for m in ("fs", "pyopen") for r in READERS]),
+            lambda v: v >= 0.85,
+        )
+    lines = [f"Issue 21's targets ({w} judged):", "", "| target | measured | |", "|---|---|---|"]
+    for label, values, ok, unit in rows:
+        got = [v for v in values if v is not None]
+        shown = " / ".join(
+            "—" if v is None else (f"{v:.0f}{unit}" if unit != "×" else f"{v:.2f}×") for v in values
+        )
+        verdict = "—" if not got else ("met" if all(ok(v) for v in got) else "missed")
+        lines.append(f"| {label} | {shown} | {verdict} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.workers", description=__doc__)
     ap.add_argument("--workdir", type=Path, default=Path("/var/tmp/bundlefs-bench"))
@@ -206,13 +416,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--workers", default="1,2,4", help="bundlefs variants: N or N:THREADS each")
     ap.add_argument("--no-peers", action="store_true", help="measure bundlefs only")
+    ap.add_argument("--no-pip", action="store_true", help="no pip-installed bundlefs")
     ap.add_argument("--render", type=Path, help="only print the table of a saved JSON")
     ap.add_argument(
         "--cold-only", action="store_true", help="only the cold random reads and daemon CPU"
     )
     args = ap.parse_args(argv)
+    default = f"bundlefs-w{_default_workers()}"
     if args.render:
-        print(render(json.loads(args.render.read_text())["results"]))
+        saved = json.loads(args.render.read_text())["results"]
+        print(render(saved) + "\n\n" + targets(saved, default))
         return 0
     work = args.workdir / "workers"
     work.mkdir(parents=True, exist_ok=True)
@@ -227,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
         sources["large"] = _large_files(args.workdir)
     systems: list[System] = [] if args.no_peers else [RawDir(work / "raw"), Squashfuse(work / "sq")]
     systems += [BundlefsWorkers(work / f"w{n}", n) for n in args.workers.split(",")]
+    if not args.no_pip and not args.cold_only:
+        systems.append(BundlefsPip(work / "pip", str(_default_workers())))
     results: dict[str, dict[str, float]] = {}
     for system in systems:
         system.ensure(log)
@@ -240,13 +455,14 @@ def main(argv: list[str] | None = None) -> int:
             archives[key] = system.pack(src, system.workdir / key).archive
         log(f"{system.name}: measuring")
         results[system.name] = measure(
-            system, archives, sample_list, expect, args.rounds, args.cold_only
-        )
+            system, archives, sample_list, expect, args.rounds, args.cold_only,
+            reads_only=isinstance(system, BundlefsPip),
+        )  # fmt: skip
         log(json.dumps(results[system.name]))
     out = args.workdir / "workers.json"
     out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                "files": args.files, "results": results}, indent=1))  # fmt: skip
-    print(render(results))
+    print(render(results) + "\n\n" + targets(results, default))
     return 0
 
 
