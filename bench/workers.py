@@ -9,8 +9,8 @@ squashfuse_ll and the raw directory, measured in one run on this machine.
   process of the daemon together, cat-style);
 - warm random reads, the same two ways with the same reader counts (the cold pass's mount, at
   least a second each);
-- ``find`` on a fresh mount and again; ``ls -lR`` fresh and warm on a real tree of ~49,000 entries (this
-  virtual environment's site-packages);
+- ``find`` on a fresh mount and again; ``ls -lR`` fresh and warm on a real tree of ~49,000
+  entries (this virtual environment's site-packages);
 - a cold PyTorch DataLoader epoch over the sample through the mount (4 loader workers, the
   files' bytes as samples), where torch is installed;
 - one large file read with ``cat``, cold and again (compressible and random);
@@ -21,9 +21,9 @@ squashfuse_ll and the raw directory, measured in one run on this machine.
 ``--cold-only`` measures the first item alone (a quick iteration on what a cold request costs).
 After the figures it prints issue 21's targets, each with what this run measured.
 
-Each figure is the median of ``--rounds``; ratios are against squashfuse_ll (or raw) from the
-same run. Results go to ``--workdir``/workers.json and are printed as Markdown
-(docs/performance.md keeps the table of the last full run).
+Each figure is the median of ``--rounds``, every system measured in turn within a round; ratios
+are against squashfuse_ll (or raw) from the same run. Results go to ``--workdir``/workers.json
+and are printed as Markdown (docs/performance.md keeps the table of the last full run).
 
 May import: the standard library, ``bench``.
 """
@@ -219,14 +219,18 @@ def measure(
     archives: dict[str, Path],
     sample_list: Path,
     expect: int,
-    rounds: int,
+    got: dict[str, list[float]],
     cold_only: bool = False,
     reads_only: bool = False,
-) -> dict[str, float]:
-    got: dict[str, list[float]] = {}
+) -> None:
+    """One round of every figure of ``system``, each appended to its list in ``got``."""
 
     def add(key: str, value: float) -> None:
         got.setdefault(key, []).append(value)
+
+    def timed5(cmd: list[str]) -> float:
+        """The median of five runs of ``cmd`` (a warm figure: one ~0.1 s run is noisy)."""
+        return median([_timed(cmd) for _ in range(5)])
 
     def cold(stack: contextlib.ExitStack, readers: int, mode: str) -> Mounted:
         """A fresh mount read cold by ``readers`` processes in ``mode``, up until ``stack``
@@ -244,36 +248,34 @@ def measure(
             add(f"cpu_us{suffix}_{readers}", (cpu1 - cpu0) / r.files * 1e6)
         return m
 
-    for _ in range(rounds):
-        for readers in READERS:
-            for mode in ("fs",) if cold_only else ("fs", "pyopen"):
-                with contextlib.ExitStack() as stack:
-                    m = cold(stack, readers, mode)
-                    if not cold_only:  # the sample is in the page cache now: warm reads
-                        w = run_readers(m.root, sample_list, readers, mode=mode, min_seconds=1.0)
-                        add(f"warm_{mode}_{readers}", w.files_per_s)
-        if cold_only or reads_only:
-            continue
-        with mounted(system, archives["small"], system.workdir / "mnt") as m:
+    for readers in READERS:
+        for mode in ("fs",) if cold_only else ("fs", "pyopen"):
+            with contextlib.ExitStack() as stack:
+                m = cold(stack, readers, mode)
+                if not cold_only:  # the sample is in the page cache now: warm reads
+                    w = run_readers(m.root, sample_list, readers, mode=mode, min_seconds=1.0)
+                    add(f"warm_{mode}_{readers}", w.files_per_s)
+    if cold_only or reads_only:
+        return
+    with mounted(system, archives["small"], system.workdir / "mnt") as m:
+        drop_caches()
+        add("find_fresh_s", _timed(["find", str(m.root)]))
+        add("find_warm_s", timed5(["find", str(m.root)]))
+        drop_caches()
+        fps = _dataloader_epoch(m.root, sample_list)
+        if fps is not None:
+            add("dataloader_cold_fps", fps)
+    with mounted(system, archives["site"], system.workdir / "mnt") as m:
+        drop_caches()
+        add("lslR_fresh_s", _timed(["ls", "-lR", str(m.root)]))
+        add("lslR_warm_s", _timed(["ls", "-lR", str(m.root)]))
+    with mounted(system, archives["large"], system.workdir / "mnt") as m:
+        for name in ("text.log", "random.bin"):
             drop_caches()
-            add("find_fresh_s", _timed(["find", str(m.root)]))
-            add("find_warm_s", _timed(["find", str(m.root)]))
-            drop_caches()
-            fps = _dataloader_epoch(m.root, sample_list)
-            if fps is not None:
-                add("dataloader_cold_fps", fps)
-        with mounted(system, archives["site"], system.workdir / "mnt") as m:
-            drop_caches()
-            add("lslR_fresh_s", _timed(["ls", "-lR", str(m.root)]))
-            add("lslR_warm_s", _timed(["ls", "-lR", str(m.root)]))
-        with mounted(system, archives["large"], system.workdir / "mnt") as m:
-            for name in ("text.log", "random.bin"):
-                drop_caches()
-                seconds = _timed(["cat", str(m.root / name)])
-                add(f"seq_{name.split('.')[0]}_mbps", LARGE / 1e6 / seconds)
-                seconds = _timed(["cat", str(m.root / name)])  # from the page cache now
-                add(f"seq_{name.split('.')[0]}_warm_mbps", LARGE / 1e6 / seconds)
-    return {k: median(v) for k, v in got.items()}
+            seconds = _timed(["cat", str(m.root / name)])
+            add(f"seq_{name.split('.')[0]}_mbps", LARGE / 1e6 / seconds)
+            seconds = timed5(["cat", str(m.root / name)])  # from the page cache now
+            add(f"seq_{name.split('.')[0]}_warm_mbps", LARGE / 1e6 / seconds)
 
 
 def _readers(r: int) -> str:
@@ -474,26 +476,34 @@ def main(argv: list[str] | None = None) -> int:
     systems += [BundlefsWorkers(work / f"w{n}", n) for n in args.workers.split(",")]
     if not args.no_pip and not args.cold_only:
         systems.append(BundlefsPip(work / "pip", str(_default_workers())))
-    results: dict[str, dict[str, float]] = {}
+    archives: dict[str, dict[str, Path]] = {}
     for system in systems:
         system.ensure(log)
-        archives = {}
+        archives[system.name] = {}
         for key, src in sources.items():
             first = next(s for s in systems if isinstance(s, BundlefsWorkers))
             if isinstance(system, BundlefsWorkers) and system is not first:
-                archives[key] = first.archive_path(first.workdir / key)  # packed once
+                archives[system.name][key] = first.archive_path(first.workdir / key)  # once
                 continue
             log(f"{system.name}: packing {key}")
-            archives[key] = system.pack(src, system.workdir / key).archive
-        log(f"{system.name}: measuring")
-        results[system.name] = measure(
-            system, archives, sample_list, expect, args.rounds, args.cold_only,
-            reads_only=isinstance(system, BundlefsPip),
-        )  # fmt: skip
-        log(json.dumps(results[system.name]))
+            archives[system.name][key] = system.pack(src, system.workdir / key).archive
+    # Round by round, every system in turn: the machine drifts over a run (other sessions, the
+    # page cache, the disk), and measuring each system's rounds back to back would charge the
+    # drift to whichever came last.
+    got: dict[str, dict[str, list[float]]] = {system.name: {} for system in systems}
+    for round_ in range(args.rounds):
+        for system in systems:
+            log(f"round {round_ + 1}/{args.rounds}: {system.name}")
+            measure(
+                system, archives[system.name], sample_list, expect, got[system.name],
+                args.cold_only, reads_only=isinstance(system, BundlefsPip),
+            )  # fmt: skip
+    results = {name: {k: median(v) for k, v in figures.items()} for name, figures in got.items()}
+    log(json.dumps(results))
     out = args.workdir / "workers.json"
-    out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                               "files": args.files, "results": results}, indent=1))  # fmt: skip
+    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    saved = {"date": date, "files": args.files, "results": results, "rounds": got}
+    out.write_text(json.dumps(saved, indent=1))
     print(render(results) + "\n\n" + targets(results, default))
     return 0
 
