@@ -190,6 +190,8 @@ def main(argv: list[str] | None = None, measure_size: Callable[..., Any] = measu
     args = ap.parse_args(argv)
     sizes = sorted(int(float(s)) for s in args.sizes.split(","))
     clock = report.RunClock()
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)  # the run's own directory goes inside
     work = Path(tempfile.mkdtemp(prefix="bundlefs-bench-memory.", dir=args.workdir or "/var/tmp"))
     try:
         measured = {str(n): measure_size(n, work) for n in sizes}
