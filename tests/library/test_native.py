@@ -130,6 +130,17 @@ def _mutations(value: bytes, rng: random.Random) -> Iterator[bytes]:
     yield value + b"\0"
 
 
+def _mutated_file_values(rng: random.Random) -> Iterator[tuple[int, bytes]]:
+    """(version, value): damaged values of every sample file entry in versions 3–6 (a digest
+    only from version 5, where the format has one)."""
+    for version in (3, 4, 5, 6):
+        for entry in _file_entries():
+            if entry.digest and version < 5:
+                continue
+            for value in _mutations(fmt.encode_entry(entry, version), rng):
+                yield version, value
+
+
 def _python_decode(ino: int, value: bytes, version: int) -> fmt.Entry | None:
     try:
         return fmt.decode_entry(ino, value, version)
@@ -140,18 +151,13 @@ def _python_decode(ino: int, value: bytes, version: int) -> fmt.Entry | None:
 @needs_native
 def test_damaged_file_values_are_declined_or_decoded_as_python_does() -> None:
     assert NATIVE is not None
-    rng = random.Random(21)
     accepted = 0
-    for version in (3, 4, 5, 6):
-        for entry in _file_entries():
-            if entry.digest and version < 5:
-                continue
-            for value in _mutations(fmt.encode_entry(entry, version), rng):
-                for ino in (1, 7):
-                    got = NATIVE.decode_file(fmt.Entry, ino, value, version)
-                    if got is not None:
-                        accepted += 1
-                        assert got == _python_decode(ino, value, version), (version, value)
+    for version, value in _mutated_file_values(random.Random(21)):
+        for ino in (1, 7):
+            got = NATIVE.decode_file(fmt.Entry, ino, value, version)
+            if got is not None:
+                accepted += 1
+                assert got == _python_decode(ino, value, version), (version, value)
     assert accepted > 1000
     # Versions 1 and 2, directories, LINK entries, symlinks: always the Python path.
     dir_entry = fmt.Entry(ino=2, mode=0o040755, owner=0, mtime_ns=0, size=0, name=b"d")
@@ -168,27 +174,22 @@ def test_damaged_file_values_are_listed_as_their_decode_decodes_them() -> None:
     # A listing's compiled attributes: a value is read where decode_file reads it, its owner
     # and content type exist, and then exactly as that entry's stat; else left for the decode.
     assert NATIVE is not None
-    rng = random.Random(26)
     owners = [(0, 0), (1000, 1000), (7, 8), (9, 9)]
     listed = 0
-    for version in (3, 4, 5, 6):
-        for entry in _file_entries():
-            if entry.digest and version < 5:
-                continue
-            for value in _mutations(fmt.encode_entry(entry, version), rng):
-                names, stats, rest = NATIVE.file_stats([value], 7, version, owners, 3)
-                decoded = NATIVE.decode_file(fmt.Entry, 7, value, version)
-                takes = decoded is not None and decoded.owner < 4 and decoded.content_type < 3
-                assert (rest == []) == takes, (version, value)
-                if not takes:
-                    assert (names, stats, rest) == ([b""], [None], [0])
-                    continue
-                listed += 1
-                uid, gid = owners[decoded.owner]
-                assert names == [decoded.name]
-                assert stats == [
-                    (7, decoded.mode, decoded.nlink, uid, gid, decoded.size, decoded.mtime_ns, 0)
-                ]
+    for version, value in _mutated_file_values(random.Random(26)):
+        names, stats, rest = NATIVE.file_stats([value], 7, version, owners, 3)
+        decoded = NATIVE.decode_file(fmt.Entry, 7, value, version)
+        takes = decoded is not None and decoded.owner < 4 and decoded.content_type < 3
+        assert (rest == []) == takes, (version, value)
+        if not takes:
+            assert (names, stats, rest) == ([b""], [None], [0])
+            continue
+        listed += 1
+        uid, gid = owners[decoded.owner]
+        assert names == [decoded.name]
+        assert stats == [
+            (7, decoded.mode, decoded.nlink, uid, gid, decoded.size, decoded.mtime_ns, 0)
+        ]
     assert listed > 1000
     # The root's inode, and values that are no file's: left for the decode.
     plain = fmt.encode_entry(next(_file_entries()), 6)
