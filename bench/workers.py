@@ -288,6 +288,10 @@ ROWS = [
         for r in READERS
     ),  # fmt: skip
     *((f"cpu_us_{r}", f"daemon CPU per cold file, cat-style, {_readers(r)} (µs)") for r in READERS),
+    *(
+        (f"cpu_us_pyopen_{r}", f"daemon CPU per cold file, Python open(), {_readers(r)} (µs)")
+        for r in READERS
+    ),  # fmt: skip
     *((f"warm_fs_{r}", f"warm random reads, cat-style, {_readers(r)} (files/s)") for r in READERS),
     *(
         (f"warm_pyopen_{r}", f"warm random reads, Python open(), {_readers(r)} (files/s)")
