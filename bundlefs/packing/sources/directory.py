@@ -38,8 +38,8 @@ from bundlefs.packing.sources.base import (
 from bundlefs.storage import native
 
 # Whether to read a small file ahead, given its item as lstat'ed (a delta pack skips unchanged
-# ones, and may mark them ``reuse`` instead; called on the walking thread, or on a reader thread
-# once more for a file it said to read).
+# ones, and may mark them ``reuse`` instead; called on the walking thread, which probes a delta
+# pack's files itself: ``DirectorySource._probes``).
 ReadIf = Callable[[SourceItem], bool]
 
 
@@ -47,7 +47,8 @@ def _probe(
     path: bytes, rel: bytes, name: bytes, read_ahead: bool = True, read_if: ReadIf | None = None
 ) -> SourceItem | OSError:
     """lstat ``path`` and read it whole if it is a small regular file (unless not
-    ``read_ahead``, or ``read_if`` says no); runs on reader threads."""
+    ``read_ahead``, or ``read_if`` says no); runs on reader threads (a delta pack's on the
+    walking thread)."""
     try:
         item = SourceItem(rel, name, os.lstat(path))
     except OSError as e:
@@ -82,22 +83,6 @@ def _probe(
     finally:
         os.close(fd)
     return item
-
-
-def _stat_only(
-    path: bytes, rel: bytes, name: bytes, read_ahead: bool, read_if: ReadIf | None
-) -> SourceItem | OSError | None:
-    """``_probe``'s result when it is an lstat alone (not a directory, not a file ``read_if``
-    wants read ahead); else None."""
-    try:
-        st = os.lstat(path)
-    except OSError as e:
-        return e
-    if statmod.S_ISDIR(st.st_mode):
-        return None
-    item = SourceItem(rel, name, st)
-    small = statmod.S_ISREG(st.st_mode) and read_ahead and st.st_size <= _READ_AHEAD_MAX
-    return None if small and (read_if is None or read_if(item)) else item
 
 
 # Names probed_known lstat's before it probes the others: the items of one window are held.
@@ -341,31 +326,24 @@ class DirectorySource:
     def _probes(
         self, children: list[tuple[bytes, bytes]], read_if: ReadIf | None
     ) -> Iterator[SourceItem | OSError]:
-        """Probes of ``children`` in order, computed up to _READ_AHEAD_FILES ahead on the pool.
-        With ``read_if`` (a delta pack) each is lstat'ed here first, and only those with more
-        to do (a directory, a file to read) go to the pool: most are an lstat alone, for
-        which a thread's hand-off costs more than the call."""
+        """Probes of ``children`` in order, computed up to _READ_AHEAD_FILES ahead on the pool;
+        a delta pack's (``read_if``) here, one by one: they are the files it did not find
+        unchanged, mostly alone between unchanged ones, and a hand-off to a reader thread and
+        back cost more than the probe (a pack of 1,000,000 files on a base, 10,000 of them
+        touched: 11.2 → 9.8 s, medians of 3 alternating; 20,000 files, 10 % changed: 0.68 →
+        0.39 s; with the page cache dropped first, the same within the noise)."""
         root, read_ahead = self.prefix, self._read_ahead
         args = [(root + rel, rel, name, read_ahead, read_if) for name, rel in children]
-        if self._pool is None:
+        if self._pool is None or read_if is not None:
             yield from (_probe(*a) for a in args)
             return
         pending: deque = deque()
         for a in args:
-            done = _stat_only(*a) if read_if is not None else None
-            if done is None:
-                pending.append(self._pool.submit(_probe, *a))
-            elif pending:
-                pending.append(done)
-            else:
-                yield done  # nothing ahead of it
-                continue
+            pending.append(self._pool.submit(_probe, *a))
             if len(pending) >= _READ_AHEAD_FILES:
-                first = pending.popleft()
-                yield first if isinstance(first, SourceItem | OSError) else first.result()
+                yield pending.popleft().result()
         while pending:
-            first = pending.popleft()
-            yield first if isinstance(first, SourceItem | OSError) else first.result()
+            yield pending.popleft().result()
 
     def readlink(self, item: SourceItem) -> bytes:
         return os.readlink(os.path.join(self._root, item.rel))
