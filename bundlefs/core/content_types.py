@@ -331,6 +331,7 @@ class ContentTypeRules:
     ) -> None:
         self.rules = [(pattern, media_type) for pattern, media_type in rules]
         self.detect = detect  # from names and first bytes, where no rule matches
+        self._by_suffix: dict[bytes, str | None] = {}  # by_name's, without rules
 
     def choose(self, rel: bytes, head: bytes | HeadFacts) -> str | None:
         path = os.fsdecode(rel)
@@ -342,3 +343,24 @@ class ContentTypeRules:
         if not self.detect:
             return None
         return detect(rel.rsplit(b"/", 1)[-1], head)
+
+    def by_name(self, rel: bytes) -> str | None:
+        """``choose(rel, b"")``: what the path alone says (a delta pack's copied files, whose
+        base found no type in their content). Without rules that is a function of the name's
+        last dot onwards, remembered for up to ``_SUFFIXES_HELD`` of them: ``choose`` was a
+        quarter of a pack on a base of 1,000,000 unchanged ``.bin`` files (py-spy)."""
+        if self.rules:
+            return self.choose(rel, b"")
+        name = rel.rsplit(b"/", 1)[-1]
+        dot = name.rfind(b".")
+        suffix = name[dot:] if dot > 0 else b""  # _extension: a leading dot is no extension
+        held = self._by_suffix
+        if suffix in held:
+            return held[suffix]
+        media_type = self.choose(rel, b"")
+        if len(held) < _SUFFIXES_HELD:
+            held[suffix] = media_type
+        return media_type
+
+
+_SUFFIXES_HELD = 4096  # bounded whatever the names

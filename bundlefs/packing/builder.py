@@ -229,7 +229,7 @@ class EntryBuilder:
         for rel, name, st, (value, owner, content_type, media_type, _shard) in run:
             chosen = media_type
             if chosen is None and rules is not None:  # as _file_entry: by name
-                chosen = rules.choose(rel, b"")
+                chosen = rules.by_name(rel)
             new_type = fmt.NO_CONTENT_TYPE if chosen is None else types.get(chosen)
             new_owner = owners.get((st.st_uid, st.st_gid))
             if new_type is None or new_owner is None:  # a first use, which puts it in the index:

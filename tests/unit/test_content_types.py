@@ -102,3 +102,18 @@ def test_text_is_printable_characters_and_whitespace(head: bytes) -> None:
 def test_the_facts_of_a_head_decide_as_the_head_does(name: bytes, head: bytes) -> None:
     facts = content_types.head_facts(head)
     assert content_types.detect(name, facts) == content_types.detect(name, head)
+
+
+NAMES = [
+    *(b"a/x.pth", b"b/y.PTH", b"x.ts", b"no-extension", b".json", b"x.", b"d/x.json"),
+    *(b"x.png", b"x.tar.gz", b"x.\xff", b"x.jpg", b"y.jpg", b"d.jpg/plain"),
+]
+
+
+@pytest.mark.parametrize("detect", [True, False], ids=["detect", "no-detect"])
+@pytest.mark.parametrize("rules", [(), (("d/*", "text/x-d"), ("*.jpg", ""))], ids=["", "rules"])
+def test_by_name_chooses_as_choose_with_no_head_does(detect: bool, rules: tuple) -> None:
+    remembering = content_types.ContentTypeRules(rules, detect=detect)
+    for name in NAMES * 2:  # the second time from what it remembered
+        fresh = content_types.ContentTypeRules(rules, detect=detect)
+        assert remembering.by_name(name) == fresh.choose(name, b""), name
