@@ -660,7 +660,7 @@ def known_files(int dir_fd, list children, known):
     file with that mode, size and mtime and one link, it goes to ``quick`` as (rel, name,
     FileStat, reuse); the others, those that could not be lstat'ed too, to ``rest`` as (name,
     rel), each list in the order of ``children``. (quick, rest)."""
-    cdef Py_ssize_t count = len(children), i, wanted = 0
+    cdef Py_ssize_t count = len(children), i
     cdef const char **names = <const char **>malloc(max(count, 1) * sizeof(char *))
     cdef struct_stat *stats = <struct_stat *>malloc(max(count, 1) * sizeof(struct_stat))
     cdef int64_t *expect = <int64_t *>malloc(max(count, 1) * 3 * sizeof(int64_t))
@@ -680,28 +680,28 @@ def known_files(int dir_fd, list children, known):
             names[i] = NULL
             if found is None or type(name) is not bytes:
                 continue
+            if memchr(PyBytes_AS_STRING(name), 0, PyBytes_GET_SIZE(name)) != NULL:
+                continue  # no file's name: the C string would name another (probed: refused)
             mode, size, mtime_ns = found[0]
             if not (0 <= mode < 2**32 and 0 <= size < 2**63 and -2**63 <= mtime_ns < 2**63):
                 continue
             names[i] = PyBytes_AS_STRING(name)  # children holds the name: alive till the end
             expect[3 * i], expect[3 * i + 1], expect[3 * i + 2] = mode, size, mtime_ns
             found_at[i] = found
-            wanted += 1
-        if wanted:
-            with nogil:
-                for i in range(count):
-                    if names[i] == NULL:
-                        continue
-                    st = &stats[i]
-                    if fstatat(dir_fd, names[i], st, AT_SYMLINK_NOFOLLOW) != 0:
-                        continue
-                    matched[i] = (
-                        S_ISREG(st.st_mode)
-                        and st.st_nlink == 1
-                        and st.st_mode == expect[3 * i]
-                        and st.st_size == expect[3 * i + 1]
-                        and _ns(st.st_mtim.tv_sec, st.st_mtim.tv_nsec) == expect[3 * i + 2]
-                    )
+        with nogil:
+            for i in range(count):
+                if names[i] == NULL:
+                    continue
+                st = &stats[i]
+                if fstatat(dir_fd, names[i], st, AT_SYMLINK_NOFOLLOW) != 0:
+                    continue
+                matched[i] = (
+                    S_ISREG(st.st_mode)
+                    and st.st_nlink == 1
+                    and st.st_mode == expect[3 * i]
+                    and st.st_size == expect[3 * i + 1]
+                    and _ns(st.st_mtim.tv_sec, st.st_mtim.tv_nsec) == expect[3 * i + 2]
+                )
         for i in range(count):
             child = children[i]
             if not matched[i]:

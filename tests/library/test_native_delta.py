@@ -113,6 +113,9 @@ def test_the_compiled_lstat_loop_splits_a_directory_as_the_python_loop_does(
     try:
         python = directory._split_known(fd, children, known)
         compiled = native.known_files(fd, children, known)
+        # A name with a NUL (no file's) is never lstat'ed as the name before it ("same").
+        nul = (b"same\0x", b"d/same\0x")
+        assert native.known_files(fd, [nul], {nul[0]: known[b"same"]}) == ([], [nul])
     finally:
         os.close(fd)
     assert compiled is not None
