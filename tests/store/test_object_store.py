@@ -417,10 +417,27 @@ def test_concurrent_readers_get_correct_bytes_from_few_gets(s3_server, many_file
     assert stats is not None
     reads = 8 * len(names)
     assert stats["failures"] == 0
-    # Coalesced: several records per GET. (Eight streams each reading ahead in its own window
-    # take a few more GETs than one would: up to 38 for 117 records seen, 1 run in 8.)
-    assert stats["requests"] <= records // 3 + 8, stats
-    assert stats["requests"] * 50 < reads, stats
+    # Coalesced even when eight streams race: fewer GETs than records. How many fewer depends on
+    # the threads' timing (5 to 39 GETs for 117 records in 25 idle runs, 49 on a loaded CI
+    # machine: a reader whose window is held up by the others' GETs in flight fetches its own
+    # record), so the figure is the next test's, with one reader.
+    assert stats["requests"] < records, stats
+    assert stats["requests"] * 40 < reads, stats
+
+
+def test_one_reader_in_order_gets_many_records_per_get(s3_server, many_files_bundle, cache):
+    path, files = many_files_bundle
+    url = upload_bundle(s3_server, path, f"s3://read/t{next(_counter)}/many.bundle")
+    with _open(s3_server, url, cache) as b:
+        records = sum(1 for _ in b.content.records(0))
+        for name in sorted(files):
+            assert b.read(name) == files[name], name
+        stats = b.storage_stats()
+    assert stats is not None and stats["failures"] == 0
+    # The first two reads form no stream yet and fetch only what they touch; the third makes it
+    # sequential, and its window (1 MiB) and then the rest of the shard come in one GET each:
+    # 4 GETs for 117 records, in 15 runs out of 15, idle or with every core busy.
+    assert records > 100 and stats["requests"] <= 4, stats
 
 
 def test_a_second_bundle_with_the_same_disk_cache_makes_no_gets(
