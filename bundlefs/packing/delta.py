@@ -64,13 +64,20 @@ class DeltaSource:
         self.tick = inner.mtime_tick
         self._pending: dict[bytes, int] = {}  # directory rel -> OLD's directory inode
         self._linked: set[tuple[int, int]] = set()  # hard-linked files met, as the builder
+        # The directory split ahead (``_split_ahead``): its rel, OLD's children and copyable.
+        self._ahead: tuple[bytes, dict[bytes, tuple[int, bytes]], Copyable] | None = None
 
     def root(self) -> SourceItem:
         self._pending[b""] = fmt.ROOT_INO
         return self.inner.root()
 
     def children(self, rel: bytes) -> Iterator[SourceItem]:
-        old, copyable = self._old_children(self._pending.pop(rel, None))
+        ino, ahead = self._pending.pop(rel, None), self._ahead
+        if ahead is not None and ahead[0] == rel:
+            old, copyable = ahead[1], ahead[2]
+            self._ahead = None
+        else:
+            old, copyable = self._old_children(ino)
 
         def read_if(item: SourceItem) -> bool:  # marks the copyable ``reuse``: not read
             found = old.get(item.name)
@@ -82,7 +89,9 @@ class DeltaSource:
             return not self.base.trusted(self._entry(found), item.st, self.tick)
 
         used, counts = self.base.used, self.base.reuse
-        for item in self._walk(rel, copyable, read_if if old else None):
+        walk = self._walk(rel, copyable, read_if if old else None)  # takes what was split ahead
+        self._split_ahead()
+        for item in walk:
             if item.run is not None:  # unchanged files, lstat'ed beside OLD's values: copied
                 used.update({reuse[4] for _rel, _name, _st, reuse in item.run})
                 counts.reused_files += len(item.run)
@@ -109,6 +118,20 @@ class DeltaSource:
             elif kind == statmod.S_IFREG and not self._later_name(item.st):
                 self._file(item, None)
             yield item
+
+    def _split_ahead(self) -> None:
+        """OLD's children of the directory the builder asks for next, and SRC's split ahead
+        (``DirectorySource.split_ahead``): the builder walks breadth first, so that is the
+        first one still pending (one OLD does not hold may come first: the split waits)."""
+        inner = self.inner
+        if not isinstance(inner, DirectorySource) or self.base.strict or not self._pending:
+            return
+        rel, ino = next(iter(self._pending.items()))
+        if self._ahead is not None and self._ahead[0] == rel:
+            return  # split already
+        old, copyable = self._old_children(ino)
+        self._ahead = (rel, old, copyable)
+        inner.split_ahead(rel, copyable)
 
     def _walk(self, rel: bytes, copyable: Copyable, read_if: ReadIf | None) -> Iterator[SourceItem]:
         """SRC's children of ``rel``; from a directory, those ``copyable`` holds lstat'ed in one

@@ -145,7 +145,7 @@ def test_the_bases_records_are_copied_as_they_are(tmp_path: Path) -> None:
 def test_unchanged_changed_and_new_files_of_a_directory_arrive_in_name_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(directory, "_KNOWN_WINDOW", 3)  # windows end between every kind of file
+    monkeypatch.setattr(directory, "KNOWN_WINDOW", 3)  # windows end between every kind of file
     src = _tree(tmp_path / "src", files=30)
     _pack(src, tmp_path / "old")
     folder = src / "d1"

@@ -16,7 +16,7 @@ import pytest
 from bundlefs import PackOptions, pack
 from bundlefs.core import format as fmt
 from bundlefs.errors import FormatError
-from bundlefs.packing.sources import directory
+from bundlefs.packing.sources import directory, known_split
 from bundlefs.storage import native
 from tests.library.test_native import _mutated_file_values, needs_native
 from tests.support.trees import MTIME_NS, build_rich_tree, random_change, set_mtimes
@@ -67,7 +67,7 @@ def test_a_pack_on_a_base_is_byte_identical_compiled_or_not(
             random_change(rng, src, keep_mtime=True)
     elif change == "touched":
         os.utime(src / "many" / "f12", ns=(MTIME_NS, MTIME_NS + 1))
-    monkeypatch.setattr(directory, "_KNOWN_WINDOW", 7)  # windows that split a directory
+    monkeypatch.setattr(directory, "KNOWN_WINDOW", 7)  # windows that split a directory
     options = PackOptions(created_ns=5, check=check)
     bundles = []
     for name, module in (("python", None), ("compiled", NATIVE)):
@@ -111,7 +111,7 @@ def test_the_compiled_lstat_loop_splits_a_directory_as_the_python_loop_does(
     children, known = _known_dir(tmp_path / "d")
     fd = os.open(tmp_path / "d", os.O_RDONLY | os.O_DIRECTORY)
     try:
-        python = directory._split_known(fd, children, known)
+        python = known_split.split_known(fd, children, known)
         compiled = native.known_files(fd, children, known)
         # A name with a NUL (no file's) is never lstat'ed as the name before it ("same").
         nul = (b"same\0x", b"d/same\0x")

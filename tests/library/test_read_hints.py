@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bundlefs import PackOptions, pack
-from bundlefs.packing.sources import read_hints
+from bundlefs.packing.sources import directory, read_hints
 from tests.conftest import bundle_entries
 from tests.support.trees import MTIME_NS, set_mtimes
 
@@ -98,3 +98,39 @@ def test_a_pack_on_a_base_hints_the_files_it_reads_and_stores_the_same(
     assert sorted(hinted) == sorted(str(p) for p in changed)  # the unchanged: not read, not hinted
     pack(str(src), str(tmp_path / "flat"), PackOptions())
     assert bundle_entries(tmp_path / "new") == bundle_entries(tmp_path / "flat")
+
+
+@needs_fadvise
+def test_the_next_directorys_files_are_hinted_before_this_ones_are_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = tmp_path / "src"
+    for d in range(3):
+        for i in range(5):
+            path = src / f"d{d}" / f"f{i}.txt"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"%d %d\n" % (d, i) * 50)
+    set_mtimes(src, MTIME_NS)
+    pack(str(src), str(tmp_path / "old"), PackOptions())
+    for d in range(3):
+        os.utime(src / f"d{d}" / "f2.txt", ns=(MTIME_NS, MTIME_NS + 10**9))  # touched
+    events: list[tuple[str, str]] = []
+    real_fadvise, real_probe = os.posix_fadvise, directory._probe
+
+    def fadvise(fd: int, offset: int, length: int, advice: int) -> None:
+        events.append(
+            ("hint", os.path.basename(os.path.dirname(os.readlink(f"/proc/self/fd/{fd}"))))
+        )
+        real_fadvise(fd, offset, length, advice)
+
+    def probe(path: bytes, *args: object) -> object:
+        events.append(("read", os.path.basename(os.path.dirname(os.fsdecode(path)))))
+        return real_probe(path, *args)
+
+    monkeypatch.setattr(os, "posix_fadvise", fadvise)
+    monkeypatch.setattr(directory, "_probe", probe)
+    summary = pack(str(src), str(tmp_path / "new"), PackOptions(), base=str(tmp_path / "old"))
+    assert summary.stored_bytes == 0
+    assert events.count(("hint", "d1")) == 1  # once, though split ahead
+    assert events.index(("hint", "d1")) < events.index(("read", "d0"))
+    assert events.index(("hint", "d2")) < events.index(("read", "d1"))

@@ -17,7 +17,8 @@ from concurrent.futures import Executor
 from bundlefs.packing.distributed.cutter import Key, key_of
 from bundlefs.packing.distributed.plan import Partition
 from bundlefs.packing.sources.base import SourceErrors, SourceItem
-from bundlefs.packing.sources.directory import DirectorySource, Known, ReadIf
+from bundlefs.packing.sources.directory import DirectorySource, ReadIf
+from bundlefs.packing.sources.known_split import Known
 
 
 class PartitionSource(DirectorySource):
