@@ -244,8 +244,9 @@ class DirectorySource:
         through the directory before it. (Within a directory the hints came too late: its
         first read waited for the disk. The million tree of bench.delta, 10,000 touched files
         evicted, 10 packs alternating: the 4 fastest of 20 split ahead, 7.4-13.1 s against
-        12.1 s at best; medians 20.2 and 24.8 s on this VM's disk, ~2 ms a random read.) Nothing, and nothing reported, where ``known_children`` would report (a
-        directory that cannot be listed, a name too long): it does it again, and reports."""
+        12.1 s at best; medians 20.2 and 24.8 s on this VM's disk, ~2 ms a random read.)
+        Nothing, and nothing reported, where ``known_children`` would report (a directory that
+        cannot be listed, a name too long): it does it again, and reports."""
         self._ahead = None
         if not (known and self._read_ahead and hasattr(os, "posix_fadvise")):
             return
