@@ -93,6 +93,10 @@ class PartitionSource(DirectorySource):
     ) -> Iterator[SourceItem]:
         return self._kept(rel, super().known_children(rel, known, read_if))
 
+    def split_ahead(self, rel: bytes, known: Known) -> None:
+        """Nothing: the split ahead lists the whole directory, not this partition's ``names``
+        (each partition would lstat, read and report the others' files)."""
+
     def _kept(self, rel: bytes, items: Iterator[SourceItem]) -> Iterator[SourceItem]:
         """``items`` (children of ``rel``) that are this partition's; of a run of unchanged
         files (``SourceItem.run``, regular files all), those that are."""
