@@ -15,7 +15,8 @@ for the builder to copy when the new entry would encode to those very bytes (fro
 lstat'ed in one loop beside OLD's values, each parsed once: ``DirectorySource.known_children``)
 — or read and compared (``compare``: by OLD's digest from version 5; else with OLD's bytes):
 equal content is reused with nothing written, different content goes to the ``ContentWriter``
-as in any pack. Memory: the entry values of the OLD directory being walked, twice over.
+as in any pack. Memory: the entry values of the OLD directory being walked, twice over, and
+those of the next one (split ahead: ``DirectorySource.split_ahead``).
 
 May import: ``bundlefs.core``, ``errors``, ``storage``, ``packing`` below it (``delta_base``, …).
 """

@@ -3,8 +3,9 @@ sorted bytewise, probes and reads ahead on the pack's threads).
 
 What it fails to deliver goes to the ``SourceErrors`` it was made with (``base``). Memory: the
 names of the directory being listed and a read-ahead window of at most ``_READ_AHEAD_FILES``
-small files (and for ``probed_known``, up to ``KNOWN_WINDOW`` items lstat'ed ahead; the
-files it will read hinted to the kernel ahead, ``read_hints``: in the page cache, not here).
+small files (and for ``probed_known``, up to ``KNOWN_WINDOW`` items lstat'ed ahead, and
+``split_ahead``'s next directory: its names and first window; the files it will read hinted to
+the kernel ahead, ``read_hints``: in the page cache, not here).
 
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.native`` (the compiled
 lstat loop of a pack on a base), ``bundlefs.packing.sources.base``, ``.read_hints`` and
@@ -260,14 +261,20 @@ class DirectorySource:
             if names and len(max(names, key=len)) > fmt.MAX_NAME:
                 return
             children = self.checked(rel, names)  # which reports nothing now
-            window = children[:KNOWN_WINDOW]
-            split = native.known_files(fd, window, known)
-            quick, rest = split_known(fd, window, known) if split is None else split
+            quick, rest, hints = self._split_window(fd, children[:KNOWN_WINDOW], known)
         finally:
             os.close(fd)
-        hints = ReadHints([self.prefix + child_rel for _name, child_rel in rest])
         hints.before(0)
         self._ahead = _SplitAhead(rel, children, quick, rest, hints)
+
+    def _split_window(
+        self, fd: int, window: list[tuple[bytes, bytes]], known: Known
+    ) -> tuple[CopiedRun, list[tuple[bytes, bytes]], ReadHints]:
+        """``window`` of the directory open at ``fd`` split (compiled where built:
+        ``native.known_files``, else ``split_known``) and the hints of the files to read."""
+        split = native.known_files(fd, window, known)
+        quick, rest = split_known(fd, window, known) if split is None else split
+        return quick, rest, ReadHints([self.prefix + child_rel for _name, child_rel in rest])
 
     def probed_known(
         self,
@@ -315,15 +322,12 @@ class DirectorySource:
         time: compiled where built (``native.known_files``: a pack of 100,000 unchanged files
         took 0.28 s less, 1.13 → 0.85 s, medians of 5 alternating), else ``split_known``; the
         first window as ``ahead`` split it, if given."""
-        prefix = self.prefix
         for start in range(0, len(children), KNOWN_WINDOW):
             if start == 0 and ahead is not None:
                 quick, rest, hints = ahead.quick, ahead.rest, ahead.hints
             else:
                 window = children[start : start + KNOWN_WINDOW]
-                split = native.known_files(fd, window, known)
-                quick, rest = split_known(fd, window, known) if split is None else split
-                hints = ReadHints([prefix + child_rel for _name, child_rel in rest])
+                quick, rest, hints = self._split_window(fd, window, known)
             if rest:
                 yield from merged(quick, self.probed(rest, read_if, hints))
             elif quick:
