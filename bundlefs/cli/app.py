@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
 import signal
 import sys
@@ -33,24 +34,8 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from bundlefs.cli import (
-    browse,
-    compact,
-    completion,
-    diff,
-    du,
-    export,
-    extract,
-    gc,
-    info,
-    merge,
-    mount,
-    pack,
-    rm,
-    scrub,
-    verify,
-)
-from bundlefs.cli.options import DISK_CACHE, PARENTS, STORAGE
+from bundlefs.cli import scrub
+from bundlefs.cli.options import DISK_CACHE, PARENTS, STORAGE, HelpFormatter
 from bundlefs.cli.output import (
     EXIT_BROKEN_PIPE,
     EXIT_FAILURE,
@@ -68,8 +53,12 @@ from bundlefs.errors import BundleError, Interrupted, UsageError, cleanups
 class Command:
     name: str
     help: str
-    add_arguments: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace], int]
+    # The module (``bundlefs.cli.NAME``) and its two functions: imported only for the command
+    # that runs (or for a parser of every command: ``completion``), so that a mount's start and
+    # ``bundlefs --help`` do not load the packer's, the lister's and the verifier's modules.
+    module: str
+    add: str = "add_arguments"
+    run: str = "run"
     # Shared option groups (cli/options.py): STORAGE where a bundle is named (it may be a URL),
     # DISK_CACHE where one is read.
     options: tuple[str, ...] = ()
@@ -79,109 +68,68 @@ class Command:
     # that the bundles differ (as diff(1) and cmp(1) do).
     failure_status: int = EXIT_FAILURE
 
+    def function(self, name: str) -> Callable[..., object]:
+        module = importlib.import_module(f"bundlefs.cli.{self.module}")
+        return getattr(module, name)
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        self.function(self.add)(parser)
+
+    def run_with(self, args: argparse.Namespace) -> int:
+        status = self.function(self.run)(args)
+        assert isinstance(status, int)
+        return status
+
 
 _READS = (STORAGE, DISK_CACHE)
 
 
-def _add_completion_arguments(p: argparse.ArgumentParser) -> None:
+def add_completion_arguments(p: argparse.ArgumentParser) -> None:
+    from bundlefs.cli.completion import SHELLS
+
     p.add_argument(
         "shell",
         metavar="SHELL",
-        choices=completion.SHELLS,
+        choices=SHELLS,
         help='bash, zsh or fish; e.g. eval "$(bundlefs completion bash)" in ~/.bashrc',
     )
 
 
-def _run_completion(args: argparse.Namespace) -> int:
-    sys.stdout.write(completion.script(args.shell, build_parser()))
+def run_completion(args: argparse.Namespace) -> int:
+    from bundlefs.cli.completion import script
+
+    sys.stdout.write(script(args.shell, build_parser()))
     return EXIT_OK
 
 
 COMMANDS: list[Command] = [
-    Command(
-        "pack",
-        "pack a directory or archives into a new bundle",
-        pack.add_arguments,
-        pack.run,
-        (STORAGE,),
-    ),
-    Command(
-        "merge",
-        "merge bundles into one without copying their data",
-        merge.add_arguments,
-        merge.run,
-        (STORAGE,),
-    ),
-    Command(
-        "compact",
-        "rewrite a bundle without the stored bytes no file uses",
-        compact.add_arguments,
-        compact.run,
-        (STORAGE,),
-    ),
-    Command("export", "write a bundle's tree as a tar", export.add_arguments, export.run, _READS),
-    Command("info", "show what a bundle holds", info.add_arguments, info.run, _READS),
-    Command("ls", "list directories in a bundle", browse.add_ls_arguments, browse.run_ls, _READS),
-    Command(
-        "du",
-        "show the files and bytes below directories of a bundle",
-        du.add_arguments,
-        du.run,
-        _READS,
-    ),
-    Command(
-        "cat",
-        "write files from a bundle to stdout",
-        browse.add_cat_arguments,
-        browse.run_cat,
-        _READS,
-    ),
-    Command(
-        "extract",
-        "restore a bundle (or parts) to a directory",
-        extract.add_arguments,
-        extract.run,
-        _READS,
-    ),
-    Command(
-        "diff",
-        "list what changed between two bundles, from their indexes",
-        diff.add_arguments,
-        diff.run,
-        _READS,
-        failure_status=EXIT_USAGE,
-    ),
-    Command(
-        "verify",
-        "check every checksum and structure of a bundle",
-        verify.add_arguments,
-        verify.run,
-        _READS,
-    ),
-    Command(
-        "mount",
-        "mount a bundle read-only",
-        mount.add_mount_arguments,
-        mount.run_mount,
-        _READS,
-        own_signals=True,
-    ),
-    Command("umount", "unmount a bundle", mount.add_umount_arguments, mount.run_umount),
-    Command("gc", "remove what killed packs left in a directory", gc.add_arguments, gc.run),
-    Command(
-        "rm",
-        "remove a bundle (refused while others use its shards)",
-        rm.add_arguments,
-        rm.run,
-        (STORAGE,),
-    ),
-    Command(
-        "completion",
-        "print a shell completion script (bash, zsh, fish)",
-        _add_completion_arguments,
-        _run_completion,
-    ),
-]
+    Command("pack", "pack a directory or archives into a new bundle", "pack", options=(STORAGE,)),
+    Command("merge", "merge bundles into one without copying their data", "merge",
+            options=(STORAGE,)),
+    Command("compact", "rewrite a bundle without the stored bytes no file uses", "compact",
+            options=(STORAGE,)),
+    Command("export", "write a bundle's tree as a tar", "export", options=_READS),
+    Command("info", "show what a bundle holds", "info", options=_READS),
+    Command("ls", "list directories in a bundle", "browse", "add_ls_arguments", "run_ls",
+            options=_READS),
+    Command("du", "show the files and bytes below directories of a bundle", "du",
+            options=_READS),
+    Command("cat", "write files from a bundle to stdout", "browse", "add_cat_arguments",
+            "run_cat", options=_READS),
+    Command("extract", "restore a bundle (or parts) to a directory", "extract", options=_READS),
+    Command("diff", "list what changed between two bundles, from their indexes", "diff",
+            options=_READS, failure_status=EXIT_USAGE),
+    Command("verify", "check every checksum and structure of a bundle", "verify",
+            options=_READS),
+    Command("mount", "mount a bundle read-only", "mount", "add_mount_arguments", "run_mount",
+            options=_READS, own_signals=True),
+    Command("umount", "unmount a bundle", "mount", "add_umount_arguments", "run_umount"),
+    Command("gc", "remove what killed packs left in a directory", "gc"),
+    Command("rm", "remove a bundle (refused while others use its shards)", "rm",
+            options=(STORAGE,)),
+    Command("completion", "print a shell completion script (bash, zsh, fish)", "app",
+            "add_completion_arguments", "run_completion"),
+]  # fmt: skip
 
 
 def _mount_helper_form(argv: list[str]) -> list[str]:
@@ -198,23 +146,39 @@ def _mount_helper_form(argv: list[str]) -> list[str]:
     return argv
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or with ``only`` one that knows every command's name but
+    the arguments of that one only (what ``main`` runs: the other commands' modules stay
+    unimported)."""
     from bundlefs import __version__
 
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Pack many small files into one immutable, compressed, seekable bundle.",
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         parents = [PARENTS[name] for name in command.options]
         p = sub.add_parser(
-            command.name, help=command.help, description=command.help, parents=parents
+            command.name,
+            help=command.help,
+            description=command.help,
+            parents=parents,
+            formatter_class=HelpFormatter,
         )
-        command.add_arguments(p)
+        if only is None or command.name == only:
+            command.add_arguments(p)
         p.set_defaults(_command=command)
     return parser
+
+
+def _command_named(argv: list[str]) -> str | None:
+    """The command ``argv`` runs, when its first word names one (else None: every command's
+    arguments are built, for argparse's own message)."""
+    names = {c.name for c in COMMANDS}
+    return argv[0] if argv and argv[0] in names else None
 
 
 def _os_error(e: OSError) -> str:
@@ -275,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         own_command_line = argv is None
         argv = _mount_helper_form(sys.argv[1:] if argv is None else list(argv))
-        parser = build_parser()
+        parser = build_parser(_command_named(argv))
         args = parser.parse_args(argv)
         if own_command_line:  # credentials on it would stay in ps: re-executes without them
             scrub.reexec_without_storage_options(argv, args, parser)
@@ -284,9 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         setup_logging()
         status.enabled = sys.stderr.isatty() and not getattr(args, "quiet", False)
         if command.own_signals:
-            return command.run(args)
+            return command.run_with(args)
         with _stop_signals_interrupt():
-            return command.run(args)
+            return command.run_with(args)
     except KeyboardInterrupt as e:
         return _interrupted(e)
     except BrokenPipeError:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import socket
 from typing import TYPE_CHECKING
 
 from bundlefs.cli.options import BUNDLE_HELP, seconds
@@ -329,6 +328,8 @@ def daemon_log_path(mountpoint: str) -> str:
 
 def _syslog_reachable() -> bool:
     """Whether something listens on /dev/log (a container may have none, or a dead socket)."""
+    import socket  # here: ~4 ms of imports only where the log goes to syslog
+
     for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):  # as logging's SysLogHandler tries
         try:
             with socket.socket(socket.AF_UNIX, kind | socket.SOCK_CLOEXEC) as sock:
@@ -343,9 +344,8 @@ def _fallback_log_path(options: MountOptions) -> str | None:
     """The log file of a detached daemon that would otherwise log nowhere (no syslog), or None.
 
     Checked before mounting, so a log that cannot be written is one sentence here rather than a
-    daemon that dies unseen after detaching; created only once mounted, so a mount that fails
-    leaves nothing behind.
-    """
+    daemon that dies unseen after detaching; created only once mounted (a failed mount leaves
+    nothing)."""
     if options.log_file or options.foreground or _syslog_reachable():
         return None
     path = daemon_log_path(options.mountpoint)

@@ -9,7 +9,8 @@ take ``--disk-cache DIR`` and ``--disk-cache-size SIZE``, the on-disk record cac
 bundle, and ``--store-timeout SECONDS``, what a read waits for a store that does not answer.
 ``cli.app`` adds them to a command as argparse parents (``PARENTS``), so each is defined once;
 ``remote_options`` turns what was given into the ``RemoteOptions`` of ``Bundle`` and ``verify``.
-Also the value parsers ``pack`` and ``merge`` share: ``key_value_pairs``, ``parse_time``.
+Also the value parsers ``pack`` and ``merge`` share: ``key_value_pairs``, ``parse_time``; and
+``HelpFormatter``, every parser's.
 
 May import: the library layers, ``bundlefs.cli.output``.
 """
@@ -17,7 +18,9 @@ May import: the library layers, ``bundlefs.cli.output``.
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import sys
 from typing import TYPE_CHECKING, Any
 
 from bundlefs.cli.output import size
@@ -32,8 +35,36 @@ STORAGE = "storage"
 DISK_CACHE = "disk-cache"
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's, with the terminal's width found without ``shutil``: argparse imports it for
+    ``get_terminal_size`` in every parser's first ``add_argument``, and it loads bz2 and lzma,
+    ~5 ms and two compiled modules of every command's start (a mount's included)."""
+
+    def __init__(
+        self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+        width: int | None = None,
+    ) -> None:  # fmt: skip
+        if width is None:
+            width = _terminal_columns() - 2  # as argparse
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
+def _terminal_columns() -> int:
+    """``shutil.get_terminal_size().columns``: $COLUMNS, else stdout's terminal, else 80."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
 def _storage_parent() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
+    p = argparse.ArgumentParser(add_help=False, formatter_class=HelpFormatter)
     group = p.add_argument_group("bundles on object stores (BUNDLE may be a URL: s3://BUCKET/KEY)")
     group.add_argument(
         "--storage-option",
@@ -58,7 +89,7 @@ def _storage_parent() -> argparse.ArgumentParser:
 
 
 def _disk_cache_parent() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
+    p = argparse.ArgumentParser(add_help=False, formatter_class=HelpFormatter)
     group = p.add_argument_group("the on-disk record cache of a bundle at a URL")
     group.add_argument(
         "--disk-cache",

@@ -6,7 +6,6 @@ May import: the standard library, the ``crc32c`` binding.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.machinery
 import importlib.util
 import sys
@@ -67,6 +66,8 @@ class ContentDigest:
     __slots__ = ("_hash",)
 
     def __init__(self, data: bytes = b"") -> None:
+        import hashlib  # here: OpenSSL's ~4 ms of import is not a mount's, which hashes nothing
+
         self._hash = hashlib.sha256(data)
 
     def update(self, data: bytes | bytearray | memoryview) -> None:

@@ -20,7 +20,6 @@ import json
 import sys
 from types import ModuleType
 from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlparse
 
 from bundlefs.errors import MountError
 
@@ -135,6 +134,8 @@ def _installed_from() -> tuple[str, bool] | None:
         return None
     if not isinstance(found, dict) or "dir_info" not in found:
         return None
+    from urllib.parse import unquote, urlparse  # here: only a message needs it
+
     url = urlparse(str(found.get("url", "")))
     if url.scheme != "file":
         return None

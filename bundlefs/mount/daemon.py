@@ -20,8 +20,6 @@ import dataclasses
 import json
 import logging
 import os
-import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from types import ModuleType
@@ -216,6 +214,9 @@ def unmount(mountpoint: str, *, lazy: bool = False, force: bool = False) -> None
         )
     # Never stat the mount first: a hung daemon would hang us too. A dead daemon's mount is
     # unmounted like any other; only a busy one needs --lazy.
+    import shutil  # here: its ~5 ms of imports (bz2, lzma) are not every mount's start
+    import subprocess
+
     tool = shutil.which("fusermount3") or shutil.which("fusermount")
     if tool:
         command = [tool, "-u"] + (["-z"] if lazy else []) + [path]

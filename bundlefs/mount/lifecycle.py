@@ -16,7 +16,6 @@ import logging
 import os
 import select
 import signal
-import socket
 
 log = logging.getLogger("bundlefs")
 
@@ -78,6 +77,8 @@ def notify_systemd(message: str) -> None:
         return
     if address.startswith("@"):
         address = "\0" + address[1:]  # abstract namespace
+    import socket  # here: ~4 ms of imports only under systemd
+
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
             sock.connect(address)

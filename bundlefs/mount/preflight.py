@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import stat
 from types import ModuleType
 
@@ -83,7 +82,7 @@ def check_fuse_device() -> None:
             f"with modprobe fuse, or give a container the device); {WITHOUT_FUSE}"
         ) from None
     except OSError as e:
-        if e.errno == errno.EACCES and os.getuid() != 0 and shutil.which("fusermount3"):
+        if e.errno == errno.EACCES and os.getuid() != 0 and _installed("fusermount3"):
             return
         raise MountError(
             f"cannot open {FUSE_DEVICE} ({e.strerror}), so FUSE is not available here; "
@@ -97,8 +96,14 @@ def check_fuse_device() -> None:
         raise MountError(
             f"{FUSE_DEVICE} is not the FUSE device, so FUSE is not available here; {WITHOUT_FUSE}"
         )
-    if os.getuid() != 0 and not shutil.which("fusermount3"):
+    if os.getuid() != 0 and not _installed("fusermount3"):
         raise MountError("not permitted: fusermount3 is not installed (apt-get install fuse3)")
+
+
+def _installed(tool: str) -> bool:
+    import shutil  # here: its ~5 ms of imports (bz2, lzma) are not root's mount's start
+
+    return shutil.which(tool) is not None
 
 
 def choose_workers(options: MountOptions, pyfuse3: ModuleType) -> tuple[int, str]:

@@ -8,7 +8,9 @@ models above them, ``TreeModel`` and ``ContentReader`` — closing what was open
 fails. ``Bundle`` is a facade over one; ``verify`` opens one with its own settings (no records on
 disk, the index already checked). The record cache is a parameter, so a caller may share one.
 
-Everything that names a concrete store lives here: the layers above see a ``ShardSet``.
+Everything that names a concrete store lives here: the layers above see a ``ShardSet``. The
+object-store modules are imported only for a bundle at a URL: a local bundle's open (a mount's
+start) loads none of them.
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``, ``bundlefs.read``.
 """
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bundlefs.core import format as fmt
 from bundlefs.errors import CorruptDataError
@@ -28,19 +30,17 @@ from bundlefs.storage.bases import BasedShardStore, RemoteStoreFactory, bundle_s
 from bundlefs.storage.codec import zstd_module
 from bundlefs.storage.index import IndexReader
 from bundlefs.storage.location import Location
-from bundlefs.storage.objectstore.client import (
-    DEFAULT_STORE_TIMEOUT,
-    check_store_timeout,
-    remote_filesystem,
-)
-from bundlefs.storage.objectstore.index_fetch import fetch_index, open_index
-from bundlefs.storage.objectstore.shard_store import RemoteShardStore
 from bundlefs.storage.shards import ShardSet
-from bundlefs.storage.store import FailedRead, ShardStore
+from bundlefs.storage.store import FailedRead, LocalShardStore, ShardStore
+
+if TYPE_CHECKING:
+    from bundlefs.storage.objectstore.shard_store import RemoteShardStore
 
 
 def store_timeout(options: ReadOptions) -> float:
     """The remote store's timeout in seconds, checked (``StorageError`` if unusable)."""
+    from bundlefs.storage.objectstore.client import DEFAULT_STORE_TIMEOUT, check_store_timeout
+
     given = options.remote.store_timeout
     return check_store_timeout(DEFAULT_STORE_TIMEOUT if given is None else given)
 
@@ -52,6 +52,8 @@ def index_directory(location: Location, options: ReadOptions, *, whole: bool = F
     copy is sparse, filled as lookups need pages, unless ``whole`` (``verify``)."""
     if location.is_local:
         return location.path
+    from bundlefs.storage.objectstore.index_fetch import fetch_index
+
     return fetch_index(
         location,
         options.remote.disk_cache,
@@ -65,9 +67,10 @@ def _remote_stores(options: ReadOptions, own: tuple[Location, Any] | None) -> Re
     """What makes the ``RemoteShardStore`` of a bundle (or a base) at a URL with ``options``;
     ``own``: the bundle's location and the file system its index was fetched through, which its
     store starts with (a new client costs ~0.3 s of a cold first byte on this machine)."""
-    timeout = store_timeout(options)
 
     def remote(location: Location, bundle_id: bytes, sizes: dict[str, int]) -> ShardStore:
+        from bundlefs.storage.objectstore.shard_store import RemoteShardStore
+
         # The shards' sizes bound coalesced GETs to each object (one index get per shard).
         return RemoteShardStore(
             location,
@@ -75,7 +78,7 @@ def _remote_stores(options: ReadOptions, own: tuple[Location, Any] | None) -> Re
             shard_sizes=sizes,
             disk_cache=options.remote.disk_cache,
             disk_cache_size=options.remote.disk_cache_size,
-            store_timeout=timeout,
+            store_timeout=store_timeout(options),
             session=own[1] if own is not None and own[0] == location else None,
         )
 
@@ -113,6 +116,9 @@ class BundleParts:
         if location.is_local:
             index = IndexReader(index_dir or path, check_checksum=options.check_index)
         else:
+            from bundlefs.storage.objectstore.client import remote_filesystem
+            from bundlefs.storage.objectstore.index_fetch import open_index
+
             own = (location, remote_filesystem(location, store_timeout(options)))
             index = open_index(
                 location,
@@ -129,7 +135,10 @@ class BundleParts:
             # Its own shards' store; with bases (version 6), each base checked and routed to.
             store = bundle_store(location, index, _remote_stores(options, own), path)
             mine = store.own if isinstance(store, BasedShardStore) else store
-            stores.extend([mine] if isinstance(mine, RemoteShardStore) else [])
+            if not location.is_local:
+                from bundlefs.storage.objectstore.shard_store import RemoteShardStore
+
+                stores.extend([mine] if isinstance(mine, RemoteShardStore) else [])
         except BaseException:
             index.close()
             raise
@@ -148,6 +157,10 @@ class BundleParts:
     def remote(self) -> RemoteShardStore | None:
         """The object store a bundle at a URL is read from (its own shards'); None for a local
         bundle."""
+        if self.location.is_local:
+            return None  # its own shards are files (a base may be remote: not this store)
+        from bundlefs.storage.objectstore.shard_store import RemoteShardStore
+
         own = self.store.own if isinstance(self.store, BasedShardStore) else self.store
         return own if isinstance(own, RemoteShardStore) else None
 
@@ -161,7 +174,12 @@ class BundleParts:
         """Shard ``name``'s (``fmt.store_name``) size and header block, as its store holds them
         now (not from a cache): what ``verify`` checks of each shard."""
         store = self.store
-        if isinstance(store, BasedShardStore | RemoteShardStore):
+        if isinstance(store, BasedShardStore):
+            return store.size_and_header(name, fmt.SHARD_HEADER_SIZE)
+        if not isinstance(store, LocalShardStore):
+            from bundlefs.storage.objectstore.shard_store import RemoteShardStore
+
+            assert isinstance(store, RemoteShardStore)
             return store.size_and_header(name, fmt.SHARD_HEADER_SIZE)
         with open(self.location.child(name), "rb") as f:
             return os.fstat(f.fileno()).st_size, f.read(fmt.SHARD_HEADER_SIZE)

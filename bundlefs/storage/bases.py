@@ -13,7 +13,8 @@ Chains stay flat: a pack on a base that has bases of its own names those bases d
 (packing/remote_base.py), so a shard is always one hop from the bundle that reads it.
 
 May import: the standard library, ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage``
-below it (``location``, ``marker``, ``store``, ``index``, ``objectstore``).
+below it (``location``, ``marker``, ``store``, ``index``, ``objectstore``: only where a store
+is on one, so that opening a local bundle imports none of it — the mount's start).
 """
 
 from __future__ import annotations
@@ -29,8 +30,6 @@ from bundlefs.errors import BaseBundleError, BundleError, NotABundleError, Shard
 from bundlefs.storage.index import IndexReader
 from bundlefs.storage.location import Location, has_scheme, parse_location
 from bundlefs.storage.marker import read_marker
-from bundlefs.storage.objectstore.index_fetch import fetch_marker
-from bundlefs.storage.objectstore.shard_store import RemoteShardStore
 from bundlefs.storage.store import FailedRead, LocalShardStore, ShardStore, ShardStoreBase
 
 # Makes the store of a bundle on an object store: (location, bundle id, shard name -> size).
@@ -65,6 +64,8 @@ def base_marker(location: Location) -> fmt.Marker:
     cached); ``NotABundleError`` when there is none."""
     if location.is_local:
         return read_marker(location.path)
+    from bundlefs.storage.objectstore.index_fetch import fetch_marker
+
     return fmt.decode_marker(fetch_marker(location), crc32c)
 
 
@@ -188,9 +189,11 @@ class BasedShardStore(ShardStoreBase):
     def size_and_header(self, name: str, length: int) -> tuple[int, bytes]:
         """The shard file's size and first ``length`` bytes as its store holds them now."""
         store, inner = self.route(name)
-        if isinstance(store, RemoteShardStore):
+        if not isinstance(store, LocalShardStore):
+            from bundlefs.storage.objectstore.shard_store import RemoteShardStore
+
+            assert isinstance(store, RemoteShardStore)
             return store.size_and_header(inner, length)
-        assert isinstance(store, LocalShardStore)
         size = store.file_size(inner)
         if size is None:
             raise ShardUnavailable(errno.ENOENT, "No such file or directory", inner)

@@ -19,12 +19,10 @@ May import: the standard library, ``lmdb``, ``lz4``, ``bundlefs.core``, ``bundle
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import logging
 import os
 from collections.abc import Callable
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -40,7 +38,7 @@ END = b"\xff" * 512  # index_check.END: above every LMDB key (at most 511 bytes)
 log = logging.getLogger(__name__)
 
 DISABLE_ENV = "BUNDLEFS_NO_NATIVE"
-SOURCE = Path(__file__).with_name("_native.pyx")
+SOURCE = os.path.join(os.path.dirname(__file__), "_native.pyx")
 
 
 def _load() -> tuple[ModuleType | None, str]:
@@ -54,10 +52,14 @@ def _load() -> tuple[ModuleType | None, str]:
             return None, "not built (pure Python)"
         log.warning("bundlefs.storage._native cannot be loaded (%s): using the Python path", e)
         return None, f"unloadable: {e}"
-    if SOURCE.exists():
+    if os.path.exists(SOURCE):  # a checkout (a wheel carries no .pyx)
+        import hashlib  # here: only a checkout's mount pays for OpenSSL's import (~4 ms)
+
         built = getattr(_native, "SOURCE_SHA256", "")
-        if hashlib.sha256(SOURCE.read_bytes()).hexdigest() != built:
-            reason = f"stale: {_native.__file__} was built from another {SOURCE.name}"
+        with open(SOURCE, "rb") as f:
+            current = hashlib.sha256(f.read()).hexdigest()
+        if current != built:
+            reason = f"stale: {_native.__file__} was built from another {os.path.basename(SOURCE)}"
             log.warning("%s; using the pure-Python path (make install rebuilds it)", reason)
             return None, reason
     return _native, "compiled"

@@ -38,6 +38,7 @@ and when anything unlisted goes over.
 from __future__ import annotations
 
 import ast
+import os
 import re
 import subprocess
 import sys
@@ -396,6 +397,48 @@ def test_the_cli_and_the_mount_start_without_importlib_metadata():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["False", "crc32c._crc32c"]
+
+
+# What a mount of a local bundle never needs before it is ready: each is milliseconds of its
+# start (docs/performance.md, "Mount start"); shutil is argparse's way to the terminal's width.
+_NOT_AT_MOUNT_START = (
+    "bundlefs.storage.objectstore",
+    "bundlefs.packing",
+    "bundlefs.read.diff",
+    "bundlefs.cli.pack",
+    "bundlefs.cli.verify",
+    "bundlefs.cli.browse",
+    "hashlib",
+    "pathlib",
+    "shutil",
+    "subprocess",
+    "socket",
+)
+
+
+def test_a_mount_of_a_local_bundle_starts_without_the_modules_it_does_not_use(
+    sample_bundle_path,
+):
+    code = (
+        "import os, sys, bundlefs.cli.app as app\n"
+        "app.build_parser('mount').parse_args(['mount', sys.argv[1], '/mnt'])\n"
+        "import bundlefs.mount.daemon, bundlefs.mount.operations, bundlefs.mount.worker\n"
+        "from bundlefs.mount.bindings import pyfuse3\n"
+        "from bundlefs import Bundle\n"
+        "with Bundle(sys.argv[1]) as b:\n"
+        "    b.read(next(p for p in b.paths() if b.isfile(p)))\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(sample_bundle_path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "BUNDLEFS_NO_NATIVE": "1"},  # a checkout's stale check hashes
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = result.stdout.split()
+    assert "bundlefs.read.bundle" in loaded and "pyfuse3" in loaded
+    assert not [m for m in loaded if m.startswith(_NOT_AT_MOUNT_START)]
 
 
 def test_the_format_layer_imports_no_storage_or_compression_library():
