@@ -2,10 +2,11 @@
 pages, and the whole file's CRC before version 6), and from version 6 page by page, the first time
 a lookup could touch each page (``IndexPageGuard``).
 
-Before version 6 a reader checked the CRC of the whole index at open: 1 ms per 10 MB, a second at
-10M files, a minute at a billion. From version 6 ``index/pages`` holds a CRC per LMDB page
-(docs/format.md §3.10) and ``IndexPageGuard`` checks, at open, only that table, the meta pages
-and the main database (a few pages), and later each page before LMDB reads it: a lookup first
+Before version 6 a reader checked the whole index's CRC at open (a minute at a billion files).
+From version 6 ``index/pages`` holds a CRC per LMDB page
+(docs/format.md §3.10) and ``IndexPageGuard`` checks, at open, only that table's header (the
+table is mapped: each page's CRC is read when the page is first checked), the meta pages and
+the main database (a few pages), and later each page before LMDB reads it: a lookup first
 follows LMDB's own search from the database's root to the leaf (core/format/pages.py decodes and
 validates each page on the way), checking every page it passes that is not checked yet. The key
 ranges whose path is checked are remembered, so a lookup in one costs a bisect; a cursor scan
@@ -22,11 +23,12 @@ damage only if the store's bytes fail too. Since every page LMDB can reach is ch
 LMDB reads only pages that are there.
 
 May import: ``bundlefs.core``, ``bundlefs.errors``, ``bundlefs.storage.native``,
-``bundlefs.storage.index_fill``.
+``bundlefs.storage.index_fill``, ``bundlefs.storage.key_ranges``.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import threading
 from bisect import bisect_left, bisect_right
@@ -37,9 +39,8 @@ from bundlefs.core.format import pages as lp
 from bundlefs.errors import BundleClosedError, CorruptDataError, FormatError, NotABundleError
 from bundlefs.storage import native
 from bundlefs.storage.index_fill import PageFill, RangeGet
+from bundlefs.storage.key_ranges import END, KeyRanges
 
-END = native.END  # above every LMDB key (at most 511 bytes): the end of a database
-_MAX_RANGES = 8_192  # per database; past it the ranges are forgotten (walked again when needed)
 _MAX_BRANCHES = 16_384  # decoded branch pages kept (the upper levels of every tree)
 
 
@@ -113,43 +114,6 @@ class NoPageChecks:
         pass
 
 
-class KeyRanges:
-    """Disjoint half-open byte-string ranges ``[lo, hi)``, sorted; ``hi == END``: no end.
-
-    Read without a lock: ``add`` builds new lists and replaces ``pairs`` in one assignment, so
-    a reader sees the ranges before or after it, never a mix. Lookups that hit (nearly all of
-    them) cost a bisect: ~0.5 µs where a held lock and two lists cost twice that."""
-
-    def __init__(self) -> None:
-        self.pairs: tuple[list[bytes], list[bytes]] = ([], [])
-
-    @property
-    def starts(self) -> list[bytes]:
-        return self.pairs[0]
-
-    @property
-    def ends(self) -> list[bytes]:
-        return self.pairs[1]
-
-    def covers(self, lo: bytes, hi: bytes) -> bool:
-        """Whether one range holds every key from ``lo`` to ``hi`` (both included)."""
-        starts, ends = self.pairs
-        i = bisect_right(starts, lo) - 1
-        return i >= 0 and (hi < ends[i] or ends[i] == END)
-
-    def add(self, lo: bytes, hi: bytes) -> None:
-        """Add ``[lo, hi)``, joined with every range it overlaps or touches (callers hold the
-        guard's lock: one writer at a time)."""
-        starts, ends = self.pairs
-        if len(starts) >= _MAX_RANGES:
-            starts, ends = [], []
-        first = bisect_left(ends, lo)
-        last = bisect_right(starts, hi)
-        if first < last:
-            lo, hi = min(lo, starts[first]), max(hi, ends[last - 1])
-        self.pairs = (starts[:first] + [lo] + starts[last:], ends[:first] + [hi] + ends[last:])
-
-
 class IndexPageGuard:
     """Checks the pages of one version-6 index before LMDB reads them (see the module)."""
 
@@ -159,22 +123,18 @@ class IndexPageGuard:
         index_dir = os.path.join(bundle_dir, fmt.INDEX_DIR)
         self._bundle = bundle_dir
         self.path = os.path.join(index_dir, fmt.INDEX_FILE)
+        self._fd, self._fill = -1, None
+        self._table_sound: bool | None = None  # its table_crc32c, computed once when asked
         try:
-            with open(os.path.join(index_dir, lp.PAGES_FILE), "rb") as f:
-                table = f.read(lp.PAGES_HEAD_SIZE + 4 * (marker.index_size // page_size) + 5)
+            self._table = self._open_table(index_dir, marker, page_size, whole=fetch is not None)
             self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as e:
             raise FormatError(f"cannot read the index page table: {e.strerror}") from None
         try:
-            self._table = lp.decode_page_table(
-                table,
-                page_size=page_size,
-                index_size=marker.index_size,
-                bundle_id=marker.bundle_id,
-                crc32c=crc32c,
-            )
             self._page_size = page_size
-            self._fill = None if fetch is None else PageFill(self.path, table, page_size, fetch)
+            if fetch is not None:
+                assert isinstance(self._table, bytes)
+                self._fill = PageFill(self.path, self._table, page_size, fetch)
             pages = lp.page_count(self._table)
             self._last_pg = pages - 1
             self._checked = bytearray((pages + 7) // 8)
@@ -190,6 +150,33 @@ class IndexPageGuard:
         self._leaves_of: dict[int, KeyRanges] = {}  # the same, by id of LMDB's handle
 
     # -- opening -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _open_table(
+        index_dir: str, marker: fmt.Marker, page_size: int, whole: bool
+    ) -> bytes | mmap.mmap:
+        """The page table: mapped, its header and length checked, each entry read when its page
+        is first checked (an open costs the same at any size; a damaged entry fails its page);
+        or, ``whole`` (a sparse copy: its fill fetches by it), read and checked whole."""
+        with open(os.path.join(index_dir, lp.PAGES_FILE), "rb") as f:
+            if whole:
+                size = lp.PAGES_HEAD_SIZE + 4 * (marker.index_size // page_size) + 5
+                return lp.decode_page_table(
+                    f.read(size),
+                    page_size=page_size,
+                    index_size=marker.index_size,
+                    bundle_id=marker.bundle_id,
+                    crc32c=crc32c,
+                )
+            size = os.fstat(f.fileno()).st_size
+            lp.check_page_table_head(
+                f.read(lp.PAGES_HEAD_SIZE),
+                size,
+                page_size=page_size,
+                index_size=marker.index_size,
+                bundle_id=marker.bundle_id,
+            )
+            return mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
 
     def _main_databases(self) -> dict[bytes, lp.DatabaseRoot]:
         """Check both meta pages and every page of the main database (LMDB reads them at open
@@ -247,9 +234,10 @@ class IndexPageGuard:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-        fill = getattr(self, "_fill", None)  # None too when the table failed at open
-        if fill is not None:
-            fill.close()
+        if self._fill is not None:
+            self._fill.close()
+        # A mapped table is left to the collector: a reader racing a close must get the
+        # BundleClosedError of _page, not a closed mapping's ValueError.
 
     @property
     def fill(self) -> PageFill | None:
@@ -291,8 +279,10 @@ class IndexPageGuard:
             spans.add(first, end)
 
     def check_all(self, file_crc: int) -> list[int]:
-        """The pages that fail their CRC; raises if none does but the whole file fails
-        ``file_crc`` (then the table itself is wrong)."""
+        """The pages that fail their CRC; raises if the table fails its own, or if no page does
+        but the whole file fails ``file_crc`` (then the table itself is wrong)."""
+        if not self._table_intact():
+            raise FormatError("the index page table fails its checksum")
         chunk, whole, at, damaged = self._page_size * 256, 0, 0, []
         while data := os.pread(self._fd, chunk, at):
             whole = crc32c(data, whole)
@@ -397,4 +387,13 @@ class IndexPageGuard:
         return data
 
     def _damage(self, pgno: int, what: str) -> CorruptDataError:
+        if not self._table_intact():  # the page may be sound: its CRC entry is not
+            what += " (the index page table fails its own checksum: damaged there)"
         return CorruptDataError(f"index page {pgno} {what}", bundle=self._bundle)
+
+    def _table_intact(self) -> bool:
+        """Whether the page table matches its ``table_crc32c``: checked once, on the first
+        damage found or by ``check_all`` (~1 ms per MB of table)."""
+        if self._table_sound is None:
+            self._table_sound = lp.page_table_sound(self._table, crc32c)
+        return self._table_sound

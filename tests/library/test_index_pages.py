@@ -207,10 +207,43 @@ def _reseal_pages(bundle: Path) -> None:
     table_path.write_bytes(lp.encode_page_table(4096, bundle_id, crcs, crc32c))
 
 
-def test_a_damaged_page_table_refuses_the_bundle(paged, tmp_path) -> None:
+def _damage_table_entry(bundle: Path, pgno: int) -> None:
+    flip_byte(bundle / fmt.INDEX_DIR / lp.PAGES_FILE, lp.PAGES_HEAD_SIZE + 4 * pgno + 1)
+
+
+def test_a_damaged_page_table_entry_costs_only_the_files_behind_its_page(paged, tmp_path) -> None:
     bundle = _copy(paged, tmp_path)
-    flip_byte(bundle / fmt.INDEX_DIR / lp.PAGES_FILE, 60)
-    with pytest.raises(FormatError, match="page table fails its checksum"):
+    leaves = _leaf_pages(bundle, fmt.DB_ENTRIES)
+    pgno = leaves[len(leaves) // 2]
+    _damage_table_entry(bundle, pgno)
+    ok, damaged = 0, 0
+    with Bundle(bundle) as b:  # opens: the table's entries are read as their pages are checked
+        for i in range(FILES):
+            try:
+                b.read(f"d{i % 20:02d}/file-with-a-longer-name-{i:05d}.txt")
+                ok += 1
+            except CorruptDataError as e:
+                assert f"index page {pgno} fails its checksum" in str(e)
+                assert "page table fails its own checksum" in str(e)
+                damaged += 1
+    assert damaged > 0 and ok > FILES * 0.8
+
+
+def test_verify_refuses_a_page_table_that_fails_its_checksum(paged, tmp_path) -> None:
+    bundle = _copy(paged, tmp_path)
+    _damage_table_entry(bundle, _leaf_pages(bundle, fmt.DB_ENTRIES)[-1])
+    with Bundle(bundle) as b:
+        assert b.read("d00/file-with-a-longer-name-00000.txt") == b"0\n"
+    report = verify(bundle)
+    assert not report.ok
+    assert any("page table fails its checksum" in p.message for p in report.problems)
+
+
+def test_a_page_table_of_the_wrong_length_refuses_the_bundle(paged, tmp_path) -> None:
+    bundle = _copy(paged, tmp_path)
+    with open(bundle / fmt.INDEX_DIR / lp.PAGES_FILE, "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(FormatError, match="page table has the wrong length"):
         Bundle(bundle)
 
 

@@ -18,8 +18,12 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bundlefs.errors import FormatError
+
+if TYPE_CHECKING:
+    import mmap
 
 FIRST_PAGE_CHECK_VERSION = 6  # the first format version with index/pages
 PAGES_FILE = "pages"  # in the index directory, beside data.mdb
@@ -56,31 +60,49 @@ def encode_page_table(page_size: int, bundle_id: bytes, crcs: list[int], crc32c)
 def decode_page_table(
     data: bytes, *, page_size: int, index_size: int, bundle_id: bytes, crc32c
 ) -> bytes:
-    """Check the page table of an index of ``index_size`` bytes and ``page_size`` pages and
-    return it (``page_crc`` reads a page's CRC from it: unpacking a 100M-file index's million
-    CRCs into Python ints would cost ~36 MB and ~15 ms at every open)."""
+    """Check the whole page table of an index of ``index_size`` bytes and ``page_size`` pages
+    and return it (``page_crc`` reads a page's CRC from it: unpacking a 100M-file index's
+    million CRCs into Python ints would cost ~36 MB and ~15 ms at every open)."""
     if len(data) < PAGES_HEAD_SIZE + 4:
         raise FormatError("the index page table is too short")
-    if struct.unpack_from(">I", data, len(data) - 4)[0] != crc32c(data[:-4]):
+    if not page_table_sound(data, crc32c):
         raise FormatError("the index page table fails its checksum")
-    magic, size, _reserved, owner, count = _PAGES_HEAD.unpack_from(data)
+    check_page_table_head(
+        data, len(data), page_size=page_size, index_size=index_size, bundle_id=bundle_id
+    )
+    return data
+
+
+def page_table_sound(table: bytes | mmap.mmap, crc32c: Callable) -> bool:
+    """Whether a page table (at least its header and CRC long) matches its ``table_crc32c``."""
+    with memoryview(table) as view:  # released at once: a mapping with a view cannot close
+        return bool(_CRC.unpack_from(view, len(view) - 4)[0] == crc32c(view[:-4]))
+
+
+def check_page_table_head(
+    head: bytes, file_size: int, *, page_size: int, index_size: int, bundle_id: bytes
+) -> None:
+    """Check what the header of a page table of ``file_size`` bytes says against the index it
+    must describe: all a reader checks before using the table entry by entry (§3.10)."""
+    if len(head) < PAGES_HEAD_SIZE or file_size < PAGES_HEAD_SIZE + 4:
+        raise FormatError("the index page table is too short")
+    magic, size, _reserved, owner, count = _PAGES_HEAD.unpack_from(head)
     if magic != PAGES_MAGIC:
         raise FormatError("the index page table has a bad magic")
     if owner != bundle_id:
         raise FormatError("the index page table belongs to another bundle")
     if size != page_size or count * page_size != index_size:
         raise FormatError("the index page table does not describe this index file")
-    if len(data) != PAGES_HEAD_SIZE + 4 * count + 4:
+    if file_size != PAGES_HEAD_SIZE + 4 * count + 4:
         raise FormatError("the index page table has the wrong length")
-    return data
 
 
-def page_count(table: bytes) -> int:
+def page_count(table: bytes | mmap.mmap) -> int:
     """How many pages a checked page table covers."""
     return (len(table) - PAGES_HEAD_SIZE - 4) // 4
 
 
-def page_crc(table: bytes, pgno: int) -> int:
+def page_crc(table: bytes | mmap.mmap, pgno: int) -> int:
     """Page ``pgno``'s CRC32C from a checked page table (``pgno < page_count``)."""
     return _CRC.unpack_from(table, PAGES_HEAD_SIZE + 4 * pgno)[0]
 
