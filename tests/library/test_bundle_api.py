@@ -733,6 +733,28 @@ def test_lookups_without_name_tables_find_every_name_and_hold_nothing(pack_tree)
         assert not b.tree._name_tables
 
 
+def test_a_directory_gets_a_name_table_only_once_its_searches_would_have_paid_for_it(
+    pack_tree,
+) -> None:
+    # 64 names cost what 4 binary searches do (tree._SEARCH_PER_SCAN_NAME): one lookup in each
+    # of many directories reads no directory whole, as random access over a big tree does.
+    spec = {f"d{d:02}": {f"f{i:03}": bytes([i]) for i in range(64)} for d in range(20)}
+    spec["small"] = {f"s{i}": b"s" for i in range(8)}
+    with Bundle(pack_tree(spec)) as b:
+        directories = [b.resolve(f"d{d:02}") for d in range(20)]
+        for d, directory in enumerate(directories):
+            assert b.tree.lookup(directory, f"f{d:03}".encode()).size == 1
+        root = b.root.ino  # searched 20 times: 21 names cost less than that
+        assert set(b.tree._name_tables) == {root}
+        for i in range(3):
+            assert b.tree.lookup(directories[0], f"f{i + 10:03}".encode()).size == 1
+        assert set(b.tree._name_tables) == {root, directories[0].ino}  # its fourth search
+        small = b.resolve("small")
+        assert b.tree.lookup(small, b"s3").size == 1
+        assert small.ino in b.tree._name_tables  # a scan of 8 names costs less than a search
+        assert b.tree.lookup(directories[0], b"f064") is None
+
+
 def test_errors_survive_a_trip_through_pickle_for_process_pools() -> None:
     import pickle
 
