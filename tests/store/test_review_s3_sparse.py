@@ -279,8 +279,8 @@ def test_a_bundle_replaced_at_its_url_is_not_reported_as_damage(s3_server, pair,
     with Bundle(url, storage_options=s3_server.storage_options, disk_cache=cache) as b:
         b.read("d000/f00001.txt")
         upload_bundle(s3_server, new, url)  # republished at the same URL (pack --force)
-        with pytest.raises(CorruptDataError) as e:
-            b.lstat(f"d{DIRS - 1:03}/f00900.txt")
+        with pytest.raises(CorruptDataError) as e:  # its entry's page is the new bundle's
+            b.lstat(f"d{DIRS - 1:03}/f{PER_DIR - 1:05}.txt")
     print("error:", e.value)
     assert "fails its checksum" not in str(e.value)
     assert "was replaced at its URL" in str(e.value)
