@@ -8,6 +8,6 @@ the LMDB environment rules, the index's checks and where a bundle lives; then th
 halves of the index and the shards; then publishing; then the object store, which uses all of them.
 
 Order (bottom first): native, location | marker | codec | store | lmdb_env | entry_scan |
-key_ranges | index_fill, index_check, index | index_writer | shards | shard_writer, liveness |
-source_records | totals | publish, objectstore, bases, remove
+key_ranges | index_fill, index_guard, index_check, index | index_writer | shards | shard_writer,
+liveness | source_records | totals | publish, objectstore, bases, remove
 """

@@ -17,7 +17,7 @@ paths on real bundles and on damaged values.
 
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
-from libc.string cimport memchr
+from libc.string cimport memchr, memcmp
 
 cdef extern from *:
     const char *BUNDLEFS_NATIVE_SHA256
@@ -259,65 +259,6 @@ cdef Py_ssize_t _name_at(const uint8_t *p, Py_ssize_t n) noexcept nogil:
     return pos if pos <= n else -1
 
 
-cdef bint _covered(object ranges, bytes key, bytes end) except -1:
-    """``KeyRanges.covers(key, key)`` (index_check.py) of the guard's ranges: no call, no lock."""
-    cdef tuple pairs = ranges.pairs  # replaced whole by ``add``: a consistent pair
-    cdef list starts = pairs[0], ends = pairs[1]
-    cdef Py_ssize_t lo = 0, hi = len(starts), mid
-    while lo < hi:  # bisect_right
-        mid = (lo + hi) // 2
-        if key < starts[mid]:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo > 0 and (key < ends[lo - 1] or ends[lo - 1] == end)
-
-
-def find_child(
-    get, key_check, ranges, db, unsigned long long first, unsigned long long count, bytes name,
-    entry_name, int version, bytes END,
-):
-    """The inode among ``first … first+count−1`` (a directory's children, in name order) whose
-    entry is named ``name``, or 0: the binary search of ``TreeModel.lookup``. ``get(key, db=db)``
-    reads a value (None: missing); ``key_check(db, key)``, the page guard's check, runs before it
-    unless ``ranges`` (the guard's checked leaves: ``KeyRanges``) cover the key already, never
-    where ``key_check`` is None (nothing to check); ``entry_name(value, version)`` names a value
-    whose name this cannot place itself. Returns None where a value is missing (the caller's
-    path reports it)."""
-    cdef long long lo = first, hi = first + count - 1, mid
-    cdef const uint8_t *p
-    cdef Py_ssize_t n, at
-    cdef char keybuf[4]
-    if version < FIRST_V3_VERSION:
-        return None
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        keybuf[0] = <char>((mid >> 24) & 0xFF)
-        keybuf[1] = <char>((mid >> 16) & 0xFF)
-        keybuf[2] = <char>((mid >> 8) & 0xFF)
-        keybuf[3] = <char>(mid & 0xFF)
-        key = PyBytes_FromStringAndSize(keybuf, 4)
-        if key_check is not None and (ranges is None or not _covered(ranges, key, END)):
-            key_check(db, key)
-        value = get(key, db=db)
-        if value is None or type(value) is not bytes:
-            return None
-        p = <const uint8_t *>PyBytes_AS_STRING(value)
-        n = PyBytes_GET_SIZE(value)
-        at = _name_at(p, n)
-        if at < 0:
-            candidate = entry_name(value, version)
-        else:
-            candidate = PyBytes_FromStringAndSize(<const char *>p + at, n - at)
-        if candidate == name:
-            return mid
-        if candidate < name:
-            lo = mid + 1
-        else:
-            hi = mid - 1
-    return 0
-
-
 def decode_record(
     record_type, unsigned int shard, unsigned long long offset, bytes data,
     unsigned long long record_size, unsigned long long block_size, bint compressed_allowed,
@@ -461,6 +402,121 @@ def tree_page(page_type, bytes page, unsigned long long pgno, unsigned long long
         elif at + dsize > size:
             return None
     return page_type(leaf, keys, children, overflow, [])
+
+
+cdef class CheckedPaths:
+    """Whether LMDB's search for a key passes only pages ``IndexPageGuard`` has checked
+    (storage/index_guard.py): LMDB's own descent from a database's root, over the index file
+    mapped, through pages whose bit is set in the guard's ``sound`` bitmap. A page is sound once
+    its CRC, layout and key bounds passed and it has one parent, so the descent trusts what it
+    reads there; it stops at the first page that is not sound (the guard then checks the path).
+    ~0.3 µs where remembering the checked key ranges cost a bisect and memory per leaf."""
+    cdef object _map
+    cdef const uint8_t[::1] _data
+    cdef const uint8_t[::1] _sound
+    cdef Py_ssize_t _page_size
+    cdef unsigned long long _pages
+
+    def __init__(self, data, bytearray sound not None, Py_ssize_t page_size):
+        self._map = data
+        self._data = data
+        self._sound = sound
+        self._page_size = page_size
+        self._pages = min(<unsigned long long>(len(data) // page_size), 8 * len(sound))
+
+    cdef bint _checked(
+        self, unsigned long long pgno, int depth, const uint8_t *key, Py_ssize_t size
+    ) noexcept:
+        cdef const uint8_t *p
+        cdef unsigned int lower, count, ptr, ksize, lo, hi, mid, at, i
+        cdef Py_ssize_t common
+        cdef int level, order
+        for level in range(depth):
+            if pgno >= self._pages or not self._sound[pgno >> 3] & (1 << (pgno & 7)):
+                return False
+            if level == depth - 1:
+                return True  # the leaf: sound
+            p = &self._data[0] + pgno * self._page_size
+            lower = <unsigned int>_le(p + 12, 2)
+            if _le(p + 10, 2) != P_BRANCH or lower < PAGE_HEADER + 4 or lower > self._page_size:
+                return False  # checked as a branch: never here, but no read past the page
+            count = (lower - PAGE_HEADER) // 2
+            # The last node from the second whose key is not above ``key``, else the first:
+            # mdb_node_search's choice in a branch (the first node's key is never compared).
+            lo, hi, at = 1, count - 1, 0
+            while lo <= hi:
+                mid = (lo + hi) // 2
+                ptr = <unsigned int>_le(p + PAGE_HEADER + 2 * mid, 2)
+                ksize = <unsigned int>_le(p + ptr + 6, 2)
+                if ptr + NODE_HEADER + ksize > self._page_size:
+                    return False
+                common = size if size < ksize else ksize
+                order = memcmp(key, p + ptr + NODE_HEADER, common)
+                if order == 0:
+                    order = (size > ksize) - (size < ksize)
+                if order >= 0:
+                    at, lo = mid, mid + 1
+                else:
+                    hi = mid - 1
+            ptr = <unsigned int>_le(p + PAGE_HEADER + 2 * at, 2)
+            if ptr + NODE_HEADER > self._page_size:
+                return False
+            pgno = _le(p + ptr, 2) | _le(p + ptr + 2, 2) << 16 | _le(p + ptr + 4, 2) << 32
+        return False
+
+    def checked(self, unsigned long long root, int depth, bytes key not None) -> bool:
+        """Whether every page of LMDB's search for ``key`` from ``root`` is sound."""
+        return self._checked(
+            root, depth, <const uint8_t *>PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key)
+        )
+
+
+def find_child(
+    get, key_check, CheckedPaths paths, unsigned long long root, int depth, db,
+    unsigned long long first, unsigned long long count, bytes name, entry_name, int version,
+):
+    """The inode among ``first … first+count−1`` (a directory's children, in name order) whose
+    entry is named ``name``, or 0: the binary search of ``TreeModel.lookup``. ``get(key, db=db)``
+    reads a value (None: missing); ``key_check(db, key)``, the page guard's check, runs before it
+    unless ``paths`` shows LMDB's search for the key from ``root`` (``depth`` levels) passes only
+    checked pages, never where ``key_check`` is None (nothing to check); ``entry_name(value,
+    version)`` names a value whose name this cannot place itself. Returns None where a value is
+    missing (the caller's path reports it)."""
+    cdef long long lo = first, hi = first + count - 1, mid
+    cdef const uint8_t *p
+    cdef Py_ssize_t n, at
+    cdef char keybuf[4]
+    if version < FIRST_V3_VERSION:
+        return None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        keybuf[0] = <char>((mid >> 24) & 0xFF)
+        keybuf[1] = <char>((mid >> 16) & 0xFF)
+        keybuf[2] = <char>((mid >> 8) & 0xFF)
+        keybuf[3] = <char>(mid & 0xFF)
+        key = PyBytes_FromStringAndSize(keybuf, 4)
+        if key_check is not None and (
+            paths is None or not paths._checked(root, depth, <const uint8_t *>keybuf, 4)
+        ):
+            key_check(db, key)
+        value = get(key, db=db)
+        if value is None or type(value) is not bytes:
+            return None
+        p = <const uint8_t *>PyBytes_AS_STRING(value)
+        n = PyBytes_GET_SIZE(value)
+        at = _name_at(p, n)
+        if at < 0:
+            candidate = entry_name(value, version)
+        else:
+            candidate = PyBytes_FromStringAndSize(<const char *>p + at, n - at)
+        if candidate == name:
+            return mid
+        if candidate < name:
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    return 0
+
 
 
 # -- lz4 into a buffer of ours ---------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""``KeyRanges``: the key ranges of one LMDB database whose pages ``IndexPageGuard`` has checked
-(storage/index_check.py), so that a lookup inside one costs a bisect instead of a walk.
+"""``KeyRanges``: the key ranges of one LMDB database whose leaves ``IndexPageGuard`` has checked
+for cursor scans (storage/index_guard.py), so that a scan inside one costs a bisect instead of a
+walk. (Lookups by key ask the pages themselves: ``CheckedPaths``, _native.pyx.)
 
 May import: ``bundlefs.storage.native``.
 """
@@ -19,7 +20,8 @@ class KeyRanges:
 
     Read without a lock: ``add`` builds new lists and replaces ``pairs`` in one assignment, so
     a reader sees the ranges before or after it, never a mix. Lookups that hit (nearly all of
-    them) cost a bisect: ~0.5 µs where a held lock and two lists cost twice that."""
+    them) cost a bisect: ~0.5 µs where a held lock and two lists cost twice that. ``add`` copies
+    the lists (46 µs at 8,192 ranges): fine for scans, a few per directory listed."""
 
     def __init__(self) -> None:
         self.pairs: tuple[list[bytes], list[bytes]] = ([], [])

@@ -132,14 +132,14 @@ def find_child(
 ) -> int | None:
     """The inode among ``first … first+count−1`` (a directory's children, in name order) named
     ``name``, or None: a binary search of raw names. ``guard`` is the index's page checks
-    (``index_check``: ``key`` before each read, ``leaves`` the ranges checked already);
+    (``index_check``: ``key`` before each read, ``route`` what tells a checked path);
     ``get(db, key, what)`` is the reader's checked read (the Python path)."""
     if module is not None:
-        ranges = guard.leaves(db)  # None: nothing to check
-        check = None if ranges is None else guard.key
+        route = guard.route(db)  # None: nothing to check
+        check, paths, root, depth = (None, None, 0, 0) if route is None else (guard.key, *route)
         try:
             found = module.find_child(
-                txn.get, check, ranges, db, first, count, name, fmt.entry_name, version, END
+                txn.get, check, paths, root, depth, db, first, count, name, fmt.entry_name, version
             )
         except lmdb.Error as e:
             raise FormatError(f"index is damaged reading entry: {e}") from None
@@ -220,3 +220,9 @@ def known_files(
     if module is None:
         return None
     return module.known_files(dir_fd, children, known)
+
+
+def checked_paths(data: Any, sound: bytearray, page_size: int) -> Any:
+    """A ``CheckedPaths`` (_native.pyx) over the mapped index ``data`` and the page guard's
+    bitmap ``sound``, or None without the compiled module (the guard then walks in Python)."""
+    return None if module is None else module.CheckedPaths(data, sound, page_size)

@@ -26,8 +26,10 @@ from bundlefs.core.checksum import crc32c
 from bundlefs.core.format import pages as lp
 from bundlefs.errors import CorruptDataError, FormatError
 from bundlefs.read.verify import verify
+from bundlefs.storage import native
 from bundlefs.storage.index import IndexReader
-from bundlefs.storage.index_check import END, IndexPageGuard, KeyRanges
+from bundlefs.storage.index_guard import IndexPageGuard
+from bundlefs.storage.key_ranges import END, KeyRanges
 from tests.conftest import flip_byte
 from tests.support.hostile import reseal
 from tests.support.trees import assert_one_line_error, run_cli
@@ -89,7 +91,7 @@ def _leaf_pages(bundle: Path, db: bytes) -> list[int]:
             root = guard._roots[db]
             pgno = root.root
             for _ in range(root.depth - 1):
-                page = guard._tree_page(pgno)
+                page = native.tree_page(guard._page(pgno), pgno, guard._last_pg)
                 pgno = page.children[bisect.bisect_right(page.keys, key, 1) - 1]
             pages.append(pgno)
             _lo, hi, _leaf = guard._walk(db, key)
@@ -129,8 +131,44 @@ def test_every_key_lmdb_holds_is_in_the_leaf_the_guard_walks_to(paged: Path) -> 
         assert guard._roots[fmt.DB_ENTRIES].depth >= 2
         for name, db in index._dbs.items():
             for key in index._txn().cursor(db=db).iternext(keys=True, values=False):
-                leaf = guard._walk(name, key)[2]
+                leaf = guard._walk(name, key, leaf=True)[2]
                 assert leaf is not None and key in leaf.keys
+
+
+def _every_file(index: IndexReader) -> list[int]:
+    """Each file found by name in its directory (the binary search the mount makes)."""
+    found = []
+    root = index.entry(fmt.ROOT_INO)
+    for ino, _name in index.iter_names(root.first_child, root.size):
+        directory = index.entry(ino)
+        if not directory.is_dir:
+            continue
+        for _ino, name in index.iter_names(directory.first_child, directory.size):
+            found.append(index.find_child(directory.first_child, directory.size, name))
+    return found
+
+
+def test_a_lookup_again_checks_no_page_again(paged: Path, monkeypatch) -> None:
+    with _reader(paged) as index:
+        guard = _guard(index)
+        first = _every_file(index)
+        assert len(first) == FILES and _checked(guard) > 20
+
+        def checked_again(*args) -> None:
+            raise AssertionError(f"a page checked again: {args}")
+
+        monkeypatch.setattr(guard, "_check_page", checked_again)
+        assert _every_file(index) == first
+
+
+@pytest.mark.skipif(native.module is None, reason="needs the compiled module")
+def test_a_lookup_on_checked_pages_is_answered_without_walking(paged: Path, monkeypatch) -> None:
+    with _reader(paged) as index:
+        guard = _guard(index)
+        first = _every_file(index)
+        walks: list[bytes] = []
+        monkeypatch.setattr(guard, "_walk", lambda name, key, **kw: walks.append(key))
+        assert _every_file(index) == first and not walks
 
 
 def test_reading_every_file_checks_the_pages_it_needs(paged: Path) -> None:
@@ -432,6 +470,31 @@ def test_a_leaf_holding_a_key_outside_its_parents_range_is_refused(paged, tmp_pa
 
     _edit_page(bundle, leaf, lower_first_key)
     assert "outside its parent's range" in _probe(bundle)
+
+
+def test_a_page_two_branches_hold_is_refused(paged, tmp_path) -> None:
+    bundle = _copy(paged, tmp_path)
+    root = _root_of(bundle, fmt.DB_ENTRIES)
+
+    def second_child_is_the_first(page: bytearray) -> None:
+        first, second = struct.unpack_from("<HH", page, 16)
+        page[second : second + 6] = page[first : first + 6]  # a child's page number
+
+    _edit_page(bundle, root, second_child_is_the_first)
+    assert "is reached from two places in the tree" in _probe(bundle)
+
+
+def test_a_database_root_a_branch_also_holds_is_refused(paged, tmp_path) -> None:
+    bundle = _copy(paged, tmp_path)
+    root, other = _root_of(bundle, fmt.DB_ENTRIES), _root_of(bundle, fmt.DB_RECORDS)
+    assert other != lp.INVALID_PAGE
+
+    def first_child_is_another_root(page: bytearray) -> None:
+        (first,) = struct.unpack_from("<H", page, 16)
+        page[first : first + 6] = struct.pack("<Q", other)[:6]
+
+    _edit_page(bundle, root, first_child_is_another_root)
+    assert "is reached from two places in the tree" in _probe(bundle)
 
 
 def test_a_damaged_source_record_page_is_refused_by_strict_lookups_and_verify(

@@ -30,7 +30,6 @@ from bundlefs.core.format import pages as lp
 from bundlefs.errors import FormatError
 from bundlefs.storage import native
 from bundlefs.storage.index import IndexReader
-from bundlefs.storage.index_check import KeyRanges
 from tests.support.legacy_trees import V3_BUNDLE, V4_BUNDLE, V5_BUNDLE
 
 NATIVE = native.module
@@ -225,8 +224,8 @@ def test_damaged_names_are_found_as_python_names_them() -> None:
             except FormatError:
                 continue
             found = NATIVE.find_child(
-                functools.partial(_value_of, value), _no_check, None, None, 1, 1, name,
-                fmt.entry_name, 6, native.END,
+                functools.partial(_value_of, value), _no_check, None, 0, 0, None, 1, 1, name,
+                fmt.entry_name, 6,
             )  # fmt: skip
             assert found == 1, value
 
@@ -331,20 +330,23 @@ def test_index_pages_decode_as_python_decodes_them(
 
 @needs_native
 def test_the_compiled_search_checks_every_page_it_reads(sample_bundle_path: Path) -> None:
-    """Each probe's key is checked by the page guard unless its checked ranges cover it."""
+    """Each probe's key is checked by the page guard unless its path's pages are sound."""
     assert NATIVE is not None
     with Bundle(sample_bundle_path) as b:
         index: IndexReader = b.tree._index
         root = index.entry(fmt.ROOT_INO)
         names = [name for _ino, name in index.iter_names(root.first_child, root.size)]
         db, txn = index._dbs[fmt.DB_ENTRIES], index._txn()
+        sound = bytearray(len(index._pages._sound))  # no page sound: every probe checked
+        data = (Path(index._pages.path)).read_bytes()
+        paths = NATIVE.CheckedPaths(data, sound, 4096)
+        _paths, pgno, depth = index._pages.route(db)
         checked: list[bytes] = []
-        ranges = KeyRanges()
-        args = (db, root.first_child, root.size, names[-1], fmt.entry_name, 6, native.END)
-        found = NATIVE.find_child(txn.get, lambda _db, key: checked.append(key), ranges, *args)
+        args = (paths, pgno, depth, db, root.first_child, root.size, names[-1], fmt.entry_name, 6)
+        found = NATIVE.find_child(txn.get, lambda _db, key: checked.append(key), *args)
         assert found == root.first_child + len(names) - 1
         probes = len(checked)
         assert probes >= 1 and len(set(checked)) == probes
-        ranges.add(fmt.entry_key(0), native.END)  # every key checked already: no more calls
-        assert NATIVE.find_child(txn.get, lambda _db, key: checked.append(key), ranges, *args)
+        sound[:] = b"\xff" * len(sound)  # every page sound: no more calls
+        assert NATIVE.find_child(txn.get, lambda _db, key: checked.append(key), *args)
         assert len(checked) == probes
