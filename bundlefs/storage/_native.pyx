@@ -447,6 +447,8 @@ cdef class CheckedPaths:
             while lo <= hi:
                 mid = (lo + hi) // 2
                 ptr = <unsigned int>_le(p + PAGE_HEADER + 2 * mid, 2)
+                if ptr < lower or ptr + NODE_HEADER > self._page_size:
+                    return False
                 ksize = <unsigned int>_le(p + ptr + 6, 2)
                 if ptr + NODE_HEADER + ksize > self._page_size:
                     return False
@@ -459,7 +461,7 @@ cdef class CheckedPaths:
                 else:
                     hi = mid - 1
             ptr = <unsigned int>_le(p + PAGE_HEADER + 2 * at, 2)
-            if ptr + NODE_HEADER > self._page_size:
+            if ptr < lower or ptr + NODE_HEADER > self._page_size:
                 return False
             pgno = _le(p + ptr, 2) | _le(p + ptr + 2, 2) << 16 | _le(p + ptr + 4, 2) << 32
         return False

@@ -75,12 +75,16 @@ class IndexPageGuard:
             self._checked = bytearray((pages + 7) // 8)  # its CRC passed
             self._sound = bytearray(len(self._checked))  # and its layout, bounds, one parent
             self._claimed = bytearray(len(self._checked))  # some branch or the main db holds it
+            self._claiming: tuple[int, list[int]] | None = None
             self._branches: dict[int, lp.TreePage] = {}
             self._lock = threading.Lock()
             self._roots = self._main_databases()
             # Mapped for CheckedPaths only: it reads sound pages (a map is left to the collector,
             # as the table: a search racing a close must not read an unmapped page).
-            data = mmap.mmap(self._fd, pages * page_size, access=mmap.ACCESS_READ)
+            try:
+                data = mmap.mmap(self._fd, pages * page_size, access=mmap.ACCESS_READ)
+            except (OSError, ValueError) as e:  # ValueError: the file shrank since its check
+                raise FormatError(f"cannot map the index: {e}") from None
             self._paths = native.checked_paths(data, self._sound, page_size)
         except BaseException:
             self.close()
@@ -139,8 +143,11 @@ class IndexPageGuard:
             self._route_of[id(handle)] = (self._paths, root.root, root.depth)
 
     def forked(self) -> None:
-        """In a child after ``fork()``: a parent thread may have held the lock."""
+        """In a child after ``fork()``: a parent thread may have held the lock, and been
+        claiming a branch's children."""
         self._lock = threading.Lock()
+        if self._claiming is not None:
+            self._undo_claim()
         if self._fill is not None:
             self._fill.forked()
 
@@ -255,13 +262,7 @@ class IndexPageGuard:
             raise CorruptDataError(str(e), bundle=self._bundle) from None
         with self._lock:  # two first walks of one branch must not see its children claimed
             if not self._is_sound(pgno):
-                claimed = self._claimed
-                for child in page.children:  # inline: ~280 a branch
-                    bit = 1 << (child & 7)
-                    if claimed[child >> 3] & bit:
-                        raise self._damage(child, "is reached from two places in the tree")
-                    claimed[child >> 3] |= bit
-                self._sound[pgno >> 3] |= 1 << (pgno & 7)
+                self._make_sound(pgno, page.children)
         if not page.leaf:
             if len(self._branches) >= _MAX_BRANCHES:
                 self._branches.clear()
@@ -270,6 +271,35 @@ class IndexPageGuard:
 
     def _is_sound(self, pgno: int) -> bool:
         return bool(self._sound[pgno >> 3] & 1 << (pgno & 7))
+
+    def _make_sound(self, pgno: int, children: list[int]) -> None:
+        """Claim a checked page's children and mark it sound, all or nothing (callers hold the
+        lock): a claim left half done, by a conflict, an interrupt or a fork from another
+        thread, would make the page look held twice when checked again."""
+        claimed = self._claimed
+        for child in children:  # inline: ~280 a branch
+            if claimed[child >> 3] & 1 << (child & 7):
+                raise self._damage(child, "is reached from two places in the tree")
+        if len(set(children)) != len(children):
+            twice = next(c for c in children if children.count(c) > 1)
+            raise self._damage(twice, "is reached from two places in the tree")
+        self._claiming = (pgno, children)  # undone by ``forked`` in a child forked meanwhile
+        try:
+            for child in children:
+                claimed[child >> 3] |= 1 << (child & 7)
+            self._sound[pgno >> 3] |= 1 << (pgno & 7)
+        except BaseException:
+            self._undo_claim()
+            raise
+        self._claiming = None
+
+    def _undo_claim(self) -> None:
+        assert self._claiming is not None
+        pgno, children = self._claiming
+        for child in children:  # each was unclaimed before (checked under the lock)
+            self._claimed[child >> 3] &= ~(1 << (child & 7)) & 0xFF
+        self._sound[pgno >> 3] &= ~(1 << (pgno & 7)) & 0xFF
+        self._claiming = None
 
     def _claim(self, pgno: int) -> bool:
         """Mark ``pgno`` as held by one parent; False if something held it already."""

@@ -171,6 +171,48 @@ def test_a_lookup_on_checked_pages_is_answered_without_walking(paged: Path, monk
         assert _every_file(index) == first and not walks
 
 
+def test_branches_decoded_again_are_not_taken_for_pages_held_twice(paged, monkeypatch) -> None:
+    from bundlefs.storage import index_guard
+
+    monkeypatch.setattr(index_guard, "_MAX_BRANCHES", 1)
+    with _reader(paged) as index:
+        assert _every_file(index) == _every_file(index)
+
+
+class _FailingBits(bytearray):
+    """A bitmap whose third write raises, as an interrupt would land."""
+
+    writes = 0
+
+    def __setitem__(self, at, value) -> None:
+        type(self).writes += 1
+        if type(self).writes == 3:
+            raise KeyboardInterrupt
+        super().__setitem__(at, value)
+
+
+def test_a_claim_interrupted_half_way_is_undone(paged) -> None:
+    with _reader(paged) as index:
+        guard = _guard(index)
+        key = fmt.entry_key(FILES // 2)
+        guard._claimed = _FailingBits(guard._claimed)
+        with pytest.raises(KeyboardInterrupt):
+            guard._walk(fmt.DB_ENTRIES, key)
+        assert guard._walk(fmt.DB_ENTRIES, key, leaf=True)[2] is not None
+
+
+def test_a_child_forked_during_a_claim_checks_that_branch_again(paged) -> None:
+    with _reader(paged) as index:
+        guard = _guard(index)
+        root = guard._roots[fmt.DB_ENTRIES].root
+        children = native.tree_page(guard._page(root), root, guard._last_pg).children
+        for child in children[:3]:  # as a thread forked from leaves them: half claimed
+            guard._claimed[child >> 3] |= 1 << (child & 7)
+        guard._claiming = (root, children[:3])
+        guard.forked()
+        assert guard._walk(fmt.DB_ENTRIES, fmt.entry_key(FILES // 2), leaf=True)[2] is not None
+
+
 def test_reading_every_file_checks_the_pages_it_needs(paged: Path) -> None:
     with Bundle(paged) as b:
         for i in range(0, FILES, 97):
@@ -494,6 +536,20 @@ def test_a_database_root_a_branch_also_holds_is_refused(paged, tmp_path) -> None
         page[first : first + 6] = struct.pack("<Q", other)[:6]
 
     _edit_page(bundle, root, first_child_is_another_root)
+    assert "is reached from two places in the tree" in _probe(bundle)
+
+
+def test_a_branch_holding_a_page_of_the_main_database_is_refused(paged, tmp_path) -> None:
+    bundle = _copy(paged, tmp_path)
+    index = (bundle / fmt.INDEX_DIR / fmt.INDEX_FILE).read_bytes()
+    metas = [lp.meta_main_root(index[n * 4096 : (n + 1) * 4096], 10**9) for n in (0, 1)]
+    main = max(metas, key=lambda m: m[0])[2].root
+
+    def first_child_is_the_main_database(page: bytearray) -> None:
+        (first,) = struct.unpack_from("<H", page, 16)
+        page[first : first + 6] = struct.pack("<Q", main)[:6]
+
+    _edit_page(bundle, _root_of(bundle, fmt.DB_ENTRIES), first_child_is_the_main_database)
     assert "is reached from two places in the tree" in _probe(bundle)
 
 

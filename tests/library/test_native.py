@@ -350,3 +350,66 @@ def test_the_compiled_search_checks_every_page_it_reads(sample_bundle_path: Path
         sound[:] = b"\xff" * len(sound)  # every page sound: no more calls
         assert NATIVE.find_child(txn.get, lambda _db, key: checked.append(key), *args)
         assert len(checked) == probes
+
+
+@needs_native
+def test_the_compiled_descent_takes_the_branch_lmdb_takes(tmp_path: Path) -> None:
+    """Over a three-level tree of keys that are prefixes of one another, ``CheckedPaths`` says
+    a key's path is checked exactly when the pages the guard's walk reaches are sound."""
+    import bisect
+
+    import lmdb
+
+    assert NATIVE is not None
+    rng = random.Random(29)
+    alphabet = [0x00, 0x01, 0x61, 0xFE, 0xFF]
+    keys = {bytes(rng.choice(alphabet) for _ in range(rng.randint(1, 14))) for _ in range(40_000)}
+    with lmdb.open(str(tmp_path), map_size=1 << 28, max_dbs=2) as env:
+        db = env.open_db(b"x")
+        with env.begin(write=True) as txn:
+            for key in keys:
+                txn.put(key, b"v" * rng.randint(0, 40), db=db)
+    data = (tmp_path / "data.mdb").read_bytes()
+    pages = len(data) // 4096
+    decoded: dict[int, lp.TreePage] = {}
+
+    def page(pgno: int) -> lp.TreePage:
+        if pgno not in decoded:
+            decoded[pgno] = lp.tree_page(data[pgno * 4096 : (pgno + 1) * 4096], pgno, pages - 1)
+        return decoded[pgno]
+
+    metas = [lp.meta_main_root(data[n * 4096 : (n + 1) * 4096], pages - 1) for n in (0, 1)]
+    main = max(metas, key=lambda m: m[0])[2]
+    mains = lp.tree_page(
+        data[main.root * 4096 : (main.root + 1) * 4096], main.root, pages, main=True
+    )
+    root = lp.database_roots(mains, pages - 1)[b"x"]
+    assert root.depth >= 3
+
+    def path(key: bytes) -> list[int]:
+        found, pgno = [root.root], root.root
+        while not page(pgno).leaf:
+            tree = page(pgno)
+            pgno = tree.children[bisect.bisect_right(tree.keys, key, 1) - 1]
+            found.append(pgno)
+        return found
+
+    def bits(on: list[int], off: list[int], default: int) -> bytearray:
+        sound = bytearray([default]) * ((pages + 7) // 8)
+        for pgno in on:
+            sound[pgno >> 3] |= 1 << (pgno & 7)
+        for pgno in off:
+            sound[pgno >> 3] &= ~(1 << (pgno & 7)) & 0xFF
+        return sound
+
+    sample = rng.sample(sorted(keys), 2_000)
+    queries = sample + [k[:-1] for k in sample] + [k + b"\0" for k in sample] + [b"", b"\xff" * 20]
+    for key in queries:
+        walked = path(key)
+        assert NATIVE.CheckedPaths(data, bits(walked, [], 0), 4096).checked(
+            root.root, root.depth, key
+        ), key
+        for unchecked in walked:  # any page of the path not sound: not checked
+            assert not NATIVE.CheckedPaths(data, bits([], [unchecked], 0xFF), 4096).checked(
+                root.root, root.depth, key
+            ), (key, unchecked)

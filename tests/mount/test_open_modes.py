@@ -336,14 +336,15 @@ def test_the_index_is_held_in_memory_after_ready(mount_bundle, tools_bundle):
     assert wait_until(lambda: "index held in memory" in m.log_text())
     # The process that holds it: the daemon, or its first worker where several serve.
     holder = int(re.search(r"\[(\d+)\] INFO .*index held in memory", m.log_text())[1])
-    assert _index_mappings(holder) == 2  # LMDB's own map, and the resident one
+    # LMDB's own map, the page guard's (CheckedPaths reads checked branch pages), the resident one
+    assert _index_mappings(holder) == 3
 
 
 def test_index_resident_zero_leaves_the_index_to_lmdb(mount_bundle, tools_bundle):
     m = mount_bundle(tools_bundle, "--index-resident", "0")
     assert (m.mountpoint / "hello.txt").read_bytes() == SAMPLE_SPEC["hello.txt"]
     assert "index held in memory" not in m.log_text()
-    assert _index_mappings(m.pid) == 1
+    assert _index_mappings(m.pid) == 2  # LMDB's own map and the page guard's
 
 
 # -- the options, as the command line and fstab give them ------------------------------------------
