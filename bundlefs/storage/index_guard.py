@@ -61,7 +61,7 @@ class IndexPageGuard:
         self._fd, self._fill = -1, None
         self._table_sound: bool | None = None  # its table_crc32c, computed once when asked
         try:
-            self._table = self._open_table(index_dir, marker, page_size, whole=fetch is not None)
+            self._table = open_page_table(index_dir, marker, page_size, whole=fetch is not None)
             self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as e:
             raise FormatError(f"cannot read the index page table: {e.strerror}") from None
@@ -94,33 +94,6 @@ class IndexPageGuard:
         self._spans: dict[bytes, KeyRanges] = {name: KeyRanges() for name in self._roots}
 
     # -- opening -----------------------------------------------------------------------------
-
-    @staticmethod
-    def _open_table(
-        index_dir: str, marker: fmt.Marker, page_size: int, whole: bool
-    ) -> bytes | mmap.mmap:
-        """The page table: mapped, its header and length checked, each entry read when its page
-        is first checked (an open costs the same at any size; a damaged entry fails its page);
-        or, ``whole`` (a sparse copy: its fill fetches by it), read and checked whole."""
-        with open(os.path.join(index_dir, lp.PAGES_FILE), "rb") as f:
-            if whole:
-                size = lp.PAGES_HEAD_SIZE + 4 * (marker.index_size // page_size) + 5
-                return lp.decode_page_table(
-                    f.read(size),
-                    page_size=page_size,
-                    index_size=marker.index_size,
-                    bundle_id=marker.bundle_id,
-                    crc32c=crc32c,
-                )
-            size = os.fstat(f.fileno()).st_size
-            lp.check_page_table_head(
-                f.read(lp.PAGES_HEAD_SIZE),
-                size,
-                page_size=page_size,
-                index_size=marker.index_size,
-                bundle_id=marker.bundle_id,
-            )
-            return mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
 
     def _main_databases(self) -> dict[bytes, lp.DatabaseRoot]:
         """The named databases' roots (``main_database``), each claimed, as every page of the
@@ -395,3 +368,30 @@ def main_database(
     if main.root != lp.INVALID_PAGE:
         check(main.root, 0, b"", None)
     return last_pg, roots, seen
+
+
+def open_page_table(
+    index_dir: str, marker: fmt.Marker, page_size: int, whole: bool
+) -> bytes | mmap.mmap:
+    """The page table: mapped, its header and length checked, each entry read when its page
+    is first checked (an open costs the same at any size; a damaged entry fails its page);
+    or, ``whole`` (a sparse copy: its fill fetches by it), read and checked whole."""
+    with open(os.path.join(index_dir, lp.PAGES_FILE), "rb") as f:
+        if whole:
+            size = lp.PAGES_HEAD_SIZE + 4 * (marker.index_size // page_size) + 5
+            return lp.decode_page_table(
+                f.read(size),
+                page_size=page_size,
+                index_size=marker.index_size,
+                bundle_id=marker.bundle_id,
+                crc32c=crc32c,
+            )
+        size = os.fstat(f.fileno()).st_size
+        lp.check_page_table_head(
+            f.read(lp.PAGES_HEAD_SIZE),
+            size,
+            page_size=page_size,
+            index_size=marker.index_size,
+            bundle_id=marker.bundle_id,
+        )
+        return mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
