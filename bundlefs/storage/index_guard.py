@@ -161,7 +161,7 @@ class IndexPageGuard:
         spans = self._spans[name]
         if spans.covers(lo, hi):  # as ``key``: no lock for a range already checked (per read)
             return
-        first, end, _leaf = self._walk(name, lo)  # without the lock, as ``key``
+        first, end, _pgno = self._walk(name, lo)  # without the lock, as ``key``
         if first:
             self._walk(name, first, below=True)
         while end != END and end <= hi:
@@ -190,24 +190,22 @@ class IndexPageGuard:
 
     # -- walking -------------------------------------------------------------------------------
 
-    def _walk(
-        self, name: bytes, key: bytes, below: bool = False, leaf: bool = False
-    ) -> tuple[bytes, bytes, lp.TreePage | None]:
-        """Check LMDB's path to the leaf holding ``key`` (``below``: the leaf before it); that
-        leaf's key range, and the leaf if it was decoded (a sound leaf is not, unless ``leaf``;
-        None too for an empty database). LMDB takes, in a branch, the last child whose key is
-        not above the one searched (the first child's key counts as lower than all)."""
+    def _walk(self, name: bytes, key: bytes, below: bool = False) -> tuple[bytes, bytes, int]:
+        """Check LMDB's path to the leaf holding ``key`` (``below``: the leaf before it): that
+        leaf's key range and page number (``INVALID_PAGE``: an empty database, where LMDB reads
+        no page). A sound leaf is not read again. LMDB takes, in a branch, the last child whose
+        key is not above the one searched (the first child's key counts as lower than all)."""
         root = self._roots[name]
         lo, hi, pgno = b"", END, root.root
         if pgno == lp.INVALID_PAGE:
-            return lo, hi, None  # an empty database: LMDB reads no page
+            return lo, hi, pgno
         for depth in range(root.depth):
             at_leaf = depth == root.depth - 1
-            if at_leaf and not leaf and self._is_sound(pgno):
-                return lo, hi, None
+            if at_leaf and self._is_sound(pgno):
+                return lo, hi, pgno
             page = self._branches.get(pgno) or self._check_page(name, pgno, lo, hi, at_leaf)
             if page.leaf:
-                return lo, hi, page
+                return lo, hi, pgno
             i = (bisect_left if below else bisect_right)(page.keys, key, 1) - 1
             if i > 0:
                 lo = page.keys[i]
@@ -249,13 +247,11 @@ class IndexPageGuard:
         """Claim a checked page's children and mark it sound, all or nothing (callers hold the
         lock): a claim left half done, by a conflict, an interrupt or a fork from another
         thread, would make the page look held twice when checked again."""
-        claimed = self._claimed
+        claimed, listed = self._claimed, set()
         for child in children:  # inline: ~280 a branch
-            if claimed[child >> 3] & 1 << (child & 7):
+            if child in listed or claimed[child >> 3] & 1 << (child & 7):
                 raise self._damage(child, "is reached from two places in the tree")
-        if len(set(children)) != len(children):
-            twice = next(c for c in children if children.count(c) > 1)
-            raise self._damage(twice, "is reached from two places in the tree")
+            listed.add(child)
         self._claiming = (pgno, children)  # undone by ``forked`` in a child forked meanwhile
         try:
             for child in children:

@@ -8,7 +8,6 @@ walk through branch pages, the neighbours of a scan and the overflow pages are a
 
 from __future__ import annotations
 
-import bisect
 import errno
 import os
 import struct
@@ -83,23 +82,19 @@ def _checked(guard: IndexPageGuard) -> int:
 
 def _leaf_pages(bundle: Path, db: bytes) -> list[int]:
     """The leaf pages of ``db``, in key order (from the guard's own walk)."""
-    index = IndexReader(str(bundle))
-    try:
+    with _reader(bundle) as index:
         guard = _guard(index)
         pages, key = [], b""
         while True:
-            root = guard._roots[db]
-            pgno = root.root
-            for _ in range(root.depth - 1):
-                page = native.tree_page(guard._page(pgno), pgno, guard._last_pg)
-                pgno = page.children[bisect.bisect_right(page.keys, key, 1) - 1]
+            _lo, hi, pgno = guard._walk(db, key)
             pages.append(pgno)
-            _lo, hi, _leaf = guard._walk(db, key)
             if hi == END:
                 return pages
             key = hi
-    finally:
-        index.close()
+
+
+def _leaf(guard: IndexPageGuard, pgno: int) -> lp.TreePage:
+    return native.tree_page(guard._page(pgno), pgno, guard._last_pg)
 
 
 def test_the_packer_writes_a_page_table_of_the_index(paged: Path) -> None:
@@ -131,8 +126,7 @@ def test_every_key_lmdb_holds_is_in_the_leaf_the_guard_walks_to(paged: Path) -> 
         assert guard._roots[fmt.DB_ENTRIES].depth >= 2
         for name, db in index._dbs.items():
             for key in index._txn().cursor(db=db).iternext(keys=True, values=False):
-                leaf = guard._walk(name, key, leaf=True)[2]
-                assert leaf is not None and key in leaf.keys
+                assert key in _leaf(guard, guard._walk(name, key)[2]).keys
 
 
 def _every_file(index: IndexReader) -> list[int]:
@@ -198,7 +192,7 @@ def test_a_claim_interrupted_half_way_is_undone(paged) -> None:
         guard._claimed = _FailingBits(guard._claimed)
         with pytest.raises(KeyboardInterrupt):
             guard._walk(fmt.DB_ENTRIES, key)
-        assert guard._walk(fmt.DB_ENTRIES, key, leaf=True)[2] is not None
+        assert key in _leaf(guard, guard._walk(fmt.DB_ENTRIES, key)[2]).keys
 
 
 def test_a_child_forked_during_a_claim_checks_that_branch_again(paged) -> None:
@@ -210,7 +204,8 @@ def test_a_child_forked_during_a_claim_checks_that_branch_again(paged) -> None:
             guard._claimed[child >> 3] |= 1 << (child & 7)
         guard._claiming = (root, children[:3])
         guard.forked()
-        assert guard._walk(fmt.DB_ENTRIES, fmt.entry_key(FILES // 2), leaf=True)[2] is not None
+        key = fmt.entry_key(FILES // 2)
+        assert key in _leaf(guard, guard._walk(fmt.DB_ENTRIES, key)[2]).keys
 
 
 def test_reading_every_file_checks_the_pages_it_needs(paged: Path) -> None:
